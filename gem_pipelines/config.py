@@ -1,0 +1,253 @@
+"""Typed, validated views of the declarative specs in `assets/`.
+
+Every loader raises `ConfigError` naming the file and the offending field, so a typo in YAML
+never surfaces later as a KeyError deep inside an asset.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ASSETS_DIR = Path(os.environ.get("GEM_ASSETS_DIR", REPO_ROOT / "assets"))
+NAME_RE = re.compile(r"^[a-z0-9_]+$")
+RAW_FORMATS = ("jsonl_nested", "csv_ms", "parquet", "event_stream")
+TASKS = ("click", "conversion")
+
+
+_M = TypeVar("_M", bound="BaseModel")
+
+
+class ConfigError(ValueError):
+    """A spec file in assets/ is invalid; the message names the file and the field."""
+
+
+def validate_name(value: str, what: str = "name") -> str:
+    """Names become path components and partition keys: allow only [a-z0-9_]+."""
+    if not isinstance(value, str) or not NAME_RE.match(value):
+        raise ValueError(f"{what} {value!r} must match [a-z0-9_]+")
+    return value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Surface(_Strict):
+    name: str
+    domain: str
+    format: Literal["jsonl_nested", "csv_ms", "parquet", "event_stream"]
+    traffic_share: float = Field(gt=0, le=1)
+    tasks: tuple[Literal["click", "conversion"], ...] = ("click", "conversion")
+
+    @field_validator("name", "domain")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return validate_name(v)
+
+    @field_validator("tasks")
+    @classmethod
+    def _tasks(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if "click" not in v:
+            raise ValueError("every surface logs clicks: tasks must include 'click'")
+        return v
+
+
+class SurfacesConfig(_Strict):
+    surfaces: tuple[Surface, ...]
+
+    @model_validator(mode="after")
+    def _check(self) -> SurfacesConfig:
+        names = [s.name for s in self.surfaces]
+        if len(set(names)) != len(names):
+            raise ValueError(f"surfaces: duplicate surface names in {names}")
+        if not self.surfaces:
+            raise ValueError("surfaces: at least one surface is required")
+        total = sum(s.traffic_share for s in self.surfaces)
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"traffic_share: shares sum to {total:.6f}, not 1")
+        return self
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.surfaces]
+
+    @property
+    def domains(self) -> list[str]:
+        return sorted({s.domain for s in self.surfaces})
+
+    def get(self, name: str) -> Surface:
+        for s in self.surfaces:
+            if s.name == name:
+                return s
+        raise KeyError(f"unknown surface {name!r}; known: {self.names}")
+
+    def in_domain(self, domain: str) -> list[Surface]:
+        return [s for s in self.surfaces if s.domain == domain]
+
+
+class CalendarConfig(_Strict):
+    start: dt.date
+    days: int | Literal["open"]
+    teacher_lag_days: int = Field(default=1, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> CalendarConfig:
+        if self.days != "open":
+            need = 4 + self.teacher_lag_days
+            if self.days < need:
+                raise ValueError(
+                    f"days: a window needs at least {need} days with teacher_lag_days="
+                    f"{self.teacher_lag_days}, got {self.days}"
+                )
+        return self
+
+    def end(self, today: dt.date | None = None) -> dt.date:
+        """Last day E of the window (inclusive); 'open' windows end yesterday."""
+        if self.days == "open":
+            return (today or dt.datetime.now(dt.UTC).date()) - dt.timedelta(days=1)
+        return self.start + dt.timedelta(days=self.days - 1)
+
+    def dates(self, today: dt.date | None = None) -> list[dt.date]:
+        e = self.end(today)
+        return [self.start + dt.timedelta(days=i) for i in range((e - self.start).days + 1)]
+
+    def roles(self, today: dt.date | None = None) -> DayRoles:
+        e = self.end(today)
+        d = dt.timedelta(days=1)
+        return DayRoles(
+            warmup=self.start,
+            teacher=(self.start + d, e - (2 + self.teacher_lag_days) * d),
+            student=(self.start + d, e - 2 * d),
+            adapter=e - 2 * d,
+            validation=e - d,
+            evaluation=e,
+        )
+
+
+class DayRoles(_Strict):
+    """Inclusive (first, last) ranges of the window's day roles."""
+
+    warmup: dt.date
+    teacher: tuple[dt.date, dt.date]
+    student: tuple[dt.date, dt.date]
+    adapter: dt.date
+    validation: dt.date
+    evaluation: dt.date
+
+
+class DenseFeature(_Strict):
+    name: str
+    transform: Literal["log1p", "none"] = "none"
+
+
+class SparseFeature(_Strict):
+    name: str
+    table: str
+    buckets: int = Field(gt=1)
+
+    @field_validator("name", "table")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return validate_name(v)
+
+
+class HistoryColumn(_Strict):
+    name: str
+    source: Literal["item_id", "action", "surface", "ts"]
+    table: str | None = None
+    buckets: int | None = None
+
+
+class HistoryConfig(_Strict):
+    max_len: int = Field(gt=0, le=4096)
+    lookback_days: int = Field(ge=0)
+    columns: tuple[HistoryColumn, ...]
+
+
+class FeaturesConfig(_Strict):
+    dense: tuple[DenseFeature, ...]
+    sparse: tuple[SparseFeature, ...]
+    history: HistoryConfig
+
+    @model_validator(mode="after")
+    def _tables_agree(self) -> FeaturesConfig:
+        sizes: dict[str, int] = {}
+        for name, table, buckets in [(f.name, f.table, f.buckets) for f in self.sparse] + [
+            (c.name, c.table, c.buckets) for c in self.history.columns if c.table
+        ]:
+            if table in sizes and sizes[table] != buckets:
+                raise ValueError(f"{name}: table {table!r} declared with {buckets} and {sizes[table]} buckets")
+            sizes[table] = buckets  # type: ignore[assignment]
+        return self
+
+    @cached_property
+    def tables(self) -> dict[str, int]:
+        """Embedding table name -> rows, shared between sparse and history features."""
+        out: dict[str, int] = {}
+        for f in self.sparse:
+            out[f.table] = f.buckets
+        for c in self.history.columns:
+            if c.table and c.buckets:
+                out[c.table] = c.buckets
+        return out
+
+
+class SimulatorConfig(_Strict):
+    seed: int = 7
+    impressions_per_day: int = Field(default=50_000, gt=0)
+    n_users: int = Field(default=6000, gt=0)
+    n_advertisers: int = Field(default=300, gt=0)
+    n_ads: int = Field(default=2000, gt=0)
+    n_organic_items: int = Field(default=5000, gt=0)
+    n_topics: int = Field(default=24, gt=1)
+    organic_per_impression: float = Field(default=1.5, ge=0)
+    interest_drift: float = Field(default=0.15, ge=0)
+    corruption_rate: float = Field(default=0.003, ge=0, le=0.2)
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text())
+    except FileNotFoundError as e:
+        raise ConfigError(f"{path}: file not found") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+
+
+def _load(model: type[_M], path: Path, overrides: dict[str, Any] | None = None) -> _M:
+    raw = _read_yaml(path)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    raw = {**raw, **(overrides or {})}
+    try:
+        return model.model_validate(raw)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"field '{'.'.join(str(p) for p in err['loc']) or '<root>'}': {err['msg']}" for err in e.errors()
+        )
+        raise ConfigError(f"{path}: {problems}") from e
+
+
+def load_surfaces(path: Path | None = None) -> SurfacesConfig:
+    return _load(SurfacesConfig, path or ASSETS_DIR / "surfaces.yaml")
+
+
+def load_calendar(path: Path | None = None, **overrides: Any) -> CalendarConfig:
+    return _load(CalendarConfig, path or ASSETS_DIR / "calendar.yaml", overrides)
+
+
+def load_features(path: Path | None = None) -> FeaturesConfig:
+    return _load(FeaturesConfig, path or ASSETS_DIR / "features.yaml")
+
+
+def load_simulator(path: Path | None = None, **overrides: Any) -> SimulatorConfig:
+    return _load(SimulatorConfig, path or ASSETS_DIR / "simulator.yaml", overrides)

@@ -1,0 +1,1 @@
+"""The data layer: simulator, raw-format parsers, validation and Delta lake IO (no Dagster)."""

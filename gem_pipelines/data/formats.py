@@ -1,0 +1,141 @@
+"""The raw formats surfaces emit, the unified lake schemas, and the quarantine reason codes.
+
+This module is the contract between the simulator (which writes raw files) and the parsers
+(which read them). Every timestamp is UTC. Files of partition D live in
+`landing/<surface>/<D>/`; click and conversion events are filed under their impression's date and
+may be up to 24 h later than it.
+
+jsonl_nested  (file `feed.jsonl`, one JSON object a line)
+    ad impression: {"kind": "ad", "request_id": str, "ts": ISO-8601 str ending in "Z",
+                    "user": {"id": int, "device": str, "tenure_days": float},
+                    "ad": {"id": int, "advertiser_id": int, "objective": str,
+                           "creative_format": str, "bid": float},
+                    "slot": {"position": int},
+                    "engagement": {"click": bool, "click_ts": str | null,
+                                   "conversion": bool | null, "conversion_ts": str | null}}
+    organic:       {"kind": "organic", "ts": str, "user": {"id": int}, "item_id": int, "action": str}
+
+csv_ms  (files `impressions.csv` and `activity.csv`, comma separated, header line, empty = null,
+        times as epoch milliseconds)
+    impressions.csv: req_id,event_time_ms,uid,device_type,tenure_d,ad,advertiser,objective,
+                     format,slot,bid_usd,clicked,click_time_ms,converted,conversion_time_ms
+                     (clicked/converted are 0/1)
+    activity.csv:    uid,event_time_ms,item,action
+
+parquet  (files `impressions.parquet` and `activity.parquet`; columnar export)
+    impressions.parquet: request_id str, ts timestamp[us, UTC], user_id int64, device str,
+                         user_tenure_days float64, ad_id int64, advertiser_id int64, objective str,
+                         creative_format str, position int32, bid float64, click bool,
+                         click_ts timestamp[us, UTC], conversion bool, conversion_ts timestamp[us, UTC]
+    activity.parquet:    user_id int64, ts timestamp[us, UTC], item_id int64, action str
+
+event_stream  (file `events.jsonl`; impression, click, conversion arrive as separate events)
+    {"event": "impression", "request_id": str, "ts": float epoch seconds,
+     "payload": {"user_id": int, "device": str, "tenure_days": float, "ad_id": int,
+                 "advertiser_id": int, "objective": str, "creative_format": str,
+                 "position": int, "bid": float}}
+    {"event": "click" | "conversion", "request_id": str, "ts": float}
+    {"event": "organic", "ts": float, "payload": {"user_id": int, "item_id": int, "action": str}}
+    An impression with no click event has click = 0; on a surface whose tasks include conversion,
+    no conversion event means conversion = 0, otherwise conversion is null.
+
+Item ids: ads and organic items share one id space (ads 1..n_ads, organic items above), so an
+ad clicked in the past appears in histories with the same id it has as a candidate.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+OBJECTIVES = ("awareness", "traffic", "app_installs", "conversions")
+CREATIVE_FORMATS = ("image", "video", "carousel", "collection")
+DEVICES = ("ios", "android", "web")
+ORGANIC_ACTIONS = ("view", "like", "comment", "share", "save", "click")
+PAID_ACTIONS = ("click", "conversion")
+ACTIONS = ("view", "like", "comment", "share", "save", "click", "conversion")
+SOURCES = ("organic", "paid")
+
+LANDING_FILES: dict[str, tuple[str, ...]] = {
+    "jsonl_nested": ("feed.jsonl",),
+    "csv_ms": ("impressions.csv", "activity.csv"),
+    "parquet": ("impressions.parquet", "activity.parquet"),
+    "event_stream": ("events.jsonl",),
+}
+
+# Quarantine reason codes: every quarantined record carries exactly one of these.
+REASONS: dict[str, str] = {
+    "unparseable": "the line is not a record of the format (invalid JSON, wrong CSV field count, blank line)",
+    "truncated": "the line ends mid-record (JSON cut off, fewer CSV fields than the header)",
+    "missing_id": "a required id (request_id, user_id, ad_id, advertiser_id, item_id) is missing or empty",
+    "bad_type": "a field has the wrong type or cannot be cast (e.g. bid='abc', position=2.5)",
+    "out_of_range_value": "a numeric field is outside its domain (negative bid/position/tenure)",
+    "out_of_range_ts": "an impression/activity timestamp outside the partition's day, or a click/conversion "
+    "before its impression or more than 24 h after it",
+    "unknown_enum": "objective, creative_format, device, action or event type not in the allowed set",
+    "unknown_kind": "a record kind/event type the format does not define",
+    "duplicate_record": "a later copy of a request_id, click/conversion event or activity record already seen",
+    "orphan_event": "a click or conversion whose request_id has no impression in the same partition",
+    "unexpected_label": "a conversion on a surface that does not log conversions",
+}
+REASON_CODES = tuple(REASONS)
+
+UTC_US = pl.Datetime("us", "UTC")
+
+EVENTS_SCHEMA: dict[str, pl.DataType] = {
+    "request_id": pl.String(),
+    "ts": UTC_US,
+    "date": pl.Date(),
+    "surface": pl.String(),
+    "domain": pl.String(),
+    "user_id": pl.Int64(),
+    "ad_id": pl.Int64(),
+    "advertiser_id": pl.Int64(),
+    "objective": pl.String(),
+    "creative_format": pl.String(),
+    "device": pl.String(),
+    "position": pl.Int32(),
+    "bid": pl.Float64(),
+    "user_tenure_days": pl.Float64(),
+    "hour_of_day": pl.Int32(),
+    "click": pl.Int8(),
+    "click_ts": UTC_US,
+    "conversion": pl.Int8(),  # null where the surface does not log conversions
+    "conversion_ts": UTC_US,
+}
+
+USER_ACTIVITY_SCHEMA: dict[str, pl.DataType] = {
+    "user_id": pl.Int64(),
+    "ts": UTC_US,
+    "date": pl.Date(),
+    "surface": pl.String(),
+    "item_id": pl.Int64(),
+    "action": pl.String(),
+    "source": pl.String(),
+}
+
+QUARANTINE_SCHEMA: dict[str, pl.DataType] = {
+    "surface": pl.String(),
+    "date": pl.Date(),
+    "source_file": pl.String(),
+    "line_no": pl.Int64(),
+    "raw": pl.String(),
+    "reason": pl.String(),
+    "detail": pl.String(),
+}
+
+ORACLE_SCHEMA: dict[str, pl.DataType] = {
+    "request_id": pl.String(),
+    "date": pl.Date(),
+    "surface": pl.String(),
+    "p_click": pl.Float64(),
+    "p_conversion": pl.Float64(),
+}
+
+HISTORY_COLUMNS: dict[str, pl.DataType] = {
+    "hist_item_id": pl.List(pl.Int64()),
+    "hist_action": pl.List(pl.String()),
+    "hist_surface": pl.List(pl.String()),
+    "hist_seconds_before": pl.List(pl.Float64()),
+}
+
+TRAINING_EXAMPLES_SCHEMA: dict[str, pl.DataType] = {**EVENTS_SCHEMA, **HISTORY_COLUMNS}
