@@ -1,0 +1,64 @@
+"""Where state lives: GEM_HOME (local, absolute) and the lake root (local path or object-store URI)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from gem_model.config import REPO_ROOT, validate_name
+
+_URI_RE = re.compile(r"^[a-z][a-z0-9+.-]*://")
+
+
+def gem_home() -> Path:
+    """GEM_HOME, default `.gem/` in the repo root, always absolute."""
+    return Path(os.environ.get("GEM_HOME") or REPO_ROOT / ".gem").expanduser().resolve()
+
+
+def is_uri(location: str) -> bool:
+    return bool(_URI_RE.match(location)) and not location.startswith("file://")
+
+
+def lake_root() -> str:
+    """GEM_LAKE_URI (e.g. s3://bucket/lake) or $GEM_HOME/lake."""
+    uri = os.environ.get("GEM_LAKE_URI")
+    if uri:
+        return uri.rstrip("/")
+    return str(gem_home() / "lake")
+
+
+def table_uri(table: str, root: str | None = None) -> str:
+    """Exactly `<lake>/<table>`; the table name is validated before it touches a path."""
+    validate_name(table, "table")
+    return f"{(root or lake_root()).rstrip('/')}/{table}"
+
+
+def storage_options() -> dict[str, str] | None:
+    """Object-store credentials come only from the environment (AWS_*, AZURE_*, GOOGLE_*)."""
+    opts = {
+        k: v
+        for k, v in os.environ.items()
+        if k.startswith(("AWS_", "AZURE_", "GOOGLE_")) and v
+    }
+    return opts or None
+
+
+def landing_dir(surface: str, date: str, home: Path | None = None) -> Path:
+    validate_name(surface, "surface")
+    return (home or gem_home()) / "landing" / surface / date
+
+
+def models_dir(asset: str, partition: str | None = None, home: Path | None = None) -> Path:
+    validate_name(asset.replace("-", "_"), "asset")
+    base = (home or gem_home()) / "models" / asset
+    if partition is not None:
+        validate_name(partition, "partition")
+        base = base / partition
+    return base
+
+
+def reports_dir(home: Path | None = None) -> Path:
+    d = (home or gem_home()) / "reports"
+    d.mkdir(parents=True, exist_ok=True)
+    return d

@@ -1,0 +1,21 @@
+"""Shared test setup: every test gets its own GEM_HOME; W&B is disabled; Triton runs interpreted."""
+
+from __future__ import annotations
+
+import os
+
+# Read when @triton.jit decorates a kernel, so it must be set before `kernels` is imported.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def gem_home(tmp_path, monkeypatch):
+    home = tmp_path / "gem"
+    home.mkdir()
+    monkeypatch.setenv("GEM_HOME", str(home))
+    monkeypatch.delenv("GEM_LAKE_URI", raising=False)
+    return home
