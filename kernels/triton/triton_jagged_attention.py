@@ -1,0 +1,382 @@
+"""Triton jagged attention: forward and backward kernels behind a ``torch.autograd.Function``.
+
+Layout: q, k, v, out ``[L_total, H, D]`` (any strides with a unit last-dim stride), offsets
+``[B + 1]``.  Every program handles one (sequence, head) pair and one block of rows:
+
+* forward, grid ``(B * H, cdiv(max_len, BLOCK_M))``: a block of queries loops over the key blocks
+  of its own sequence with an online softmax (running max / running sum in fp32, base-2
+  exponentials) and stores the output and the row logsumexp (log2 domain, fp32, ``[L_total, H]``);
+* backward: ``delta = rowsum(dO * O)`` (PyTorch), then a dk/dv kernel, grid
+  ``(B * H, cdiv(max_len, BLOCK_N))``, in which a block of keys loops over the query blocks of its
+  sequence, and a dq kernel, grid ``(B * H, cdiv(max_len, BLOCK_M))``, in which a block of queries
+  loops over the key blocks.  Probabilities are recomputed from the stored logsumexp; no atomics.
+
+Programs whose block starts past their sequence's end return at once.  Accumulation is fp32;
+fp32 inputs use IEEE fp32 dots unless ``torch.backends.cuda.matmul.allow_tf32`` is set.
+Supported dtypes: float16, bfloat16, float32 (bf16 is wrong under ``TRITON_INTERPRET=1``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["triton_jagged_attention", "TritonJaggedAttention", "SUPPORTED_DTYPES", "interpreting"]
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+LOG2E = 1.4426950408889634
+
+# Test hook: when True, outputs and gradients are allocated filled with NaN instead of
+# uninitialised, so a test can prove every element is written by the kernels.
+POISON_OUTPUTS = False
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels through its CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+@triton.jit
+def _jagged_attn_fwd(
+    Q, K, V, O, LSE, OFFSETS,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+    stride_ot, stride_oh, stride_lt, stride_lh,
+    H, qk_scale,
+    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    PREC: tl.constexpr,
+):  # fmt: skip
+    pid_bh = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    if CAUSAL:
+        # Longest-running blocks (late queries) first.
+        pid_m = tl.num_programs(1) - 1 - pid_m
+    b = pid_bh // H
+    h = pid_bh % H
+    start = tl.load(OFFSETS + b).to(tl.int64)
+    seq_len = (tl.load(OFFSETS + b + 1).to(tl.int64) - start).to(tl.int32)
+    m0 = pid_m * BLOCK_M
+    if m0 >= seq_len:
+        return
+
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_m = offs_m < seq_len
+
+    q_ptrs = Q + (start + offs_m[:, None]) * stride_qt + h * stride_qh + offs_d[None, :]
+    q = tl.load(q_ptrs, mask=mask_m[:, None], other=0.0)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    hi = seq_len
+    if CAUSAL:
+        hi = tl.minimum(seq_len, m0 + BLOCK_M)
+    for n0 in range(0, hi, BLOCK_N):
+        cols = n0 + offs_n
+        mask_n = cols < seq_len
+        k = tl.load(
+            K + (start + cols[:, None]) * stride_kt + h * stride_kh + offs_d[None, :],
+            mask=mask_n[:, None],
+            other=0.0,
+        )
+        qk = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+        valid = mask_n[None, :]
+        if CAUSAL:
+            valid = valid & (cols[None, :] <= offs_m[:, None])
+        qk = tl.where(valid, qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        # Every row (even padding rows of the block) sees key 0 in the first block, so m_new is
+        # finite from the first iteration on and no (-inf) - (-inf) occurs.
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(
+            V + (start + cols[:, None]) * stride_vt + h * stride_vh + offs_d[None, :],
+            mask=mask_n[:, None],
+            other=0.0,
+        )
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
+        m_i = m_new
+
+    acc = acc / l_i[:, None]
+    o_ptrs = O + (start + offs_m[:, None]) * stride_ot + h * stride_oh + offs_d[None, :]
+    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=mask_m[:, None])
+    lse_ptrs = LSE + (start + offs_m) * stride_lt + h * stride_lh
+    tl.store(lse_ptrs, m_i + tl.log2(l_i), mask=mask_m)
+
+
+@triton.jit
+def _jagged_attn_bwd_dkdv(
+    Q, K, V, DO, LSE, DELTA, DK, DV, OFFSETS,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+    stride_dot, stride_doh, stride_lt, stride_lh,
+    stride_dkt, stride_dkh, stride_dvt, stride_dvh,
+    H, qk_scale, scale,
+    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    PREC: tl.constexpr,
+):  # fmt: skip
+    pid_bh = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    start = tl.load(OFFSETS + b).to(tl.int64)
+    seq_len = (tl.load(OFFSETS + b + 1).to(tl.int64) - start).to(tl.int32)
+    n0 = pid_n * BLOCK_N
+    if n0 >= seq_len:
+        return
+
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_n = offs_n < seq_len
+
+    k = tl.load(
+        K + (start + offs_n[:, None]) * stride_kt + h * stride_kh + offs_d[None, :],
+        mask=mask_n[:, None],
+        other=0.0,
+    )
+    v = tl.load(
+        V + (start + offs_n[:, None]) * stride_vt + h * stride_vh + offs_d[None, :],
+        mask=mask_n[:, None],
+        other=0.0,
+    )
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+
+    lo = 0
+    if CAUSAL:
+        lo = (n0 // BLOCK_M) * BLOCK_M
+    for m0 in range(lo, seq_len, BLOCK_M):
+        rows = m0 + offs_m
+        mask_m = rows < seq_len
+        q = tl.load(
+            Q + (start + rows[:, None]) * stride_qt + h * stride_qh + offs_d[None, :],
+            mask=mask_m[:, None],
+            other=0.0,
+        )
+        do = tl.load(
+            DO + (start + rows[:, None]) * stride_dot + h * stride_doh + offs_d[None, :],
+            mask=mask_m[:, None],
+            other=0.0,
+        )
+        lse = tl.load(LSE + (start + rows) * stride_lt + h * stride_lh, mask=mask_m, other=0.0)
+        delta = tl.load(DELTA + (start + rows) * stride_lt + h * stride_lh, mask=mask_m, other=0.0)
+
+        qk_t = tl.dot(k, tl.trans(q), input_precision=PREC) * qk_scale  # [BLOCK_N, BLOCK_M]
+        valid = mask_n[:, None] & mask_m[None, :]
+        if CAUSAL:
+            valid = valid & (offs_n[:, None] <= rows[None, :])
+        p_t = tl.where(valid, tl.exp2(qk_t - lse[None, :]), 0.0)
+        dv += tl.dot(p_t.to(do.dtype), do, input_precision=PREC)
+        dp_t = tl.dot(v, tl.trans(do), input_precision=PREC)
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PREC)
+
+    dk = dk * scale
+    tl.store(
+        DK + (start + offs_n[:, None]) * stride_dkt + h * stride_dkh + offs_d[None, :],
+        dk.to(DK.dtype.element_ty),
+        mask=mask_n[:, None],
+    )
+    tl.store(
+        DV + (start + offs_n[:, None]) * stride_dvt + h * stride_dvh + offs_d[None, :],
+        dv.to(DV.dtype.element_ty),
+        mask=mask_n[:, None],
+    )
+
+
+@triton.jit
+def _jagged_attn_bwd_dq(
+    Q, K, V, DO, LSE, DELTA, DQ, OFFSETS,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+    stride_dot, stride_doh, stride_lt, stride_lh, stride_dqt, stride_dqh,
+    H, qk_scale, scale,
+    CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    PREC: tl.constexpr,
+):  # fmt: skip
+    pid_bh = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    if CAUSAL:
+        pid_m = tl.num_programs(1) - 1 - pid_m
+    b = pid_bh // H
+    h = pid_bh % H
+    start = tl.load(OFFSETS + b).to(tl.int64)
+    seq_len = (tl.load(OFFSETS + b + 1).to(tl.int64) - start).to(tl.int32)
+    m0 = pid_m * BLOCK_M
+    if m0 >= seq_len:
+        return
+
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_m = offs_m < seq_len
+
+    q = tl.load(
+        Q + (start + offs_m[:, None]) * stride_qt + h * stride_qh + offs_d[None, :],
+        mask=mask_m[:, None],
+        other=0.0,
+    )
+    do = tl.load(
+        DO + (start + offs_m[:, None]) * stride_dot + h * stride_doh + offs_d[None, :],
+        mask=mask_m[:, None],
+        other=0.0,
+    )
+    lse = tl.load(LSE + (start + offs_m) * stride_lt + h * stride_lh, mask=mask_m, other=0.0)
+    delta = tl.load(DELTA + (start + offs_m) * stride_lt + h * stride_lh, mask=mask_m, other=0.0)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    hi = seq_len
+    if CAUSAL:
+        hi = tl.minimum(seq_len, m0 + BLOCK_M)
+    for n0 in range(0, hi, BLOCK_N):
+        cols = n0 + offs_n
+        mask_n = cols < seq_len
+        k = tl.load(
+            K + (start + cols[:, None]) * stride_kt + h * stride_kh + offs_d[None, :],
+            mask=mask_n[:, None],
+            other=0.0,
+        )
+        v = tl.load(
+            V + (start + cols[:, None]) * stride_vt + h * stride_vh + offs_d[None, :],
+            mask=mask_n[:, None],
+            other=0.0,
+        )
+        qk = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+        valid = mask_m[:, None] & mask_n[None, :]
+        if CAUSAL:
+            valid = valid & (cols[None, :] <= offs_m[:, None])
+        p = tl.where(valid, tl.exp2(qk - lse[:, None]), 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
+
+    dq = dq * scale
+    tl.store(
+        DQ + (start + offs_m[:, None]) * stride_dqt + h * stride_dqh + offs_d[None, :],
+        dq.to(DQ.dtype.element_ty),
+        mask=mask_m[:, None],
+    )
+
+
+def _launch_config(dim: int, backward: bool) -> dict:
+    """Block sizes and launch options.  Small blocks under the interpreter (speed); on GPU,
+    conservative untuned defaults (no GPU was available when these were chosen)."""
+    if interpreting():
+        return {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 1, "num_stages": 1}
+    if backward:
+        block_n = 64 if dim <= 64 else 32
+        return {"BLOCK_M": 64, "BLOCK_N": block_n, "num_warps": 4 if dim <= 64 else 8, "num_stages": 2}
+    return {"BLOCK_M": 64 if dim <= 64 else 64, "BLOCK_N": 64, "num_warps": 4 if dim <= 64 else 8, "num_stages": 2}
+
+
+def _precision(dtype: torch.dtype) -> str:
+    if dtype == torch.float32 and not interpreting() and not torch.backends.cuda.matmul.allow_tf32:
+        return "ieee"
+    if dtype == torch.float32 and interpreting():
+        return "ieee"
+    return "tf32"  # the default; only consulted for fp32 operands
+
+
+def _alloc(like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    if POISON_OUTPUTS:
+        return torch.full(like.shape, float("nan"), dtype=dtype or like.dtype, device=like.device)
+    return torch.empty(like.shape, dtype=dtype or like.dtype, device=like.device)
+
+
+def _contig(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _forward(q, k, v, offsets, max_len, causal, scale):
+    total, heads, dim = q.shape
+    batch = offsets.numel() - 1
+    out = _alloc(q)
+    lse = _alloc(q[:, :, 0], torch.float32)
+    if total == 0 or batch == 0 or max_len == 0 or heads == 0:
+        return out, lse
+    cfg = _launch_config(dim, backward=False)
+    grid = (batch * heads, triton.cdiv(max_len, cfg["BLOCK_M"]))
+    _jagged_attn_fwd[grid](
+        q, k, v, out, lse, offsets,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
+        heads, scale * LOG2E,
+        CAUSAL=causal, BLOCK_D=dim, PREC=_precision(q.dtype), **cfg,
+    )  # fmt: skip
+    return out, lse
+
+
+def _backward(do, q, k, v, out, lse, offsets, max_len, causal, scale):
+    total, heads, dim = q.shape
+    batch = offsets.numel() - 1
+    dq, dk, dv = _alloc(q), _alloc(k), _alloc(v)
+    if total == 0 or batch == 0 or max_len == 0 or heads == 0:
+        return dq, dk, dv
+    delta = (do.float() * out.float()).sum(-1).contiguous()  # [L_total, H]
+    assert delta.stride() == lse.stride()
+    cfg = _launch_config(dim, backward=True)
+    prec = _precision(q.dtype)
+    grid_kv = (batch * heads, triton.cdiv(max_len, cfg["BLOCK_N"]))
+    _jagged_attn_bwd_dkdv[grid_kv](
+        q, k, v, do, lse, delta, dk, dv, offsets,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        do.stride(0), do.stride(1), lse.stride(0), lse.stride(1),
+        dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1),
+        heads, scale * LOG2E, scale,
+        CAUSAL=causal, BLOCK_D=dim, PREC=prec, **cfg,
+    )  # fmt: skip
+    grid_q = (batch * heads, triton.cdiv(max_len, cfg["BLOCK_M"]))
+    _jagged_attn_bwd_dq[grid_q](
+        q, k, v, do, lse, delta, dq, offsets,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        do.stride(0), do.stride(1), lse.stride(0), lse.stride(1), dq.stride(0), dq.stride(1),
+        heads, scale * LOG2E, scale,
+        CAUSAL=causal, BLOCK_D=dim, PREC=prec, **cfg,
+    )  # fmt: skip
+    return dq, dk, dv
+
+
+class TritonJaggedAttention(torch.autograd.Function):
+    """Autograd wrapper: ``apply(q, k, v, offsets, max_len, causal, scale)``; grads for q, k, v."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, offsets, max_len, causal, scale):
+        q, k, v = _contig(q), _contig(k), _contig(v)
+        offsets = offsets.contiguous()
+        out, lse = _forward(q, k, v, offsets, max_len, causal, scale)
+        ctx.save_for_backward(q, k, v, out, lse, offsets)
+        ctx.max_len, ctx.causal, ctx.scale = max_len, causal, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, out, lse, offsets = ctx.saved_tensors
+        do = _contig(do.to(q.dtype))
+        dq, dk, dv = _backward(do, q, k, v, out, lse, offsets, ctx.max_len, ctx.causal, ctx.scale)
+        return dq, dk, dv, None, None, None, None
+
+
+def triton_jagged_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    offsets: torch.Tensor,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    max_len: int | None = None,
+) -> torch.Tensor:
+    """Run the Triton kernels (no validation; see :func:`kernels.jagged_attention`)."""
+    dim = q.shape[-1]
+    if scale is None:
+        scale = 1.0 / math.sqrt(dim)
+    if max_len is None:
+        offs = offsets.detach().to("cpu", torch.int64)
+        max_len = int((offs[1:] - offs[:-1]).max()) if offs.numel() > 1 else 0
+    return TritonJaggedAttention.apply(q, k, v, offsets, int(max_len), bool(causal), float(scale))
