@@ -71,8 +71,7 @@ REASONS: dict[str, str] = {
     "out_of_range_value": "a numeric field is outside its domain (negative bid/position/tenure)",
     "out_of_range_ts": "an impression/activity timestamp outside the partition's day, or a click/conversion "
     "before its impression or more than 24 h after it",
-    "unknown_enum": "objective, creative_format, device, action or event type not in the allowed set",
-    "unknown_kind": "a record kind/event type the format does not define",
+    "unknown_enum": "objective, creative_format, device, action, record kind or event type not in the allowed set",
     "duplicate_record": "a later copy of a request_id, click/conversion event or activity record already seen",
     "orphan_event": "a click or conversion whose request_id has no impression in the same partition",
     "unexpected_label": "a conversion on a surface that does not log conversions",
