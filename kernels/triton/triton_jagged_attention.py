@@ -35,9 +35,19 @@ LOG2E = 1.4426950408889634
 POISON_OUTPUTS = False
 
 
-def interpreting() -> bool:
-    """True when Triton runs kernels through its CPU interpreter (``TRITON_INTERPRET=1``)."""
+def _env_interpret() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+# Triton reads TRITON_INTERPRET when @triton.jit decorates the kernels below, i.e. when this
+# module is imported; changing the variable afterwards has no effect on these kernels.
+_INTERPRET_AT_IMPORT = _env_interpret()
+
+
+def interpreting() -> bool:
+    """True when the kernels of this module run through Triton's CPU interpreter, i.e. when
+    ``TRITON_INTERPRET=1`` was set before ``kernels`` was imported."""
+    return _INTERPRET_AT_IMPORT
 
 
 @triton.jit
@@ -272,13 +282,11 @@ def _launch_config(dim: int, backward: bool) -> dict:
     if backward:
         block_n = 64 if dim <= 64 else 32
         return {"BLOCK_M": 64, "BLOCK_N": block_n, "num_warps": 4 if dim <= 64 else 8, "num_stages": 2}
-    return {"BLOCK_M": 64 if dim <= 64 else 64, "BLOCK_N": 64, "num_warps": 4 if dim <= 64 else 8, "num_stages": 2}
+    return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4 if dim <= 64 else 8, "num_stages": 2}
 
 
 def _precision(dtype: torch.dtype) -> str:
-    if dtype == torch.float32 and not interpreting() and not torch.backends.cuda.matmul.allow_tf32:
-        return "ieee"
-    if dtype == torch.float32 and interpreting():
+    if dtype == torch.float32 and (interpreting() or not torch.backends.cuda.matmul.allow_tf32):
         return "ieee"
     return "tf32"  # the default; only consulted for fp32 operands
 

@@ -1,0 +1,177 @@
+"""Public jagged-attention entry point: input validation and backend dispatch.
+
+Backends:
+
+* ``"triton"``: the fused Triton kernels (:mod:`kernels.triton.triton_jagged_attention`), used by
+  default for CUDA tensors in float16 / bfloat16 / float32;
+* ``"torch"``: the pure-PyTorch reference (:mod:`kernels.pytorch.pt_jagged_attention`), used for
+  everything else (CPU tensors, float64).
+
+``GEM_KERNEL_BACKEND=torch|triton`` (read at every call; unset, empty or ``auto`` means the
+default rule) forces a backend.  Forcing ``triton`` on CPU tensors only works when
+``TRITON_INTERPRET=1`` was set before ``kernels`` was imported (slow; for tests); otherwise a
+RuntimeError says why.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+from kernels.pytorch.pt_jagged_attention import pytorch_jagged_attention
+
+try:  # Triton is a Linux-only dependency.
+    from kernels.triton import triton_jagged_attention as _tja
+
+    _TRITON_IMPORT_ERROR: Exception | None = None
+except Exception as exc:  # pragma: no cover - depends on the platform
+    _tja = None
+    _TRITON_IMPORT_ERROR = exc
+
+__all__ = ["jagged_attention", "backend_for", "SUPPORTED_HEAD_DIMS", "BACKEND_ENV"]
+
+SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
+BACKEND_ENV = "GEM_KERNEL_BACKEND"
+_BACKENDS = ("torch", "triton")
+
+
+def _requested_backend() -> str | None:
+    value = os.environ.get(BACKEND_ENV, "").strip().lower()
+    if value in ("", "auto"):
+        return None
+    if value not in _BACKENDS:
+        raise ValueError(f"{BACKEND_ENV}={value!r} is not one of 'torch', 'triton' (or unset/'auto')")
+    return value
+
+
+def _triton_unavailable_reason(t: torch.Tensor) -> str | None:
+    """Why the Triton kernels cannot run on ``t`` (None if they can)."""
+    if _tja is None:
+        return f"triton could not be imported ({_TRITON_IMPORT_ERROR!r})"
+    if t.dtype not in _tja.SUPPORTED_DTYPES:
+        return f"the Triton kernels support float16, bfloat16 and float32, not {t.dtype}"
+    if t.device.type == "cuda":
+        return None
+    if t.device.type == "cpu":
+        if _tja.interpreting():
+            return None
+        return (
+            "the tensors are on the CPU and Triton's interpreter is off: set TRITON_INTERPRET=1 "
+            "before importing `kernels` to run the Triton kernels on CPU (slow, for tests), "
+            f"or use {BACKEND_ENV}=torch / move the tensors to CUDA"
+        )
+    return f"the Triton kernels do not run on {t.device.type!r} tensors"
+
+
+def backend_for(tensor: torch.Tensor) -> str:
+    """Name of the backend (``"torch"`` or ``"triton"``) :func:`jagged_attention` uses for inputs
+    like ``tensor``, honouring ``GEM_KERNEL_BACKEND``.
+
+    Raises RuntimeError when ``triton`` is forced but cannot run on such a tensor, ValueError for
+    an unknown ``GEM_KERNEL_BACKEND`` value.
+    """
+    requested = _requested_backend()
+    reason = _triton_unavailable_reason(tensor)
+    if requested == "torch":
+        return "torch"
+    if requested == "triton":
+        if reason is not None:
+            raise RuntimeError(f"{BACKEND_ENV}=triton was requested but cannot be used: {reason}")
+        return "triton"
+    return "triton" if tensor.device.type == "cuda" and reason is None else "torch"
+
+
+def _validate(q, k, v, offsets) -> torch.Tensor:
+    """Check the inputs; return the offsets as a CPU int64 tensor."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 3:
+            raise ValueError(f"{name} must be [L_total, H, D], got shape {tuple(t.shape)}")
+        if not t.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor, got {t.dtype}")
+    if not (q.shape == k.shape == v.shape):
+        raise ValueError(
+            f"q, k, v must have the same shape, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on the same device, got {q.device}, {k.device}, {v.device}")
+    dim = q.shape[-1]
+    if dim not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"head dim D={dim} is not supported; use one of {SUPPORTED_HEAD_DIMS}")
+    if not isinstance(offsets, torch.Tensor):
+        raise ValueError(f"offsets must be a torch.Tensor, got {type(offsets).__name__}")
+    if offsets.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"offsets must be an int32 or int64 tensor, got {offsets.dtype}")
+    if offsets.dim() != 1 or offsets.numel() < 1:
+        raise ValueError(f"offsets must be 1-D with B + 1 >= 1 entries, got shape {tuple(offsets.shape)}")
+    offs = offsets.detach().to("cpu", torch.int64)
+    if int(offs[0]) != 0:
+        raise ValueError(f"offsets must start at 0, got offsets[0] = {int(offs[0])}")
+    if offs.numel() > 1 and bool((offs[1:] < offs[:-1]).any()):
+        bad = int(torch.nonzero(offs[1:] < offs[:-1])[0, 0])
+        raise ValueError(
+            f"offsets must be non-decreasing, got offsets[{bad}] = {int(offs[bad])} > "
+            f"offsets[{bad + 1}] = {int(offs[bad + 1])}"
+        )
+    total = q.shape[0]
+    if int(offs[-1]) != total:
+        raise ValueError(
+            f"offsets[-1] must equal L_total = q.shape[0] = {total}, got {int(offs[-1])} "
+            "(every row of q, k, v must belong to exactly one sequence)"
+        )
+    return offs
+
+
+def jagged_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    offsets: torch.Tensor,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Multi-head softmax attention inside each sequence of a jagged batch.
+
+    Args:
+        q, k, v: ``[L_total, H, D]`` floating tensors on one device, ``D`` in {16, 32, 64, 128}.
+            Rows ``offsets[b]:offsets[b + 1]`` form sequence ``b``.
+        offsets: ``[B + 1]`` int32 or int64 (any device; moved to q's device), ``offsets[0] == 0``,
+            non-decreasing, ``offsets[-1] == L_total`` exactly.  Zero-length sequences are allowed.
+        causal: query ``i`` attends keys ``j <= i`` of its own sequence only (positions counted
+            from the start of the sequence).
+        scale: multiplier of ``q @ k^T``; defaults to ``1 / sqrt(D)``.
+
+    Returns:
+        ``[L_total, H, D]`` attention output, differentiable with respect to q, k and v.
+
+    Dtypes: q, k, v must share a dtype, except under ``torch.autocast`` for their device, where all
+    three are cast to the autocast dtype (e.g. bfloat16) and the output has that dtype.  Softmax
+    and accumulation run in fp32 (fp64 for float64 inputs on the reference path).
+
+    Raises:
+        ValueError: malformed inputs (shapes, dtypes, devices, head dim, offsets) or an unknown
+            ``GEM_KERNEL_BACKEND``.
+        RuntimeError: ``GEM_KERNEL_BACKEND=triton`` where Triton cannot run.
+    """
+    if isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor):
+        device_type = q.device.type
+        if torch.is_autocast_enabled(device_type) and q.is_floating_point():
+            dtype = torch.get_autocast_dtype(device_type)
+            q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    offs_cpu = _validate(q, k, v, offsets)
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v must have the same dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if scale is not None and not math.isfinite(float(scale)):
+        raise ValueError(f"scale must be a finite number, got {scale}")
+
+    backend = backend_for(q)
+    batch = offs_cpu.numel() - 1
+    max_len = int((offs_cpu[1:] - offs_cpu[:-1]).max()) if batch > 0 else 0
+    offsets = offsets.to(q.device)
+    if backend == "triton":
+        return _tja.triton_jagged_attention(q, k, v, offsets, causal=causal, scale=scale, max_len=max_len)
+    return pytorch_jagged_attention(q, k, v, offsets, causal=causal, scale=scale, max_len=max_len)
