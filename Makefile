@@ -1,0 +1,43 @@
+# Every target runs inside .venv, which is (re)built when pyproject.toml changes.
+PY := .venv/bin/python
+export GEM_HOME ?= $(CURDIR)/.gem
+export DAGSTER_HOME := $(GEM_HOME)/dagster
+export DAGSTER_DISABLE_TELEMETRY := 1
+export WANDB_MODE ?= offline
+export WANDB_SILENT := true
+# pytest's "no tests collected" exit code (5) is a failure here, not a pass.
+PYTEST_ARGS ?=
+
+.PHONY: demo test ui bench eval lint clean
+
+.venv: pyproject.toml
+	python3 -m venv .venv
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch .venv
+
+demo: .venv
+	$(PY) -m gem_pipelines.demo
+
+test: .venv
+	@$(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: treating as a failure"; exit 1; fi; exit $$rc
+
+ui: .venv
+	mkdir -p $(DAGSTER_HOME)
+	.venv/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+bench: .venv
+	$(PY) bench/ingest.py
+	$(PY) bench/kernels.py
+	$(PY) bench/train.py
+	$(PY) bench/students.py
+
+eval: .venv
+	$(PY) -m gem_pipelines.evaluate --seeds 0 1 2
+
+lint: .venv
+	.venv/bin/ruff check .
+
+clean:
+	rm -rf $(GEM_HOME)

@@ -1,0 +1,58 @@
+"""`make demo`: materialize the whole asset graph for the calendar window through the instance
+at $GEM_HOME/dagster, so `make ui` afterwards shows every run and check result."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import dagster as dg
+
+from gem_model.paths import gem_home, lake_root, reports_dir
+from gem_pipelines.instance import get_instance
+
+
+def _run(defs: dg.Definitions, job: str, instance: dg.DagsterInstance, partition_key: str | None = None) -> None:
+    t = time.time()
+    result = defs.resolve_job_def(job).execute_in_process(
+        instance=instance, partition_key=partition_key, raise_on_error=False
+    )
+    status = "ok" if result.success else "FAILED"
+    print(f"  {job:<24} {partition_key or '':<24} {status} ({time.time() - t:.1f}s)", flush=True)
+    if not result.success:
+        for event in result.all_events:
+            if event.is_failure:
+                print(event.message, file=sys.stderr)
+        raise SystemExit(f"{job} {partition_key or ''} failed: see the run in `make ui`")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--through", choices=["ingest", "features", "all"], default="all")
+    args = parser.parse_args(argv)
+    start = time.time()
+    instance = get_instance()
+    from gem_pipelines.definitions import defs
+    from gem_pipelines.partitions import CALENDAR, SURFACES, multi_key
+
+    dates = [d.isoformat() for d in CALENDAR.dates()]
+    print(f"GEM demo: {len(dates)} days x {len(SURFACES.names)} surfaces, GEM_HOME={gem_home()}", flush=True)
+    for d in dates:
+        for s in SURFACES.names:
+            _run(defs, "land_and_ingest_job", instance, str(multi_key(d, s)))
+    if args.through in ("features", "all"):
+        for d in dates:
+            _run(defs, "features_job", instance, d)
+    if args.through == "all":
+        for job in ("foundation_job", "teacher_predictions_job", "students_job"):
+            if defs.resolve_job_def(job) is not None:
+                pass
+    print(f"\nDone in {time.time() - start:.0f}s.")
+    print(f"  lake (Delta tables):  {lake_root()}")
+    print(f"  reports, Data Docs:   {reports_dir()}")
+    print(f"  Dagster instance:     {instance.root_directory}  (run `make ui` and open http://127.0.0.1:3000)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""Jobs: asset selections the schedule, the sensor and the demo launch, plus lake maintenance."""
+
+
+import dagster as dg
+
+from gem_pipelines.data import lake
+from gem_pipelines.resources import LakeResource
+
+LAKE_TABLES = ("events", "user_activity", "events_quarantine", "oracle", "training_examples", "teacher_predictions")
+
+land_and_ingest_job = dg.define_asset_job(
+    "land_and_ingest_job",
+    selection=dg.AssetSelection.assets("raw_logs", "oracle", "events", "user_activity", "events_quarantine"),
+    description="Land one day of one surface (simulator or landing/) and ingest it into the lake.",
+)
+ingest_job = dg.define_asset_job(
+    "ingest_job",
+    selection=dg.AssetSelection.assets("events", "user_activity", "events_quarantine"),
+    description="Ingest raw files already in landing/ for one date x surface partition.",
+)
+features_job = dg.define_asset_job(
+    "features_job",
+    selection=dg.AssetSelection.assets("training_examples"),
+    description="Build training_examples for one date.",
+)
+
+
+class MaintenanceConfig(dg.Config):
+    retention_hours: int = 168
+
+
+@dg.op
+def compact_and_vacuum(context: dg.OpExecutionContext, config: MaintenanceConfig, lake: LakeResource) -> None:
+    """OPTIMIZE (compact small files) then VACUUM with a retention of at least 7 days."""
+    for table in LAKE_TABLES:
+        if not lake_table_exists(table, lake):
+            context.log.info(f"{table}: not created yet, skipped")
+            continue
+        result = lake_optimize(table, lake, config.retention_hours)
+        context.log.info(f"{table}: {result}")
+
+
+def lake_table_exists(table: str, res: LakeResource) -> bool:
+    return lake.table_exists(table, root=res.uri())
+
+
+def lake_optimize(table: str, res: LakeResource, retention_hours: int) -> dict[str, object]:
+    return lake.optimize_and_vacuum(table, retention_hours=retention_hours, root=res.uri())
+
+
+@dg.job(description="Weekly Delta maintenance: compact and vacuum every lake table.")
+def lake_maintenance_job() -> None:
+    compact_and_vacuum()

@@ -1,0 +1,51 @@
+"""Sensors: ingest a partition when its raw files appear (or change) in landing/."""
+
+
+import json
+
+import dagster as dg
+
+from gem_model.paths import gem_home
+from gem_pipelines.data.formats import LANDING_FILES
+from gem_pipelines.jobs import ingest_job
+from gem_pipelines.partitions import SURFACES, date_partitions_def, multi_key
+
+
+def scan_landing(cursor: dict[str, float]) -> tuple[list[dg.RunRequest], dict[str, float]]:
+    """Partitions whose complete set of raw files is new or newer than the cursor says."""
+    root = gem_home() / "landing"
+    valid_dates = set(date_partitions_def.get_partition_keys())
+    requests, new_cursor = [], dict(cursor)
+    for surface in SURFACES.surfaces:
+        base = root / surface.name
+        if not base.is_dir():
+            continue
+        for day_dir in sorted(base.iterdir()):
+            if day_dir.name not in valid_dates:
+                continue
+            files = [day_dir / name for name in LANDING_FILES[surface.format]]
+            if not all(f.is_file() for f in files):
+                continue  # still landing: wait until every file of the format is there
+            mtime = max(f.stat().st_mtime for f in files)
+            key = f"{day_dir.name}|{surface.name}"
+            if mtime > cursor.get(key, 0.0):
+                new_cursor[key] = mtime
+                requests.append(
+                    dg.RunRequest(
+                        run_key=f"landing-{key}-{mtime:.6f}",
+                        partition_key=multi_key(day_dir.name, surface.name),
+                        tags={"gem/trigger": "landing"},
+                    )
+                )
+    return requests, new_cursor
+
+
+@dg.sensor(job=ingest_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.STOPPED)
+def landing_sensor(context: dg.SensorEvaluationContext):
+    """Ingest every date x surface partition whose raw files are new in landing/."""
+    cursor = json.loads(context.cursor) if context.cursor else {}
+    requests, new_cursor = scan_landing(cursor)
+    context.update_cursor(json.dumps(new_cursor, sort_keys=True))
+    if not requests:
+        return dg.SkipReason("no new raw files in landing/")
+    return requests

@@ -1,0 +1,25 @@
+"""Check thresholds from assets/quality.yaml."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from gem_model.config import ASSETS_DIR, _load, _Strict
+
+
+class ModelGate(_Strict):
+    min_positives: int = Field(default=100, ge=0)
+    max_ne: float = Field(default=1.0, gt=0)
+    max_regression: float = Field(default=0.02, ge=0)
+
+
+class QualityConfig(_Strict):
+    quarantine_warn_rate: float = Field(default=0.01, ge=0, le=1)
+    quarantine_fail_rate: float = Field(default=0.10, ge=0, le=1)
+    freshness_hours: dict[str, float] = Field(default_factory=lambda: {"events": 36, "training_examples": 36})
+    model_gate: ModelGate = ModelGate()
+
+
+QUALITY = _load(QualityConfig, ASSETS_DIR / "quality.yaml")
+QUARANTINE_WARN_RATE = QUALITY.quarantine_warn_rate
+QUARANTINE_FAIL_RATE = QUALITY.quarantine_fail_rate
