@@ -82,3 +82,18 @@ def build_training_examples(date: dt.date, history: HistoryConfig, *, root: str 
         .collect()
     )
     return attach_history(events.sort("ts", "request_id"), activity, history.max_len)
+
+
+def leakage_report(df: pl.DataFrame) -> dict[str, float | int]:
+    """Counts of history values that are not strictly before their impression or out of order."""
+    seconds = df["hist_seconds_before"]
+    flat = seconds.explode().drop_nulls()
+    # Oldest first means seconds_before never increases along a history.
+    unordered = seconds.list.eval(pl.element().diff().drop_nulls() > 0).list.any().sum() if df.height else 0
+    return {
+        "history_values": len(flat),
+        "not_before_impression": int((flat <= 0).sum()) if len(flat) else 0,
+        "unordered_histories": int(unordered or 0),
+        "null_histories": int(seconds.is_null().sum()),
+        "min_seconds_before": float(flat.min()) if len(flat) else 0.0,  # type: ignore[arg-type]
+    }

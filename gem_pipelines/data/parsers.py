@@ -208,7 +208,7 @@ def _csv_file(path: Path, columns: dict[str, str], kind: str) -> pl.DataFrame:
         parsed = []
         for raw in quoted["raw"]:
             try:
-                parsed.append(next(csv.reader(io.StringIO(raw)), []))
+                parsed.append(next(csv.reader(io.StringIO(raw), strict=True), []))
             except csv.Error:
                 parsed.append(["<unparseable>"] * (n + 1))
         quoted = quoted.with_columns(fields=pl.Series(parsed, dtype=pl.List(pl.String)))
