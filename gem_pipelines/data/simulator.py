@@ -194,6 +194,10 @@ def _day_index(date: dt.date) -> int:
     return (date - _EPOCH).days
 
 
+def _day0_ms(date: dt.date) -> int:
+    return (date - dt.date(1970, 1, 1)).days * _DAY_MS
+
+
 def _surface_key(name: str) -> int:
     return zlib.crc32(name.encode())
 
@@ -264,7 +268,7 @@ def simulate_day_frames(
     w = _get_world(cfg)
     bias, surf_aff = _surface_params(cfg.seed, surf.name, cfg.n_users)
     day = _day_index(date)
-    day0_ms = day * _DAY_MS + (_EPOCH - dt.date(1970, 1, 1)).days * _DAY_MS
+    day0_ms = _day0_ms(date)
     rng = np.random.default_rng([cfg.seed, day, _surface_key(surf.name), 1])
     interests = user_interests(cfg, date)
     user_p = w.user_activity * surf_aff
@@ -359,3 +363,607 @@ def simulate_day_frames(
         ]
     ).unique(maintain_order=True)  # exact duplicates would be quarantined as duplicate_record
     return imp, org
+
+
+# ------------------------------------------------------------------------------------------------
+# Raw records in each surface's native format
+# ------------------------------------------------------------------------------------------------
+
+_IN_PLACE = ("unparseable", "truncated", "missing_id", "bad_type", "out_of_range_value", "out_of_range_ts",
+             "unknown_enum")  # fmt: skip
+_UNKNOWN_ENUMS = {"objective": "brand_lift", "creative_format": "hologram", "device": "smart_fridge",
+                  "action": "poke"}  # fmt: skip
+_GARBAGE = ("<html><body><h1>502 Bad Gateway</h1></body></html>", "ERROR upstream timeout (retry 3/3)",
+            "\\x00\\x00\\x1f\\x8b garbage", "null null null")  # fmt: skip
+
+
+def applicable_reasons(surface: Surface) -> tuple[str, ...]:
+    """Quarantine reasons the simulator injects for this surface (a subset of formats.REASON_CODES)."""
+    if surface.format == "parquet":  # columnar: rows always parse and are typed
+        out = ["missing_id", "out_of_range_value", "out_of_range_ts", "unknown_enum", "duplicate_record"]
+    else:
+        out = list(_IN_PLACE) + ["duplicate_record"]
+    if surface.format == "event_stream":
+        out.append("orphan_event")
+    if "conversion" not in surface.tasks:
+        out.append("unexpected_label")
+    return tuple(out)
+
+
+def _iso(expr: pl.Expr) -> pl.Expr:
+    return expr.dt.strftime("%Y-%m-%dT%H:%M:%S%.3fZ")
+
+
+def _epoch_s(expr: pl.Expr) -> pl.Expr:
+    return (expr.dt.epoch("ms") / 1000.0).round(3)
+
+
+def _ms(expr: pl.Expr) -> pl.Expr:
+    return expr.dt.epoch("ms")
+
+
+def _iso_from_ms(ms: int) -> str:
+    t = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=ms)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+def _ms_from_iso(s: str) -> int:
+    t = dt.datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC)
+    return round(t.timestamp() * 1000)
+
+
+@dataclass
+class _Doc:
+    """The raw records of one partition, before serialisation; what corruption operates on.
+
+    `files[f]` is a list of records (text lines, or row indices into `cols[f]` for parquet);
+    `kinds[f][i]` is "imp" (impression, corruptible in place), "imp_ev" (event_stream impression
+    with click/conversion events: never corrupted in place, so no events are orphaned), "org",
+    "click" or "conv"; `ts_ms[f][i]` its time.
+    """
+
+    names: list[str]
+    files: list[list]
+    kinds: list[list[str]]
+    ts_ms: list[list[int]]
+    rids: list[list[str | None]]
+    headers: list[str | None]
+    cols: list[dict[str, list]] | None = None
+
+
+# Logical field -> location, per format and record kind.
+_JSON_PATHS = {
+    "jsonl_nested": {
+        "imp": {"request_id": ("request_id",), "ts": ("ts",), "user_id": ("user", "id"),
+                "device": ("user", "device"), "tenure": ("user", "tenure_days"), "ad_id": ("ad", "id"),
+                "advertiser_id": ("ad", "advertiser_id"), "objective": ("ad", "objective"),
+                "creative_format": ("ad", "creative_format"), "bid": ("ad", "bid"),
+                "position": ("slot", "position"), "click_ts": ("engagement", "click_ts"),
+                "conversion": ("engagement", "conversion"), "conversion_ts": ("engagement", "conversion_ts")},
+        "org": {"ts": ("ts",), "user_id": ("user", "id"), "item_id": ("item_id",), "action": ("action",)},
+    },
+    "event_stream": {
+        "imp": {"request_id": ("request_id",), "ts": ("ts",), "user_id": ("payload", "user_id"),
+                "device": ("payload", "device"), "tenure": ("payload", "tenure_days"),
+                "ad_id": ("payload", "ad_id"), "advertiser_id": ("payload", "advertiser_id"),
+                "objective": ("payload", "objective"), "creative_format": ("payload", "creative_format"),
+                "bid": ("payload", "bid"), "position": ("payload", "position")},
+        "org": {"ts": ("ts",), "user_id": ("payload", "user_id"), "item_id": ("payload", "item_id"),
+                "action": ("payload", "action")},
+    },
+}  # fmt: skip
+_CSV_FIELDS = {
+    "imp": {"request_id": "req_id", "ts": "event_time_ms", "user_id": "uid", "device": "device_type",
+            "tenure": "tenure_d", "ad_id": "ad", "advertiser_id": "advertiser", "objective": "objective",
+            "creative_format": "format", "position": "slot", "bid": "bid_usd", "click_ts": "click_time_ms",
+            "conversion": "converted", "conversion_ts": "conversion_time_ms"},
+    "org": {"ts": "event_time_ms", "user_id": "uid", "item_id": "item", "action": "action"},
+}  # fmt: skip
+_PARQUET_FIELDS = {
+    "imp": {"request_id": "request_id", "ts": "ts", "user_id": "user_id", "device": "device",
+            "tenure": "user_tenure_days", "ad_id": "ad_id", "advertiser_id": "advertiser_id",
+            "objective": "objective", "creative_format": "creative_format", "position": "position",
+            "bid": "bid", "click_ts": "click_ts", "conversion": "conversion", "conversion_ts": "conversion_ts"},
+    "org": {"ts": "ts", "user_id": "user_id", "item_id": "item_id", "action": "action"},
+}  # fmt: skip
+_CSV_IMP_HEADER = ("req_id,event_time_ms,uid,device_type,tenure_d,ad,advertiser,objective,format,slot,"
+                   "bid_usd,clicked,click_time_ms,converted,conversion_time_ms")  # fmt: skip
+_CSV_ACT_HEADER = "uid,event_time_ms,item,action"
+_DELETE = object()  # remove the field (JSON) / leave it empty (CSV) / null (parquet)
+
+
+class _Rec:
+    """One record opened for mutation, addressed by logical field names."""
+
+    def __init__(self, doc: _Doc, fmt: str, f: int, i: int):
+        self.doc, self.fmt, self.f, self.i = doc, fmt, f, i
+        self.kind = "imp" if doc.kinds[f][i] in ("imp", "imp_ev") else doc.kinds[f][i]
+        if fmt in _JSON_PATHS:
+            self.obj = json.loads(doc.files[f][i])
+        elif fmt == "csv_ms":
+            self.obj = doc.files[f][i].split(",")
+            self.index = {h: k for k, h in enumerate(doc.headers[f].split(","))}
+        else:
+            self.obj = {c: v[doc.files[f][i]] for c, v in doc.cols[f].items()}
+
+    def has(self, field: str) -> bool:
+        return field in self._fields()
+
+    def _fields(self) -> dict:
+        if self.fmt in _JSON_PATHS:
+            return _JSON_PATHS[self.fmt][self.kind]
+        return (_CSV_FIELDS if self.fmt == "csv_ms" else _PARQUET_FIELDS)[self.kind]
+
+    def get(self, field: str):
+        loc = self._fields()[field]
+        if self.fmt in _JSON_PATHS:
+            d = self.obj
+            for k in loc:
+                d = d.get(k) if isinstance(d, dict) else None
+            return d
+        if self.fmt == "csv_ms":
+            return self.obj[self.index[loc]]
+        return self.obj[loc]
+
+    def set(self, field: str, value) -> None:
+        loc = self._fields()[field]
+        if self.fmt in _JSON_PATHS:
+            d = self.obj
+            for k in loc[:-1]:
+                d = d[k]
+            if value is _DELETE:
+                d.pop(loc[-1], None)
+            else:
+                d[loc[-1]] = value
+        elif self.fmt == "csv_ms":
+            if value is _DELETE or value is None:
+                value = ""
+            elif isinstance(value, bool):
+                value = str(int(value))
+            self.obj[self.index[loc]] = str(value)
+        else:
+            self.obj[loc] = None if value is _DELETE else value
+
+    def get_ms(self, field: str) -> int | None:
+        v = self.get(field)
+        if v is None or v == "":
+            return None
+        if self.fmt == "jsonl_nested":
+            return _ms_from_iso(v)
+        if self.fmt == "event_stream":
+            return round(float(v) * 1000)
+        if self.fmt == "csv_ms":
+            return int(v)
+        return int(v) // 1000  # parquet: epoch microseconds
+
+    def set_ms(self, field: str, ms: int) -> None:
+        if self.fmt == "jsonl_nested":
+            self.set(field, _iso_from_ms(ms))
+        elif self.fmt == "event_stream":
+            self.set(field, ms / 1000.0)
+        elif self.fmt == "csv_ms":
+            self.set(field, ms)
+        else:
+            self.set(field, ms * 1000)
+
+    def dump(self) -> None:
+        if self.fmt in _JSON_PATHS:
+            self.doc.files[self.f][self.i] = json.dumps(self.obj, separators=(",", ":"))
+        elif self.fmt == "csv_ms":
+            self.doc.files[self.f][self.i] = ",".join(self.obj)
+        else:
+            row = self.doc.files[self.f][self.i]
+            for c, v in self.obj.items():
+                self.doc.cols[self.f][c][row] = v
+
+
+def _pick(rng: np.random.Generator, options):
+    return options[int(rng.integers(len(options)))]
+
+
+def _mutate(rec: _Rec, reason: str, rng: np.random.Generator) -> None:
+    """Apply one in-place corruption (other than unparseable/truncated) to a parsed record."""
+    imp = rec.kind == "imp"
+    if reason == "missing_id":
+        if imp:
+            field, value = _pick(rng, [("request_id", ""), ("request_id", _DELETE), ("user_id", None),
+                                       ("ad_id", _DELETE), ("advertiser_id", None)])  # fmt: skip
+        else:
+            field, value = _pick(rng, [("user_id", None), ("item_id", _DELETE), ("item_id", None)])
+        if rec.fmt == "parquet" and field == "request_id":
+            value = _pick(rng, ["", None])
+        rec.set(field, value)
+    elif reason == "bad_type":
+        if imp:
+            field, value = _pick(rng, [("bid", "abc"), ("position", "2.5x"), ("position", 2.5)])
+        else:
+            field, value = _pick(rng, [("item_id", "12a"), ("user_id", "user-17")])
+        rec.set(field, value)
+    elif reason == "out_of_range_value":
+        field = "bid" if rng.random() < 0.75 else "tenure"
+        v = float(rec.get(field))
+        rec.set(field, -round(abs(v) + 0.5, 4))
+    elif reason == "out_of_range_ts":
+        shift = int(_pick(rng, [-3, -2, -1, 1, 2, 3])) * _DAY_MS
+        for field in ("ts", "click_ts", "conversion_ts"):
+            if rec.has(field) and (ms := rec.get_ms(field)) is not None:
+                rec.set_ms(field, ms + shift)
+    elif reason == "unknown_enum":
+        field = _pick(rng, ["objective", "creative_format", "device"]) if imp else "action"
+        rec.set(field, _UNKNOWN_ENUMS[field])
+    elif reason == "unexpected_label":  # a conversion on a surface that does not log conversions
+        rec.set("conversion", True)
+        base = rec.get_ms("click_ts") or rec.get_ms("ts")
+        rec.set_ms("conversion_ts", base + 900_000)
+    else:  # pragma: no cover
+        raise ValueError(reason)
+    rec.dump()
+
+
+def _truncate(line: str, fmt: str, rng: np.random.Generator) -> str:
+    if fmt == "csv_ms":  # cut before the last delimiter: fewer fields than the header
+        last = line.rfind(",")
+        return line[: int(rng.integers(max(1, last // 3), last))]
+    for _ in range(100):
+        cut = int(rng.integers(len(line) // 4, len(line) - 1))
+        if line[cut - 1] not in "}":
+            return line[:cut]
+    return line[: len(line) // 2] + '"'
+
+
+def _unparseable(line: str, fmt: str, rng: np.random.Generator) -> str:
+    if fmt == "csv_ms":  # an unescaped delimiter: more fields than the header
+        fields = line.split(",")
+        k = int(rng.integers(len(fields)))
+        fields[k] = fields[k] + "," + _pick(rng, ["desktop", "n/a", "1;2", "x"])
+        return ",".join(fields)
+    choice = int(rng.integers(3))
+    if choice == 0:  # broken quoting: drop a quote in the middle
+        quotes = [k for k, c in enumerate(line) if c == '"']
+        k = quotes[int(rng.integers(1, len(quotes) - 1))]
+        out = line[:k] + line[k + 1 :]
+    elif choice == 1:  # a key/value separator mangled
+        colons = [k for k, c in enumerate(line) if c == ":" and line[k - 1] == '"']
+        k = colons[int(rng.integers(len(colons)))]
+        out = line[:k] + "=" + line[k + 1 :]
+    else:
+        out = _pick(rng, _GARBAGE)
+    try:
+        json.loads(out)
+    except ValueError:
+        return out
+    return _GARBAGE[0]  # pragma: no cover
+
+
+def _plan(rng: np.random.Generator, n_records: int, reasons: tuple[str, ...], rate: float) -> dict[str, int]:
+    counts = dict.fromkeys(reasons, 0)
+    if rate <= 0 or not reasons or n_records == 0:
+        return counts
+    k = int(rng.binomial(n_records, rate))
+    if n_records >= 1000:  # every reason at least once, so quarantine is always exercised
+        for r in reasons:
+            counts[r] = 1
+        k = max(0, k - len(reasons))
+    for j in rng.integers(0, len(reasons), k):
+        counts[reasons[int(j)]] += 1
+    return counts
+
+
+def _corrupt(doc: _Doc, surf: Surface, date: dt.date, n_imp: int, rate: float, rng: np.random.Generator
+             ) -> dict[str, int]:  # fmt: skip
+    """Corrupt `doc` in place; extra records are inserted. Returns reason -> injected count."""
+    fmt = surf.format
+    reasons = applicable_reasons(surf)
+    n_records = sum(len(f) for f in doc.files)
+    counts = _plan(rng, n_records, reasons, rate)
+    if not any(counts.values()):
+        return counts
+    file_of = np.concatenate([np.full(len(ks), f) for f, ks in enumerate(doc.kinds)])
+    index_of = np.concatenate([np.arange(len(ks)) for ks in doc.kinds])
+    kind_of = np.concatenate([np.asarray(ks, dtype=object) for ks in doc.kinds])
+    pools: dict[tuple[str, ...], np.ndarray] = {}
+    used: set[int] = set()
+
+    def take(kinds: tuple[str, ...]) -> tuple[int, int] | None:
+        if kinds not in pools:
+            pools[kinds] = np.flatnonzero(np.isin(kind_of, kinds))
+        pool = pools[kinds]
+        if not len(pool):
+            return None
+        for _ in range(1000):
+            j = int(pool[int(rng.integers(len(pool)))])
+            if j not in used:
+                used.add(j)
+                return int(file_of[j]), int(index_of[j])
+        return None
+
+    injected = dict.fromkeys(reasons, 0)
+    extras: list[tuple[int, float, object]] = []  # (file, position key, record)
+    for reason in reasons:
+        for _ in range(counts[reason]):
+            if reason in _IN_PLACE or (reason == "unexpected_label" and fmt != "event_stream"):
+                kinds = ("imp",) if reason in ("out_of_range_value", "unexpected_label") else ("imp", "org")
+                at = take(kinds)
+                if at is None:
+                    continue
+                f, i = at
+                if reason == "truncated":
+                    doc.files[f][i] = _truncate(doc.files[f][i], fmt, rng)
+                elif reason == "unparseable":
+                    doc.files[f][i] = _unparseable(doc.files[f][i], fmt, rng)
+                else:
+                    _mutate(_Rec(doc, fmt, f, i), reason, rng)
+            elif reason == "duplicate_record":  # an exact later copy
+                at = take(("imp", "imp_ev", "org", "click", "conv"))
+                if at is None:
+                    continue
+                f, i = at
+                pos = min(i + 1 + int(rng.integers(0, 200)), len(doc.files[f])) - 0.5
+                extras.append((f, pos, doc.files[f][i]))  # a line, or (parquet) the row index again
+            elif reason in ("orphan_event", "unexpected_label"):  # event_stream extra events
+                if reason == "orphan_event":
+                    rid = f"{surf.name}-{date:%Y%m%d}-{n_imp + 1 + injected[reason]:07d}"
+                    ms = _day0_ms(date) + int(rng.integers(0, _DAY_MS))
+                    event = _pick(rng, ["click", "click", "conversion"] if "conversion" in surf.tasks
+                                  else ["click"])  # fmt: skip
+                else:
+                    at = take(("imp", "imp_ev"))
+                    if at is None:
+                        continue
+                    rid = doc.rids[at[0]][at[1]]
+                    ms = doc.ts_ms[at[0]][at[1]] + int(rng.integers(60_000, 3_600_000))
+                    event = "conversion"
+                line = json.dumps({"event": event, "request_id": rid, "ts": ms / 1000.0}, separators=(",", ":"))
+                pos = float(np.searchsorted(np.asarray(doc.ts_ms[0]), ms, side="right")) - 0.5
+                extras.append((0, pos, line))
+            else:  # pragma: no cover
+                raise ValueError(reason)
+            injected[reason] += 1
+    for f in range(len(doc.files)):
+        mine = sorted(((pos, seq, rec) for seq, (ff, pos, rec) in enumerate(extras) if ff == f),
+                      key=lambda t: (t[0], t[1]))  # fmt: skip
+        if not mine:
+            continue
+        out, k = [], 0
+        for i, rec in enumerate(doc.files[f]):
+            while k < len(mine) and mine[k][0] < i:
+                out.append(mine[k][2])
+                k += 1
+            out.append(rec)
+        out.extend(m[2] for m in mine[k:])
+        doc.files[f] = out
+    return injected
+
+
+def _lines(df: pl.DataFrame, kind: pl.Expr, ts: pl.Expr, rid: pl.Expr, record: pl.Expr) -> pl.DataFrame:
+    return df.select(
+        ts.alias("ts_ms"),
+        kind.alias("kind"),
+        rid.cast(pl.String).alias("rid"),
+        record.struct.json_encode().alias("line"),
+    )
+
+
+def _doc_from_lines(name: str, parts: list[pl.DataFrame]) -> _Doc:
+    df = pl.concat(parts).sort("ts_ms", maintain_order=True)
+    return _Doc([name], [df["line"].to_list()], [df["kind"].to_list()], [df["ts_ms"].to_list()],
+                [df["rid"].to_list()], [None])  # fmt: skip
+
+
+def _build_jsonl_nested(imp: pl.DataFrame, org: pl.DataFrame) -> _Doc:
+    c = pl.col
+    ad = pl.struct(
+        pl.lit("ad").alias("kind"),
+        c.request_id,
+        _iso(c.ts).alias("ts"),
+        pl.struct(c.user_id.alias("id"), c.device, c.user_tenure_days.alias("tenure_days")).alias("user"),
+        pl.struct(c.ad_id.alias("id"), c.advertiser_id, c.objective, c.creative_format, c.bid).alias("ad"),
+        pl.struct(c.position).alias("slot"),
+        pl.struct(
+            c.click.cast(pl.Boolean),
+            _iso(c.click_ts).alias("click_ts"),
+            c.conversion.cast(pl.Boolean),
+            _iso(c.conversion_ts).alias("conversion_ts"),
+        ).alias("engagement"),
+    )
+    organic = pl.struct(
+        pl.lit("organic").alias("kind"),
+        _iso(c.ts).alias("ts"),
+        pl.struct(c.user_id.alias("id")).alias("user"),
+        c.item_id,
+        c.action,
+    )
+    return _doc_from_lines(
+        "feed.jsonl",
+        [
+            _lines(imp, pl.lit("imp"), _ms(c.ts), c.request_id, ad),
+            _lines(org, pl.lit("org"), _ms(c.ts), pl.lit(None), organic),
+        ],
+    )
+
+
+def _build_event_stream(imp: pl.DataFrame, org: pl.DataFrame) -> _Doc:
+    c = pl.col
+    impression = pl.struct(
+        pl.lit("impression").alias("event"),
+        c.request_id,
+        _epoch_s(c.ts).alias("ts"),
+        pl.struct(c.user_id, c.device, c.user_tenure_days.alias("tenure_days"), c.ad_id, c.advertiser_id,
+                  c.objective, c.creative_format, c.position, c.bid).alias("payload"),  # fmt: skip
+    )
+    has_events = (c.click == 1) | (c.conversion == 1).fill_null(False)
+    parts = [_lines(imp, pl.when(has_events).then(pl.lit("imp_ev")).otherwise(pl.lit("imp")), _ms(c.ts),
+                    c.request_id, impression)]  # fmt: skip
+    for label, kind in (("click", "click"), ("conversion", "conv")):
+        sub = imp.filter(pl.col(label) == 1)
+        event = pl.struct(pl.lit(label).alias("event"), c.request_id, _epoch_s(pl.col(f"{label}_ts")).alias("ts"))
+        parts.append(_lines(sub, pl.lit(kind), _ms(pl.col(f"{label}_ts")), c.request_id, event))
+    organic = pl.struct(
+        pl.lit("organic").alias("event"),
+        _epoch_s(c.ts).alias("ts"),
+        pl.struct(c.user_id, c.item_id, c.action).alias("payload"),
+    )
+    parts.append(_lines(org, pl.lit("org"), _ms(c.ts), pl.lit(None), organic))
+    return _doc_from_lines("events.jsonl", parts)
+
+
+def _build_csv_ms(imp: pl.DataFrame, org: pl.DataFrame) -> _Doc:
+    c = pl.col
+    imp_csv = imp.select(
+        c.request_id.alias("req_id"), _ms(c.ts).alias("event_time_ms"), c.user_id.alias("uid"),
+        c.device.alias("device_type"), c.user_tenure_days.alias("tenure_d"), c.ad_id.alias("ad"),
+        c.advertiser_id.alias("advertiser"), c.objective, c.creative_format.alias("format"),
+        c.position.alias("slot"), c.bid.alias("bid_usd"), c.click.alias("clicked"),
+        _ms(c.click_ts).alias("click_time_ms"), c.conversion.alias("converted"),
+        _ms(c.conversion_ts).alias("conversion_time_ms"),
+    )  # fmt: skip
+    act_csv = org.select(c.user_id.alias("uid"), _ms(c.ts).alias("event_time_ms"), c.item_id.alias("item"),
+                         c.action)  # fmt: skip
+    files, headers, kinds, ts, rids = [], [], [], [], []
+    for df, kind, rid in ((imp_csv, "imp", "req_id"), (act_csv, "org", None)):
+        text = df.write_csv(null_value="", line_terminator="\n")
+        header, *lines = text.rstrip("\n").split("\n") if len(df) else (text.rstrip("\n"),)
+        files.append(list(lines))
+        headers.append(header)
+        kinds.append([kind] * len(df))
+        ts.append(df["event_time_ms"].to_list())
+        rids.append(df[rid].to_list() if rid else [None] * len(df))
+    assert headers == [_CSV_IMP_HEADER, _CSV_ACT_HEADER], headers
+    return _Doc(["impressions.csv", "activity.csv"], files, kinds, ts, rids, headers)
+
+
+_PARQUET_SCHEMAS = {
+    "impressions.parquet": pa.schema([
+        ("request_id", pa.string()), ("ts", pa.timestamp("us", "UTC")), ("user_id", pa.int64()),
+        ("device", pa.string()), ("user_tenure_days", pa.float64()), ("ad_id", pa.int64()),
+        ("advertiser_id", pa.int64()), ("objective", pa.string()), ("creative_format", pa.string()),
+        ("position", pa.int32()), ("bid", pa.float64()), ("click", pa.bool_()),
+        ("click_ts", pa.timestamp("us", "UTC")), ("conversion", pa.bool_()),
+        ("conversion_ts", pa.timestamp("us", "UTC")),
+    ]),
+    "activity.parquet": pa.schema([
+        ("user_id", pa.int64()), ("ts", pa.timestamp("us", "UTC")), ("item_id", pa.int64()),
+        ("action", pa.string()),
+    ]),
+}  # fmt: skip
+
+
+def _build_parquet(imp: pl.DataFrame, org: pl.DataFrame) -> _Doc:
+    c = pl.col
+    names = list(_PARQUET_SCHEMAS)
+    frames = [
+        imp.select([n for n in _PARQUET_SCHEMAS[names[0]].names]).with_columns(
+            c.click.cast(pl.Boolean), c.conversion.cast(pl.Boolean)
+        ),
+        org.select(_PARQUET_SCHEMAS[names[1]].names),
+    ]
+    cols, files, kinds, ts, rids = [], [], [], [], []
+    for df, kind in zip(frames, ("imp", "org"), strict=True):
+        df = df.with_columns(pl.col(pl.Datetime).dt.epoch("us"))  # timestamps as epoch us while mutating
+        cols.append(df.to_dict(as_series=False))
+        files.append(list(range(len(df))))
+        kinds.append([kind] * len(df))
+        ts.append([v // 1000 for v in cols[-1]["ts"]])
+        rids.append(cols[-1]["request_id"] if kind == "imp" else [None] * len(df))
+    return _Doc(names, files, kinds, ts, rids, [None, None], cols)
+
+
+_BUILDERS = {
+    "jsonl_nested": _build_jsonl_nested,
+    "event_stream": _build_event_stream,
+    "csv_ms": _build_csv_ms,
+    "parquet": _build_parquet,
+}
+
+
+def _serialise(doc: _Doc) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    for f, name in enumerate(doc.names):
+        if doc.cols is None:
+            lines = ([doc.headers[f]] if doc.headers[f] is not None else []) + doc.files[f]
+            out[name] = ("\n".join(lines) + "\n").encode() if lines else b""
+            continue
+        schema, cols, rows = _PARQUET_SCHEMAS[name], doc.cols[f], doc.files[f]
+        arrays = []
+        for field in schema:
+            values = [cols[field.name][r] for r in rows]
+            if pa.types.is_timestamp(field.type):
+                arrays.append(pa.array(values, pa.int64()).cast(field.type))
+            else:
+                arrays.append(pa.array(values, field.type))
+        sink = pa.BufferOutputStream()
+        pq.write_table(pa.Table.from_arrays(arrays, schema=schema), sink, compression="zstd")
+        out[name] = sink.getvalue().to_pybytes()
+    return out
+
+
+def _write_atomic(directory: Path, blobs: dict[str, bytes]) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, data in blobs.items():
+        path = directory / name
+        tmp = directory / f".{name}.tmp-{os.getpid()}"
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        paths.append(path)
+    for stale in directory.iterdir():  # leftovers of an earlier simulation of this partition
+        if stale.name not in blobs and stale.is_file():
+            stale.unlink()
+    return paths
+
+
+@dataclass(frozen=True)
+class SimulatedPartition:
+    surface: str
+    date: dt.date
+    files: list[Path]  # raw files written
+    oracle: pl.DataFrame  # formats.ORACLE_SCHEMA, one row per drawn impression (corrupted ones too)
+    n_impressions: int
+    n_organic: int
+    n_click_events: int
+    n_conversion_events: int
+    n_corrupted: dict[str, int]  # reason code -> injected count (what the parser should quarantine)
+
+    @property
+    def n_raw_records(self) -> int:
+        """Raw records written: lines (without CSV headers) or parquet rows, corrupted and extra ones too."""
+        return (
+            self.n_impressions
+            + self.n_organic
+            + (self.n_click_events + self.n_conversion_events if self._separate_events else 0)
+            + sum(n for r, n in self.n_corrupted.items() if r in ("duplicate_record", "orphan_event"))
+            + (self.n_corrupted.get("unexpected_label", 0) if self._separate_events else 0)
+        )
+
+    @property
+    def _separate_events(self) -> bool:
+        return any(p.name == "events.jsonl" for p in self.files)
+
+
+def simulate_partition(
+    cfg: SimulatorConfig, surfaces: SurfacesConfig, surface: str, date: dt.date, landing_root: Path
+) -> SimulatedPartition:
+    """Simulate one day of one surface and write its raw files to `landing_root/<surface>/<date>/`
+    (replacing what was there). Deterministic in (cfg, surface, date) alone."""
+    surf = surfaces.get(surface)
+    imp, org = simulate_day_frames(cfg, surfaces, surface, date)
+    doc = _BUILDERS[surf.format](imp, org)
+    rng = np.random.default_rng([cfg.seed, _day_index(date), _surface_key(surf.name), 2])
+    n_corrupted = _corrupt(doc, surf, date, len(imp), cfg.corruption_rate, rng)
+    files = _write_atomic(Path(landing_root) / surf.name / date.isoformat(), _serialise(doc))
+    oracle = imp.select(list(F.ORACLE_SCHEMA)).cast(F.ORACLE_SCHEMA)
+    has_conv = "conversion" in surf.tasks
+    return SimulatedPartition(
+        surface=surf.name,
+        date=date,
+        files=files,
+        oracle=oracle,
+        n_impressions=len(imp),
+        n_organic=len(org),
+        n_click_events=int(imp["click"].sum()),
+        n_conversion_events=int(imp["conversion"].sum()) if has_conv else 0,
+        n_corrupted=n_corrupted,
+    )
