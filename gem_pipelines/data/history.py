@@ -35,7 +35,7 @@ def attach_history(events: pl.DataFrame, activity: pl.DataFrame, max_len: int) -
     def key(df: pl.DataFrame) -> pl.DataFrame:
         rel = (pl.col("ts") - pl.lit(t0)).dt.total_microseconds()
         return df.join(uidx, on="user_id", how="left").with_columns(
-            key=(pl.col("u") << _TS_BITS) + rel, rel=rel
+            key=pl.col("u") * (1 << _TS_BITS) + rel, rel=rel
         )
 
     act = key(activity).sort("key")
