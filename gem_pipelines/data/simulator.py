@@ -136,7 +136,7 @@ def _world_key(cfg: SimulatorConfig) -> tuple[int, ...]:
 @functools.lru_cache(maxsize=8)
 def _world(seed: int, n_users: int, n_advertisers: int, n_ads: int, n_items: int, n_topics: int) -> _World:
     rng = np.random.default_rng([seed, 0x5EED])
-    U, T, A, V, I = n_users, n_topics, n_ads, n_advertisers, n_items
+    U, T, A, V = n_users, n_topics, n_ads, n_advertisers
     s, a, b = (rng.standard_normal((U, T)) for _ in range(3))
     phase = rng.uniform(0, 2 * np.pi, U)
     activity = rng.lognormal(0.0, 0.8, U)
@@ -160,8 +160,8 @@ def _world(seed: int, n_users: int, n_advertisers: int, n_ads: int, n_items: int
     serve_w = ad_bid * rng.lognormal(0.0, 0.5, A)
     ads = _Grouped.build(ad_topic, rng.lognormal(0.0, 0.5, A), T)
 
-    item_topic = rng.integers(0, T, I)
-    items = _Grouped.build(item_topic, rng.lognormal(0.0, 1.0, I), T)
+    item_topic = rng.integers(0, T, n_items)
+    items = _Grouped.build(item_topic, rng.lognormal(0.0, 1.0, n_items), T)
     return _World(
         n_topics=T,
         interest_s=s,
@@ -255,7 +255,9 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 def _ts_col(name: str, epoch_ms: np.ndarray, valid: np.ndarray | None = None) -> pl.Series:
     s = pl.Series(name, epoch_ms.astype(np.int64) * 1000, dtype=pl.Int64).cast(F.UTC_US)
     if valid is not None:
-        s = s.zip_with(pl.Series(valid, dtype=pl.Boolean), pl.repeat(None, len(s), dtype=F.UTC_US, eager=True))
+        s = s.zip_with(
+            pl.Series(valid, dtype=pl.Boolean), pl.repeat(None, len(s), dtype=F.UTC_US, eager=True)
+        )
     return s.alias(name)
 
 
@@ -306,7 +308,9 @@ def simulate_day_frames(
     p_cvc = _sigmoid(cvc_base[w.ad_objective[ads]] + w.ad_conv_quality[ads] + 0.3 * aff)
     click = rng.random(n) < p_click
     conv = click & (rng.random(n) < p_cvc)
-    click_delay = np.clip(np.round(rng.lognormal(math.log(20_000), 1.0, n)), 1_000, 1_800_000).astype(np.int64)
+    click_delay = np.clip(np.round(rng.lognormal(math.log(20_000), 1.0, n)), 1_000, 1_800_000).astype(
+        np.int64
+    )
     conv_delay = np.round(rng.exponential(2 * 3_600_000, n)).astype(np.int64) + 60_000
     bid = np.round(w.ad_bid[ads] * rng.lognormal(0.0, 0.1, n), 4)
     has_conv = "conversion" in surf.tasks
@@ -626,8 +630,8 @@ def _unparseable(line: str, fmt: str, rng: np.random.Generator) -> str:
         colons = [k for k, c in enumerate(line) if c == ":" and line[k - 1] == '"']
         k = colons[int(rng.integers(len(colons)))]
         out = line[:k] + "=" + line[k + 1 :]
-    else:
-        out = _pick(rng, _GARBAGE)
+    else:  # not JSON at all (tagged so that two garbage lines are not copies of each other)
+        out = f"{_pick(rng, _GARBAGE)} [{int(rng.integers(1 << 40)):x}]"
     try:
         json.loads(out)
     except ValueError:
@@ -713,7 +717,9 @@ def _corrupt(doc: _Doc, surf: Surface, date: dt.date, n_imp: int, rate: float, r
                     rid = doc.rids[at[0]][at[1]]
                     ms = doc.ts_ms[at[0]][at[1]] + int(rng.integers(60_000, 3_600_000))
                     event = "conversion"
-                line = json.dumps({"event": event, "request_id": rid, "ts": ms / 1000.0}, separators=(",", ":"))
+                line = json.dumps(
+                    {"event": event, "request_id": rid, "ts": ms / 1000.0}, separators=(",", ":")
+                )
                 pos = float(np.searchsorted(np.asarray(doc.ts_ms[0]), ms, side="right")) - 0.5
                 extras.append((0, pos, line))
             else:  # pragma: no cover
@@ -788,15 +794,26 @@ def _build_event_stream(imp: pl.DataFrame, org: pl.DataFrame) -> _Doc:
         pl.lit("impression").alias("event"),
         c.request_id,
         _epoch_s(c.ts).alias("ts"),
-        pl.struct(c.user_id, c.device, c.user_tenure_days.alias("tenure_days"), c.ad_id, c.advertiser_id,
-                  c.objective, c.creative_format, c.position, c.bid).alias("payload"),  # fmt: skip
+        pl.struct(
+            c.user_id,
+            c.device,
+            c.user_tenure_days.alias("tenure_days"),
+            c.ad_id,
+            c.advertiser_id,
+            c.objective,
+            c.creative_format,
+            c.position,
+            c.bid,
+        ).alias("payload"),  # fmt: skip
     )
     has_events = (c.click == 1) | (c.conversion == 1).fill_null(False)
     parts = [_lines(imp, pl.when(has_events).then(pl.lit("imp_ev")).otherwise(pl.lit("imp")), _ms(c.ts),
                     c.request_id, impression)]  # fmt: skip
     for label, kind in (("click", "click"), ("conversion", "conv")):
         sub = imp.filter(pl.col(label) == 1)
-        event = pl.struct(pl.lit(label).alias("event"), c.request_id, _epoch_s(pl.col(f"{label}_ts")).alias("ts"))
+        event = pl.struct(
+            pl.lit(label).alias("event"), c.request_id, _epoch_s(pl.col(f"{label}_ts")).alias("ts")
+        )
         parts.append(_lines(sub, pl.lit(kind), _ms(pl.col(f"{label}_ts")), c.request_id, event))
     organic = pl.struct(
         pl.lit("organic").alias("event"),

@@ -1,0 +1,377 @@
+"""The simulator: determinism, calibration (rates, NE, how much ad features alone can learn), drift,
+raw formats and corruption injection."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+from collections import Counter
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from gem_model.config import load_simulator, load_surfaces
+from gem_pipelines.data import formats as F
+from gem_pipelines.data.simulator import (
+    SimulatedPartition,
+    applicable_reasons,
+    interest_affinity,
+    simulate_day_frames,
+    simulate_partition,
+)
+
+D1 = dt.date(2026, 11, 1)
+D2 = dt.date(2026, 11, 2)
+
+
+@pytest.fixture(scope="module")
+def surfaces():
+    return load_surfaces()
+
+
+@pytest.fixture(scope="module")
+def small():
+    # shops (6%) still gets > 1000 raw records a day at this size
+    return load_simulator(impressions_per_day=8000)
+
+
+@pytest.fixture(scope="module")
+def default():
+    return load_simulator()
+
+
+@pytest.fixture(scope="module")
+def default_frames(default, surfaces):
+    """Clean impressions of two days of every surface at the default size."""
+    return {
+        d: pl.concat([simulate_day_frames(default, surfaces, s, d)[0] for s in surfaces.names])
+        for d in (D1, D2)
+    }
+
+
+def _ne(p: np.ndarray, y: np.ndarray) -> float:
+    p = np.clip(p, 1e-12, 1 - 1e-12)
+    base = y.mean()
+    ll = -(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()
+    return float(ll / -(base * np.log(base) + (1 - base) * np.log(1 - base)))
+
+
+def _read(part: SimulatedPartition) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in part.files}
+
+
+# ------------------------------------------------------------------------------------------------
+# Frames and determinism
+# ------------------------------------------------------------------------------------------------
+
+
+def test_frames_follow_the_schemas(small, surfaces):
+    for s in surfaces.names:
+        surf = surfaces.get(s)
+        imp, org = simulate_day_frames(small, surfaces, s, D1)
+        assert imp.schema == pl.Schema(
+            {**F.EVENTS_SCHEMA, "p_click": pl.Float64(), "p_conversion": pl.Float64()}
+        )
+        assert org.schema == pl.Schema(F.USER_ACTIVITY_SCHEMA)
+        assert imp["request_id"].n_unique() == len(imp)
+        assert imp["request_id"][0] == f"{s}-20261101-0000000"
+        assert (imp["date"] == D1).all() and (imp["domain"] == surf.domain).all()
+        assert (imp["ts"].dt.date() == D1).all() and (org["ts"].dt.date() == D1).all()
+        assert (imp["hour_of_day"] == imp["ts"].dt.hour().cast(pl.Int32)).all()
+        assert imp["position"].is_between(1, 10).all() and (imp["bid"] > 0).all()
+        assert (imp["user_tenure_days"] >= 0).all()
+        assert imp["ad_id"].is_between(1, small.n_ads).all()
+        assert org["item_id"].is_between(small.n_ads + 1, small.n_ads + small.n_organic_items).all()
+        assert set(org["action"].unique()) <= set(F.ORGANIC_ACTIONS)
+        assert (org["source"] == "organic").all() and not org.is_duplicated().any()
+        clicked = imp.filter(pl.col("click") == 1)
+        assert (clicked["click_ts"] > clicked["ts"]).all()
+        assert imp.filter(pl.col("click") == 0)["click_ts"].is_null().all()
+        if "conversion" in surf.tasks:
+            conv = imp.filter(pl.col("conversion") == 1)
+            assert (conv["click"] == 1).all()
+            assert (conv["conversion_ts"] >= conv["click_ts"]).all()
+            assert (conv["conversion_ts"] <= conv["ts"] + dt.timedelta(hours=24)).all()
+        else:
+            assert imp["conversion"].is_null().all() and imp["p_conversion"].is_null().all()
+
+
+def test_partition_is_deterministic_and_independent(small, surfaces, tmp_path):
+    for s in surfaces.names:
+        a = simulate_partition(small, surfaces, s, D2, tmp_path / "a")
+        b = simulate_partition(small, surfaces, s, D2, tmp_path / "b")
+        assert _read(a) == _read(b)
+        assert a.oracle.equals(b.oracle) and a.n_corrupted == b.n_corrupted
+        assert a.oracle.schema == pl.Schema(F.ORACLE_SCHEMA)
+        assert a.oracle.height == a.n_impressions
+        assert [p.name for p in a.files] == list(F.LANDING_FILES[surfaces.get(s).format])
+        assert all(p.parent == tmp_path / "a" / s / "2026-11-02" for p in a.files)
+        # D1 then D2 in one landing root equals D2 alone; re-simulating is idempotent
+        simulate_partition(small, surfaces, s, D1, tmp_path / "c")
+        c = simulate_partition(small, surfaces, s, D2, tmp_path / "c")
+        (tmp_path / "c" / s / "2026-11-02" / "stale.tmp").write_text("x")
+        c2 = simulate_partition(small, surfaces, s, D2, tmp_path / "c")
+        assert _read(c) == _read(a) == _read(c2)
+        assert sorted(p.name for p in (tmp_path / "c" / s / "2026-11-02").iterdir()) == sorted(_read(a))
+        # other seed, other date: other data
+        other_seed = simulate_partition(load_simulator(impressions_per_day=8000, seed=8), surfaces, s, D2,
+                                        tmp_path / "d")  # fmt: skip
+        other_date = simulate_partition(small, surfaces, s, D1, tmp_path / "e")
+        assert _read(other_seed) != _read(a) and _read(other_date) != _read(a)
+        assert not other_seed.oracle["p_click"].equals(a.oracle["p_click"])
+
+
+def test_traffic_shares(surfaces):
+    cfg = load_simulator(impressions_per_day=40_000)
+    counts = {s: simulate_day_frames(cfg, surfaces, s, D1)[0].height for s in surfaces.names}
+    total = sum(counts.values())
+    assert abs(total - 40_000) < 4 * 40_000**0.5
+    for s in surfaces.names:
+        assert counts[s] / total == pytest.approx(surfaces.get(s).traffic_share, abs=0.01)
+        organic = simulate_day_frames(cfg, surfaces, s, D1)[1].height
+        assert organic / counts[s] == pytest.approx(cfg.organic_per_impression, rel=0.1)
+
+
+# ------------------------------------------------------------------------------------------------
+# Calibration
+# ------------------------------------------------------------------------------------------------
+
+
+def test_click_and_conversion_rates(default_frames, surfaces):
+    ctrs = {}
+    for s in surfaces.names:
+        imp = default_frames[D1].filter(pl.col("surface") == s)
+        ctr = imp["click"].cast(pl.Float64).mean()
+        assert 0.005 <= ctr <= 0.05, (s, ctr)
+        assert imp["p_click"].mean() == pytest.approx(ctr, rel=0.25)
+        ctrs[s] = round(ctr, 3)
+        if "conversion" in surfaces.get(s).tasks:
+            cvr = imp["conversion"].cast(pl.Float64).mean()
+            assert 0 < cvr < 0.5 * ctr, (s, cvr, ctr)
+            assert (imp["p_conversion"] < imp["p_click"]).all()
+            assert imp["p_conversion"].mean() < 0.5 * imp["p_click"].mean()
+        else:
+            assert imp["p_conversion"].is_null().all() and imp["conversion"].is_null().all()
+    assert len(set(ctrs.values())) > 1, "click rates should differ per surface"
+
+
+def test_interests_drift_but_stay_correlated(default):
+    rng = np.random.default_rng(0)
+    users = rng.integers(1, default.n_users + 1, 20_000)
+    ads = rng.integers(1, default.n_ads + 1, 20_000)
+    a1, a2, a8 = (interest_affinity(default, D1 + dt.timedelta(days=k), users, ads) for k in (0, 1, 7))
+    r1, r7 = np.corrcoef(a1, a2)[0, 1], np.corrcoef(a1, a8)[0, 1]
+    assert 0.9 < r1 < 0.999
+    assert r7 < r1 - 0.02
+    assert not np.allclose(a1, a2)
+
+
+def test_oracle_ne_and_ad_features_alone_close_less_than_half_the_gap(default_frames, surfaces):
+    train, test = default_frames[D1], default_frames[D2]
+    for s in surfaces.names:  # the Bayes limit leaves something to learn, on every surface
+        for frame in (train, test):
+            sub = frame.filter(pl.col("surface") == s)
+            assert _ne(sub["p_click"].to_numpy(), sub["click"].to_numpy().astype(float)) <= 0.97
+    y_test = test["click"].to_numpy().astype(np.float64)
+    ne_oracle = _ne(test["p_click"].to_numpy(), y_test)
+    assert 0.7 <= ne_oracle <= 0.95
+
+    cols = ["ad_id", "advertiser_id", "objective", "creative_format", "surface", "device", "position",
+            "hour_of_day"]  # fmt: skip
+    vocab: dict[str, dict[str, int]] = {c: {} for c in cols}
+    for c in cols:
+        for v in train[c].cast(pl.String).unique(maintain_order=True):
+            vocab[c][v] = len(vocab[c]) + 1  # 0 = unseen in training
+    offsets = np.cumsum([0] + [len(vocab[c]) + 1 for c in cols])
+
+    def encode(df: pl.DataFrame) -> torch.Tensor:
+        idx = [
+            np.array([vocab[c].get(v, 0) for v in df[c].cast(pl.String).to_list()]) + offsets[k]
+            for k, c in enumerate(cols)
+        ]
+        return torch.from_numpy(np.stack(idx, axis=1))
+
+    x_train, x_test = encode(train), encode(test)
+    y_train = torch.from_numpy(train["click"].to_numpy().astype(np.float64))
+    w = torch.zeros(int(offsets[-1]), dtype=torch.float64, requires_grad=True)
+    b = torch.zeros(1, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([w, b], max_iter=300, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        logits = w[x_train].sum(1) + b
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, y_train) + 1e-5 * (w * w).sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    with torch.no_grad():
+        p_lr = torch.sigmoid(w[x_test].sum(1) + b).numpy()
+    ne_lr = _ne(p_lr, y_test)
+    closed = (1 - ne_lr) / (1 - ne_oracle)
+    assert closed < 0.5, (ne_lr, ne_oracle, closed)
+
+
+# ------------------------------------------------------------------------------------------------
+# Raw files and corruption
+# ------------------------------------------------------------------------------------------------
+
+
+def _records(part: SimulatedPartition) -> int:
+    """Raw records in the files: lines without CSV headers, or parquet rows."""
+    n = 0
+    for p in part.files:
+        if p.suffix == ".parquet":
+            n += pq.read_metadata(p).num_rows
+        else:
+            n += len(p.read_text().splitlines()) - (p.suffix == ".csv")
+    return n
+
+
+def test_clean_files_round_trip(surfaces, tmp_path):
+    cfg = load_simulator(impressions_per_day=4000, corruption_rate=0.0)
+    for s in surfaces.names:
+        surf = surfaces.get(s)
+        part = simulate_partition(cfg, surfaces, s, D1, tmp_path)
+        imp, org = simulate_day_frames(cfg, surfaces, s, D1)
+        assert sum(part.n_corrupted.values()) == 0
+        assert _records(part) == part.n_raw_records
+        want = imp.select("request_id", "user_id", "ad_id", "position", "bid", "click",
+                          pl.col("ts").dt.epoch("ms").alias("ms"))  # fmt: skip
+        files = {p.name: p for p in part.files}
+        if surf.format == "jsonl_nested":
+            raw = pl.read_ndjson(files["feed.jsonl"], infer_schema_length=None)
+            ads = raw.filter(pl.col("kind") == "ad")
+            got = ads.select(
+                "request_id",
+                pl.col("user").struct.field("id").alias("user_id"),
+                pl.col("ad").struct.field("id").alias("ad_id"),
+                pl.col("slot").struct.field("position").cast(pl.Int32),
+                pl.col("ad").struct.field("bid"),
+                pl.col("engagement").struct.field("click").cast(pl.Int8),
+                pl.col("ts")
+                .str.to_datetime("%Y-%m-%dT%H:%M:%S%.3fZ", time_unit="ms")
+                .dt.epoch("ms")
+                .alias("ms"),
+            )
+            assert (raw["kind"] == "organic").sum() == len(org)
+        elif surf.format == "event_stream":
+            lines = [json.loads(x) for x in files["events.jsonl"].read_text().splitlines()]
+            kinds = Counter(x["event"] for x in lines)
+            assert kinds == Counter({"impression": len(imp), "organic": len(org), "click": part.n_click_events}
+                                    | ({"conversion": part.n_conversion_events} if part.n_conversion_events else {}))  # fmt: skip
+            ts = [x["ts"] for x in lines]
+            assert ts == sorted(ts)
+            clicked = {x["request_id"] for x in lines if x["event"] == "click"}
+            got = pl.DataFrame(
+                [
+                    {"request_id": x["request_id"], "user_id": x["payload"]["user_id"], "ad_id": x["payload"]["ad_id"],
+                     "position": x["payload"]["position"], "bid": x["payload"]["bid"],
+                     "click": int(x["request_id"] in clicked), "ms": round(x["ts"] * 1000)}
+                    for x in lines if x["event"] == "impression"
+                ]
+            ).cast({"position": pl.Int32, "click": pl.Int8})  # fmt: skip
+        elif surf.format == "csv_ms":
+            raw = pl.read_csv(files["impressions.csv"])
+            assert raw.columns == F.__doc__.split("impressions.csv: ")[1].split("(clicked")[0].replace(
+                "\n", ""
+            ).replace(" ", "").split(",")
+            got = raw.select(
+                pl.col("req_id").alias("request_id"), pl.col("uid").alias("user_id"), pl.col("ad").alias("ad_id"),
+                pl.col("slot").cast(pl.Int32).alias("position"), pl.col("bid_usd").alias("bid"),
+                pl.col("clicked").cast(pl.Int8).alias("click"), pl.col("event_time_ms").alias("ms"),
+            )  # fmt: skip
+            act = pl.read_csv(files["activity.csv"])
+            assert act.columns == ["uid", "event_time_ms", "item", "action"] and len(act) == len(org)
+        else:
+            table = pq.read_table(files["impressions.parquet"])
+            assert str(table.schema.field("ts").type) == "timestamp[us, tz=UTC]"
+            assert str(table.schema.field("position").type) == "int32"
+            raw = pl.from_arrow(table)
+            got = raw.select("request_id", "user_id", "ad_id", "position", "bid", pl.col("click").cast(pl.Int8),
+                             pl.col("ts").dt.epoch("ms").alias("ms"))  # fmt: skip
+            assert pq.read_metadata(files["activity.parquet"]).num_rows == len(org)
+        assert got.equals(want), s
+
+
+def _text_checks(part: SimulatedPartition, surf) -> None:
+    """Consistency of the injected text corruption with what a line-oriented parser would see."""
+    bad_lines, parsed, rids, events = 0, [], set(), []
+    for p in part.files:
+        lines = p.read_text().split("\n")
+        assert lines[-1] == "" and "" not in lines[:-1]  # one record a line, no blank lines
+        lines = lines[1:-1] if p.suffix == ".csv" else lines[:-1]
+        for line in lines:
+            if p.suffix == ".csv":
+                ok = line.count(",") == (14 if p.name == "impressions.csv" else 3)
+                bad_lines += not ok
+                parsed += [line] if ok else []
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                bad_lines += 1
+                continue
+            parsed.append(line)
+            if rec.get("event") == "impression":
+                rids.add(rec.get("request_id"))
+            elif rec.get("event") in ("click", "conversion"):
+                events.append(rec)
+    n = part.n_corrupted
+    assert bad_lines == n["unparseable"] + n["truncated"]
+    assert sum(c - 1 for c in Counter(parsed).values()) == n["duplicate_record"]
+    if surf.format == "event_stream":
+        assert sum(e["request_id"] not in rids for e in events) == n["orphan_event"]
+        if "conversion" not in surf.tasks:
+            assert sum(e["event"] == "conversion" for e in events) == n["unexpected_label"]
+
+
+def test_corruption_covers_every_reason(small, default, surfaces, tmp_path):
+    corrupted = total = 0
+    for s in surfaces.names:
+        surf = surfaces.get(s)
+        reasons = applicable_reasons(surf)
+        assert set(reasons) <= set(F.REASON_CODES)
+        part = simulate_partition(small, surfaces, s, D1, tmp_path / "small")
+        assert part.n_raw_records >= 1000
+        assert set(part.n_corrupted) == set(reasons)
+        assert all(part.n_corrupted[r] >= 1 for r in reasons), (s, part.n_corrupted)
+        assert _records(part) == part.n_raw_records
+        if surf.format != "parquet":
+            _text_checks(part, surf)
+        else:
+            rows = pl.from_arrow(pq.read_table(part.files[0]))
+            assert rows["request_id"].is_duplicated().sum() // 2 <= part.n_corrupted["duplicate_record"]
+            assert (rows["bid"] < 0).sum() >= 1
+        # the corrupted impressions are still in the oracle
+        assert part.oracle.height == part.n_impressions
+        big = simulate_partition(default, surfaces, s, D1, tmp_path / "default")
+        corrupted += sum(big.n_corrupted.values())
+        total += big.n_raw_records
+    assert 0 < corrupted / total <= 0.005
+
+
+def test_no_corruption_at_rate_zero(surfaces, tmp_path):
+    cfg = load_simulator(impressions_per_day=8000, corruption_rate=0.0)
+    for s in surfaces.names:
+        part = simulate_partition(cfg, surfaces, s, D1, tmp_path)
+        assert sum(part.n_corrupted.values()) == 0
+        for p in part.files:
+            if p.suffix == ".jsonl":
+                lines = p.read_text().splitlines()
+                assert len(set(lines)) == len(lines)
+                for line in lines:
+                    json.loads(line)
+            elif p.suffix == ".csv":
+                lines = p.read_text().splitlines()
+                assert len({line.count(",") for line in lines}) == 1 and len(set(lines)) == len(lines)
+            else:
+                df = pl.read_parquet(io.BytesIO(p.read_bytes()))
+                assert not df.is_duplicated().any()
+                for c in ("request_id", "user_id", "ad_id", "advertiser_id", "item_id"):
+                    if c in df.columns:
+                        assert df[c].null_count() == 0
