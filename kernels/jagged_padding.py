@@ -29,12 +29,10 @@ def jagged_positions(offsets: torch.Tensor, total: int) -> tuple[torch.Tensor, t
     """Return ``(seq_id, pos)`` (int64, ``[total]``): the sequence of each jagged row and its
     position inside that sequence."""
     offsets = offsets.to(torch.int64)
-    lengths = offsets[1:] - offsets[:-1]
-    batch = lengths.numel()
-    seq_id = torch.repeat_interleave(
-        torch.arange(batch, device=offsets.device), lengths, output_size=total
-    )
-    pos = torch.arange(total, device=offsets.device) - offsets[seq_id]
+    rows = torch.arange(total, device=offsets.device)
+    # Row t belongs to the sequence whose end is the first one > t (empty sequences are skipped).
+    seq_id = torch.searchsorted(offsets[1:].contiguous(), rows, right=True)
+    pos = rows - offsets[seq_id]
     return seq_id, pos
 
 

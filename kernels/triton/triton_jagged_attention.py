@@ -52,7 +52,7 @@ def interpreting() -> bool:
 
 @triton.jit
 def _jagged_attn_fwd(
-    Q, K, V, O, LSE, OFFSETS,
+    Q, K, V, OUT, LSE, OFFSETS,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     stride_ot, stride_oh, stride_lt, stride_lh,
     H, qk_scale,
@@ -115,8 +115,8 @@ def _jagged_attn_fwd(
         m_i = m_new
 
     acc = acc / l_i[:, None]
-    o_ptrs = O + (start + offs_m[:, None]) * stride_ot + h * stride_oh + offs_d[None, :]
-    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=mask_m[:, None])
+    o_ptrs = OUT + (start + offs_m[:, None]) * stride_ot + h * stride_oh + offs_d[None, :]
+    tl.store(o_ptrs, acc.to(OUT.dtype.element_ty), mask=mask_m[:, None])
     lse_ptrs = LSE + (start + offs_m) * stride_lt + h * stride_lh
     tl.store(lse_ptrs, m_i + tl.log2(l_i), mask=mask_m)
 

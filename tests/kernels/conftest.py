@@ -18,3 +18,18 @@ if _ROOT not in sys.path:
 if "kernels" in sys.modules and getattr(sys.modules["kernels"], "__file__", None) is None:
     for _name in [n for n in sys.modules if n == "kernels" or n.startswith("kernels.")]:
         del sys.modules[_name]
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _single_thread_torch():
+    """The kernel tests use tiny tensors: intra-op threads only add overhead (and stall badly
+    on a loaded 2-core machine), so run each test single-threaded and restore afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -47,10 +47,11 @@ def test_reference_low_precision_dtypes(dtype):
 
 
 def test_reference_gradcheck_float64():
-    offsets = make_offsets([3, 0, 4, 1])
-    q, k, v = (t.requires_grad_() for t in random_qkv(8, 2, 16, torch.float64))
+    offsets = make_offsets([3, 0, 2, 1])
+    q, k, v = (t.requires_grad_() for t in random_qkv(6, 2, 16, torch.float64))
     for causal in (False, True):
         assert torch.autograd.gradcheck(
             lambda a, b, c, causal=causal: pytorch_jagged_attention(a, b, c, offsets, causal=causal, scale=0.5),
             (q, k, v),
+            fast_mode=True,
         )
