@@ -51,7 +51,9 @@ def test_reference_gradcheck_float64():
     q, k, v = (t.requires_grad_() for t in random_qkv(6, 2, 16, torch.float64))
     for causal in (False, True):
         assert torch.autograd.gradcheck(
-            lambda a, b, c, causal=causal: pytorch_jagged_attention(a, b, c, offsets, causal=causal, scale=0.5),
+            lambda a, b, c, causal=causal: pytorch_jagged_attention(
+                a, b, c, offsets, causal=causal, scale=0.5
+            ),
             (q, k, v),
             fast_mode=True,
         )

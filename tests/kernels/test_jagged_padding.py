@@ -38,7 +38,9 @@ def test_round_trip(lengths, extra):
 def test_gradcheck_float64():
     offsets = make_offsets([2, 0, 5, 1])
     values = torch.randn(8, 3, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda x: jagged_to_padded(x, offsets, 4, pad_value=1.5), (values,), fast_mode=True)
+    assert torch.autograd.gradcheck(
+        lambda x: jagged_to_padded(x, offsets, 4, pad_value=1.5), (values,), fast_mode=True
+    )
     padded = torch.randn(4, 5, 3, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda x: padded_to_jagged(x, offsets), (padded,), fast_mode=True)
 
