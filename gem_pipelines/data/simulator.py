@@ -636,7 +636,7 @@ def _unparseable(line: str, fmt: str, rng: np.random.Generator) -> str:
         json.loads(out)
     except ValueError:
         return out
-    return _GARBAGE[0]  # pragma: no cover
+    return f"{_GARBAGE[0]} [{int(rng.integers(1 << 40)):x}]"  # pragma: no cover
 
 
 def _plan(rng: np.random.Generator, n_records: int, reasons: tuple[str, ...], rate: float) -> dict[str, int]:

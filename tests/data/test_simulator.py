@@ -375,3 +375,28 @@ def test_no_corruption_at_rate_zero(surfaces, tmp_path):
                 for c in ("request_id", "user_id", "ad_id", "advertiser_id", "item_id"):
                     if c in df.columns:
                         assert df[c].null_count() == 0
+
+
+def test_surfaces_without_conversions_get_unexpected_labels(tmp_path):
+    from gem_model.config import SurfacesConfig
+
+    no_conv = SurfacesConfig.model_validate(
+        {
+            "surfaces": [
+                {"name": f"s_{fmt}", "domain": "d", "format": fmt, "traffic_share": 0.25, "tasks": ["click"]}
+                for fmt in ("jsonl_nested", "csv_ms", "parquet", "event_stream")
+            ]
+        }
+    )
+    cfg = load_simulator(impressions_per_day=8000, corruption_rate=0.01)
+    for surf in no_conv.surfaces:
+        part = simulate_partition(cfg, no_conv, surf.name, D1, tmp_path)
+        assert "unexpected_label" in applicable_reasons(surf)
+        assert all(part.n_corrupted[r] >= 1 for r in applicable_reasons(surf)), part.n_corrupted
+        assert _records(part) == part.n_raw_records
+        assert part.oracle["p_conversion"].is_null().all() and part.n_conversion_events == 0
+        if surf.format != "parquet":
+            _text_checks(part, surf)
+        else:
+            rows = pl.from_arrow(pq.read_table(part.files[0]))
+            assert rows["conversion"].fill_null(False).sum() == part.n_corrupted["unexpected_label"]
