@@ -1,0 +1,1 @@
+"""Post-training knowledge transfer: students, teacher predictions, domain models, arms, export."""

@@ -1,0 +1,178 @@
+"""In-memory, fixed-shape student inputs built from `training_examples` (through gem_model.data's
+ExampleStream) and joined by request_id with the `teacher_predictions` table.
+
+Students read no jagged tensors: only the last `hist_k` history item ids per row (most recent
+first, 0 = padding), so a surface's student window fits in memory as plain tensors and is read
+from Delta once, not once per epoch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+import polars as pl
+import torch
+
+from gem_model.config import FeaturesConfig, SurfacesConfig, load_features, load_surfaces
+from gem_model.data import Batch, ExampleStream, date_range
+
+
+def last_k(offsets: torch.Tensor, values: torch.Tensor, k: int) -> torch.Tensor:
+    """The last k values of each jagged row, most recent first, zero-padded: [B, k]."""
+    offsets = offsets.long()
+    b = offsets.numel() - 1
+    if k <= 0:
+        return torch.zeros(b, 0, dtype=torch.long)
+    if values.numel() == 0:
+        return torch.zeros(b, k, dtype=torch.long)
+    lengths = offsets[1:] - offsets[:-1]
+    j = torch.arange(k)
+    pos = (offsets[1:, None] - 1 - j).clamp_min(0)
+    valid = lengths[:, None] > j
+    return torch.where(valid, values.long()[pos.clamp_max(values.numel() - 1)], torch.zeros((), dtype=torch.long))
+
+
+@dataclass
+class StudentData:
+    dense: torch.Tensor  # [N, m] float32
+    sparse: torch.Tensor  # [N, n] int64
+    hist_ids: torch.Tensor  # [N, k] int64, most recent first, 0 = padding
+    surface_idx: torch.Tensor  # [N]
+    labels: torch.Tensor  # [N, 2] float32
+    label_mask: torch.Tensor  # [N, 2] bool
+    request_ids: np.ndarray  # [N] object (str)
+    dates: np.ndarray  # [N] datetime64[D]
+    teacher_p: torch.Tensor | None = None  # [N, 2] float32, NaN where the teacher has no prediction
+    teacher_emb: torch.Tensor | None = None  # [N, E] float32
+    teacher: str | None = None
+
+    def __len__(self) -> int:
+        return int(self.dense.shape[0])
+
+    def take(self, idx: np.ndarray | torch.Tensor) -> StudentData:
+        idx_t = torch.as_tensor(np.asarray(idx), dtype=torch.long)
+        idx_n = idx_t.numpy()
+        kw = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, torch.Tensor):
+                v = v[idx_t]
+            elif isinstance(v, np.ndarray):
+                v = v[idx_n]
+            kw[f.name] = v
+        return StudentData(**kw)
+
+    def where(self, mask: np.ndarray | torch.Tensor) -> StudentData:
+        return self.take(np.flatnonzero(np.asarray(mask)))
+
+    def on_dates(self, dates: Sequence[dt.date]) -> StudentData:
+        want = np.array([np.datetime64(d, "D") for d in dates])
+        return self.where(np.isin(self.dates, want))
+
+    def for_surface(self, surface_idx: int) -> StudentData:
+        return self.where((self.surface_idx == surface_idx).numpy())
+
+    @property
+    def date_set(self) -> list[dt.date]:
+        return sorted({d.astype("datetime64[D]").astype(dt.date) for d in np.unique(self.dates)})
+
+    @staticmethod
+    def concat(parts: Sequence[StudentData]) -> StudentData:
+        kw = {}
+        for f in fields(StudentData):
+            vs = [getattr(p, f.name) for p in parts]
+            if all(v is None for v in vs):
+                kw[f.name] = None
+            elif isinstance(vs[0], torch.Tensor):
+                kw[f.name] = torch.cat(vs)
+            elif isinstance(vs[0], np.ndarray):
+                kw[f.name] = np.concatenate(vs)
+            else:
+                kw[f.name] = vs[0]
+        return StudentData(**kw)
+
+
+def load_examples(
+    dates: Sequence[dt.date | str] | tuple[dt.date | str, dt.date | str],
+    surfaces: Sequence[str] | None = None,
+    *,
+    hist_k: int = 16,
+    uri: str | None = None,
+    features: FeaturesConfig | None = None,
+    surfaces_config: SurfacesConfig | None = None,
+    chunk_rows: int = 65536,
+) -> StudentData:
+    """Every row of `training_examples` on `dates` (a list, or an inclusive (first, last) pair) for
+    `surfaces`, in table order, as fixed-shape student tensors. One read, through ExampleStream."""
+    features = features or load_features()
+    surfaces_config = surfaces_config or load_surfaces()
+    if isinstance(dates, tuple) and len(dates) == 2:
+        dates = date_range(dates[0], dates[1])
+    hist_col = next(c.name for c in features.history.columns if c.source == "item_id")
+    parts: list[StudentData] = []
+    for d in dates:
+        d = d if isinstance(d, dt.date) else dt.date.fromisoformat(str(d))
+        stream = ExampleStream(
+            d,
+            d,
+            surfaces,
+            batch_size=chunk_rows,
+            features=features,
+            surfaces_config=surfaces_config,
+            uri=uri,
+            shuffle=False,
+            drop_last=False,
+            chunk_rows=chunk_rows,
+            shuffle_buffer=chunk_rows,
+            max_len=max(hist_k, 1),
+        )
+        for b in stream:
+            parts.append(_from_batch(b, d, hist_col, hist_k))
+    if not parts:
+        raise ValueError(f"training_examples has no rows on {[str(d) for d in dates]} for surfaces {surfaces}")
+    return StudentData.concat(parts)
+
+
+def _from_batch(b: Batch, day: dt.date, hist_col: str, hist_k: int) -> StudentData:
+    return StudentData(
+        dense=b.dense.float(),
+        sparse=b.sparse.long(),
+        hist_ids=last_k(b.offsets, b.history[hist_col], hist_k),
+        surface_idx=b.surface_idx.long(),
+        labels=b.labels.float(),
+        label_mask=b.label_mask.bool(),
+        request_ids=np.asarray(b.request_ids, dtype=object),
+        dates=np.full(len(b), np.datetime64(day, "D")),
+    )
+
+
+def attach_teacher(
+    data: StudentData, predictions: pl.DataFrame, teacher: str, *, embeddings: bool = True, strict: bool = True
+) -> StudentData:
+    """Join the `teacher` rows of a teacher_predictions frame onto `data` by request_id (row order
+    of `data` is kept whatever the order of `predictions`). strict: every row must have a prediction."""
+    tp = predictions.filter(pl.col("teacher") == teacher)
+    cols = ["request_id", "p_click", "p_conversion"] + (["embedding"] if embeddings else [])
+    tp = tp.select(cols).unique("request_id", keep="first")
+    left = pl.DataFrame({"request_id": pl.Series(data.request_ids.tolist(), dtype=pl.String), "_row": np.arange(len(data))})
+    joined = left.join(tp, on="request_id", how="left").sort("_row")
+    missing = joined["p_click"].is_null() & ~joined["request_id"].is_in(tp["request_id"].implode())
+    n_missing = int(missing.sum())
+    if strict and n_missing:
+        ex = joined.filter(missing)["request_id"].head(3).to_list()
+        raise KeyError(f"teacher {teacher!r}: {n_missing} of {len(data)} rows have no prediction (e.g. {ex})")
+    p = np.stack(
+        [joined["p_click"].cast(pl.Float32).fill_null(np.nan).to_numpy(), joined["p_conversion"].cast(pl.Float32).fill_null(np.nan).to_numpy()],
+        1,
+    ).astype(np.float32)
+    emb = None
+    if embeddings:
+        e = joined["embedding"]
+        dim = int(e.drop_nulls().list.len().max() or 0)
+        if dim:
+            arr = e.fill_null([0.0] * dim).list.to_array(dim).to_numpy().astype(np.float32)
+            emb = torch.from_numpy(np.ascontiguousarray(arr))
+    return replace(data, teacher_p=torch.from_numpy(p), teacher_emb=emb, teacher=teacher)

@@ -1,0 +1,168 @@
+"""The vertical student: a fraction of the teacher's compute.
+
+    sparse ids  -> one embedding token each (tables named and sized as in features.yaml, so
+                   parameter sharing can copy the teacher's tables row for row)
+    dense feats -> one dense token
+    history     -> one token: mean of the embeddings of the last `hist_k` history items
+                   (ids [B, hist_k], 0 = padding / null bucket; hist_k = 0: no sequence at all)
+    teacher emb -> (representation arm) one token projected from the teacher's summary embedding
+    X [B, n, d] -> Wukong (gem_model.models.layers.Wukong, the teacher's layer class)
+                -> MLP(flatten) = h [B, hidden]
+    serving head: Linear(h) -> logits [B, 2] (click, conversion), trained on labels only in the
+                  aux-head arms, on labels + teacher in standard KD
+    aux head:     a separate Linear(h) -> distillation logits [B, 2] (aux-head arms only)
+
+The config is a plain dict (JSON-able): checkpoints load with `torch.load(weights_only=True)`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from gem_model.data import TASKS
+from gem_model.models.layers import Wukong
+
+STUDENT_ARCH_KEYS = (
+    "d_model",
+    "hist_k",
+    "wukong_layers",
+    "wukong_k",
+    "wukong_hidden",
+    "wukong_fm_frac",
+    "hidden",
+    "teacher_emb_proj",
+)
+
+
+def student_config(
+    arch: dict[str, Any],
+    *,
+    features: Any,
+    teacher_d_model: int,
+    surface: str,
+    tasks: list[str] | tuple[str, ...],
+    aux_head: bool = False,
+    teacher_emb_dim: int = 0,
+) -> dict[str, Any]:
+    """A student's full config dict from a preset's `student` section + features.yaml."""
+    d = arch.get("d_model") or teacher_d_model
+    hist_tables = [c.table for c in features.history.columns if c.source == "item_id" and c.table]
+    return {
+        **{k: arch[k] for k in STUDENT_ARCH_KEYS if k in arch},
+        "d_model": int(d),
+        "dense_features": [f.name for f in features.dense],
+        "sparse_features": [[f.name, f.table] for f in features.sparse],
+        "tables": dict(features.tables),
+        "hist_column": next(c.name for c in features.history.columns if c.source == "item_id"),
+        "hist_table": hist_tables[0] if hist_tables else "item",
+        "surface": surface,
+        "tasks": list(tasks),
+        "aux_head": bool(aux_head),
+        "teacher_emb_dim": int(teacher_emb_dim),
+    }
+
+
+class Student(nn.Module):
+    def __init__(self, cfg: dict[str, Any]):
+        super().__init__()
+        self.cfg = dict(cfg)
+        d = int(cfg["d_model"])
+        self.hist_k = int(cfg.get("hist_k", 0))
+        self.teacher_emb_dim = int(cfg.get("teacher_emb_dim", 0))
+        self.tables = nn.ModuleDict({t: nn.Embedding(int(rows), d) for t, rows in cfg["tables"].items()})
+        for emb in self.tables.values():
+            nn.init.normal_(emb.weight, std=0.05)
+        m = len(cfg["dense_features"])
+        self.dense_ln = nn.LayerNorm(m)
+        self.dense = nn.Linear(m, d)
+        n = len(cfg["sparse_features"]) + 1 + (self.hist_k > 0) + (self.teacher_emb_dim > 0)
+        self.n_tokens = n
+        if self.teacher_emb_dim > 0:
+            p = int(cfg.get("teacher_emb_proj", d))
+            self.teacher_proj = nn.Sequential(
+                nn.LayerNorm(self.teacher_emb_dim), nn.Linear(self.teacher_emb_dim, p), nn.GELU(), nn.Linear(p, d)
+            )
+        self.interaction = Wukong(
+            n, d, int(cfg["wukong_layers"]), int(cfg["wukong_k"]), int(cfg["wukong_hidden"]), float(cfg["wukong_fm_frac"])
+        )
+        h = int(cfg["hidden"])
+        self.trunk = nn.Sequential(nn.Linear(n * d, h), nn.GELU(), nn.Linear(h, h), nn.GELU())
+        self.head = nn.Linear(h, len(TASKS))  # serving head
+        nn.init.constant_(self.head.bias, -3.0)
+        self.aux = nn.Linear(h, len(TASKS)) if cfg.get("aux_head") else None
+        if self.aux is not None:
+            nn.init.constant_(self.aux.bias, -3.0)
+
+    # -- forward ----------------------------------------------------------------------------------
+    def hidden(
+        self,
+        dense: torch.Tensor,
+        sparse: torch.Tensor,
+        hist_ids: torch.Tensor | None = None,
+        teacher_emb: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        tokens = [self.tables[table](sparse[:, j]) for j, (_, table) in enumerate(self.cfg["sparse_features"])]
+        tokens.append(self.dense(self.dense_ln(dense)))
+        if self.hist_k > 0:
+            assert hist_ids is not None, "this student reads the last hist_k history items"
+            e = self.tables[self.cfg["hist_table"]](hist_ids)  # [B, k, d]
+            valid = (hist_ids != 0).to(e.dtype)[..., None]
+            tokens.append((e * valid).sum(1) / valid.sum(1).clamp_min(1.0))
+        if self.teacher_emb_dim > 0:
+            assert teacher_emb is not None, "this student reads the teacher's summary embedding"
+            tokens.append(self.teacher_proj(teacher_emb))
+        x = self.interaction(torch.stack(tokens, dim=1))
+        return self.trunk(x.flatten(1))
+
+    def forward_train(
+        self,
+        dense: torch.Tensor,
+        sparse: torch.Tensor,
+        hist_ids: torch.Tensor | None = None,
+        teacher_emb: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(serving logits [B, 2], aux distillation logits [B, 2] or None)."""
+        h = self.hidden(dense, sparse, hist_ids, teacher_emb)
+        return self.head(h), (self.aux(h) if self.aux is not None else None)
+
+    def forward(
+        self,
+        dense: torch.Tensor,
+        sparse: torch.Tensor,
+        hist_ids: torch.Tensor | None = None,
+        teacher_emb: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Serving logits [B, 2] (click, conversion)."""
+        return self.head(self.hidden(dense, sparse, hist_ids, teacher_emb))
+
+    # -- bookkeeping ------------------------------------------------------------------------------
+    def serving_head_parameters(self) -> list[nn.Parameter]:
+        return list(self.head.parameters())
+
+    def param_counts(self) -> dict[str, int]:
+        sparse = sum(p.numel() for p in self.tables.parameters())
+        total = sum(p.numel() for p in self.parameters())
+        return {"sparse": sparse, "dense": total - sparse, "total": total}
+
+
+def build_student(cfg: dict[str, Any]) -> Student:
+    return Student(cfg)
+
+
+def share_tables(student: Student, teacher: nn.Module, names: list[str] | tuple[str, ...]) -> list[str]:
+    """Copy exactly the named embedding tables from `teacher.tables` (a GEM or a Student) into
+    the student; returns the names copied. Shapes must match (same table sizes and d_model)."""
+    copied = []
+    for name in names:
+        if name not in student.tables or name not in teacher.tables:
+            raise KeyError(f"table {name!r} missing: student {sorted(student.tables)}, teacher {sorted(teacher.tables)}")
+        src, dst = teacher.tables[name].weight, student.tables[name].weight
+        if src.shape != dst.shape:
+            raise ValueError(f"table {name!r}: teacher {tuple(src.shape)} != student {tuple(dst.shape)}")
+        with torch.no_grad():
+            dst.copy_(src.detach().to(dst.device, dst.dtype))
+        copied.append(name)
+    return copied

@@ -1,0 +1,162 @@
+"""Teacher inference: one batched pass of a teacher over `training_examples` -> `teacher_predictions`.
+
+`teacher_predictions` (Delta, partitioned by date, keyed by (request_id, teacher)) is what every
+student reads: KD targets (p_click, p_conversion) and summary embeddings (representation transfer),
+so all students of a teacher share one pass. teacher = "foundation" or "domain:<name>".
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+import numpy as np
+import polars as pl
+import torch
+from deltalake import DeltaTable
+
+from gem_model.config import SurfacesConfig, load_surfaces, validate_name
+from gem_model.data import ExampleStream, date_range
+from gem_model.paths import storage_options as env_storage_options
+from gem_model.paths import table_uri
+
+TABLE = "teacher_predictions"
+FOUNDATION = "foundation"
+
+TEACHER_PREDICTIONS_SCHEMA: dict[str, pl.DataType] = {
+    "date": pl.Date(),
+    "surface": pl.String(),
+    "request_id": pl.String(),
+    "teacher": pl.String(),
+    "teacher_version": pl.String(),
+    "p_click": pl.Float64(),
+    "p_conversion": pl.Float64(),  # null where the surface logs no conversions
+    "embedding": pl.List(pl.Float32()),  # the teacher's summary embedding
+}
+
+
+def domain_teacher(domain: str) -> str:
+    return f"domain:{validate_name(domain, 'domain')}"
+
+
+def teacher_for(path: str, surface: str, surfaces: SurfacesConfig | None = None) -> str | None:
+    """The teacher a student on `surface` learns from on `path` (direct | hierarchical | none)."""
+    if path == "none":
+        return None
+    if path == "direct":
+        return FOUNDATION
+    if path == "hierarchical":
+        return domain_teacher((surfaces or load_surfaces()).get(surface).domain)
+    raise ValueError(f"unknown path {path!r}: direct | hierarchical | none")
+
+
+def _dates(dates: Sequence[dt.date | str] | tuple) -> list[dt.date]:
+    if isinstance(dates, (dt.date, str)):
+        dates = [dates]
+    if isinstance(dates, tuple) and len(dates) == 2 and not isinstance(dates[0], (list, tuple)):
+        first, last = (d if isinstance(d, dt.date) else dt.date.fromisoformat(str(d)) for d in dates)
+        if first <= last:
+            return date_range(first, last)
+    return [d if isinstance(d, dt.date) else dt.date.fromisoformat(str(d)) for d in dates]
+
+
+@torch.no_grad()
+def predict_teacher(
+    model: torch.nn.Module,
+    dates: Sequence[dt.date | str] | dt.date | str,
+    teacher_name: str,
+    teacher_version: str,
+    *,
+    surfaces: Sequence[str] | None = None,
+    batch_size: int = 4096,
+    uri: str | None = None,
+    surfaces_config: SurfacesConfig | None = None,
+    device: torch.device | str | None = None,
+) -> pl.DataFrame:
+    """One batched, unshuffled pass of a GEM teacher (`forward_with_summary`) over every row of
+    `training_examples` on `dates` (list, single date, or inclusive (first, last) pair) for
+    `surfaces` (default: all). Returns a frame with TEACHER_PREDICTIONS_SCHEMA."""
+    if teacher_name != FOUNDATION and not teacher_name.startswith("domain:"):
+        raise ValueError(f"teacher must be 'foundation' or 'domain:<name>', not {teacher_name!r}")
+    surfaces_config = surfaces_config or load_surfaces()
+    names = np.asarray(surfaces_config.names, dtype=object)
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    frames = []
+    try:
+        for d in _dates(dates):
+            stream = ExampleStream(
+                d, d, surfaces, batch_size=batch_size, surfaces_config=surfaces_config, uri=uri,
+                shuffle=False, drop_last=False, chunk_rows=max(batch_size, 16384),
+                max_len=getattr(getattr(model, "cfg", None), "seq_len", None),
+            )
+            for batch in stream:
+                batch = batch.to(device)
+                logits, h = model.forward_with_summary(batch)
+                p = torch.sigmoid(logits.float())
+                allowed = model.task_allowed[batch.surface_idx] if hasattr(model, "task_allowed") else None
+                p_np = p.cpu().numpy().astype(np.float64)
+                p_conv = p_np[:, 1].copy()
+                if allowed is not None:
+                    p_conv[~allowed[:, 1].cpu().numpy()] = np.nan
+                emb = h.float().cpu().numpy().astype(np.float32)
+                frames.append(
+                    pl.DataFrame(
+                        {
+                            "date": [d] * len(batch),
+                            "surface": names[batch.surface_idx.cpu().numpy()].tolist(),
+                            "request_id": batch.request_ids,
+                            "teacher": [teacher_name] * len(batch),
+                            "teacher_version": [str(teacher_version)] * len(batch),
+                            "p_click": p_np[:, 0],
+                            "p_conversion": p_conv,
+                            "embedding": pl.Series(emb).cast(pl.List(pl.Float32)),
+                        }
+                    ).with_columns(pl.col("p_conversion").fill_nan(None))
+                )
+    finally:
+        model.train(was_training)
+    if not frames:
+        return pl.DataFrame(schema=TEACHER_PREDICTIONS_SCHEMA)
+    return pl.concat(frames).cast(TEACHER_PREDICTIONS_SCHEMA).select(list(TEACHER_PREDICTIONS_SCHEMA))
+
+
+def write_teacher_predictions(
+    df: pl.DataFrame, *, uri: str | None = None, storage_options: dict[str, str] | None = None
+) -> int:
+    """Replace exactly the (date, teacher) slices present in `df` (idempotent, one atomic commit;
+    other teachers of the same date are kept). Returns the new Delta version."""
+    uri = uri or table_uri(TABLE)
+    so = storage_options if storage_options is not None else env_storage_options()
+    df = df.cast(TEACHER_PREDICTIONS_SCHEMA).select(list(TEACHER_PREDICTIONS_SCHEMA))
+    if df.height == 0:
+        raise ValueError("no teacher predictions to write")
+    keys = df.select("date", "teacher").unique().sort("date", "teacher").rows()
+    opts: dict = {"partition_by": ["date"]}
+    if DeltaTable.is_deltatable(uri, storage_options=so):
+        pred = " OR ".join(f"(date = '{d.isoformat()}' AND teacher = '{t}')" for d, t in keys)
+        opts["predicate"] = pred
+    df.write_delta(uri, mode="overwrite", storage_options=so, delta_write_options=opts)
+    return int(DeltaTable(uri, storage_options=so).version())
+
+
+def read_teacher_predictions(
+    dates: Sequence[dt.date | str] | None = None,
+    teachers: Sequence[str] | None = None,
+    *,
+    uri: str | None = None,
+    embeddings: bool = True,
+    storage_options: dict[str, str] | None = None,
+) -> pl.DataFrame:
+    """Rows of `teacher_predictions` for `dates` (default all) and `teachers` (default all)."""
+    uri = uri or table_uri(TABLE)
+    so = storage_options if storage_options is not None else env_storage_options()
+    lf = pl.scan_delta(uri, storage_options=so)
+    if dates is not None:
+        lf = lf.filter(pl.col("date").is_in([d for d in _dates(list(dates))]))
+    if teachers is not None:
+        lf = lf.filter(pl.col("teacher").is_in(list(teachers)))
+    if not embeddings:
+        lf = lf.drop("embedding")
+    return lf.collect()

@@ -1,0 +1,168 @@
+"""Training one student: the per-arm losses, seeded minibatch SGD over in-memory tensors, epoch
+selection on the validation day (E-1) by click log loss (= click NE ordering on a fixed day)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from gem_model.distill.arms import arm_spec
+from gem_model.distill.dataset import StudentData
+from gem_model.distill.student import Student, share_tables
+
+
+def masked_bce(logits: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Sum over tasks of the mean BCE over each task's masked rows (target may be soft)."""
+    target = torch.nan_to_num(target, nan=0.0).clamp(0.0, 1.0)
+    bce = F.binary_cross_entropy_with_logits(logits.float(), target.float(), reduction="none")
+    m = mask.float()
+    return ((bce * m).sum(0) / m.sum(0).clamp_min(1.0)).sum()
+
+
+def student_inputs(model: Student, data: StudentData) -> tuple[torch.Tensor, ...]:
+    args: list[Any] = [data.dense, data.sparse, data.hist_ids if model.hist_k > 0 else None]
+    if model.teacher_emb_dim > 0:
+        if data.teacher_emb is None:
+            raise ValueError("a representation student needs teacher embeddings (attach_teacher)")
+        args.append(data.teacher_emb)
+    return tuple(args)
+
+
+def kd_target(data: StudentData, adapter: Any | None) -> torch.Tensor:
+    return adapter.transform(data) if adapter is not None else data.teacher_p
+
+
+def arm_loss(
+    model: Student, data: StudentData, arm: str, kd_weight: float, target: torch.Tensor | None
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The training loss of one minibatch for `arm`, with its parts."""
+    spec = arm_spec(arm)
+    serving, aux = model.forward_train(*student_inputs(model, data))
+    label_loss = masked_bce(serving, data.labels, data.label_mask)
+    parts = {"label": float(label_loss.detach())}
+    if spec["kd"] == "none":
+        return label_loss, parts
+    assert target is not None
+    kd_mask = data.label_mask & ~torch.isnan(target)  # label_mask: the surface logs the task
+    if spec["kd"] == "single":
+        kd = masked_bce(serving, target, kd_mask)
+    else:
+        kd = masked_bce(aux, target, kd_mask)
+    parts["kd"] = float(kd.detach())
+    return label_loss + kd_weight * kd, parts
+
+
+@torch.no_grad()
+def predict_student(model: Student, data: StudentData, batch_size: int = 8192) -> np.ndarray:
+    """Serving probabilities [N, 2]."""
+    was = model.training
+    model.eval()
+    out = []
+    for i in range(0, len(data), batch_size):
+        part = data.take(np.arange(i, min(i + batch_size, len(data))))
+        out.append(torch.sigmoid(model(*student_inputs(model, part))).numpy())
+    model.train(was)
+    return np.concatenate(out) if out else np.zeros((0, 2), np.float32)
+
+
+def click_logloss(p: np.ndarray, data: StudentData) -> float:
+    m = data.label_mask[:, 0].numpy()
+    y = data.labels[:, 0].numpy()[m]
+    q = np.clip(p[m, 0].astype(np.float64), 1e-7, 1 - 1e-7)
+    return float(-(y * np.log(q) + (1 - y) * np.log1p(-q)).mean()) if m.any() else float("nan")
+
+
+def train_student(
+    model: Student,
+    train: StudentData,
+    val: StudentData | None,
+    arm: str,
+    train_cfg: dict[str, Any],
+    *,
+    seed: int = 0,
+    adapter: Any | None = None,
+    teacher_model: torch.nn.Module | None = None,
+    log: Any | None = None,
+) -> dict[str, Any]:
+    """Train `model` in place for `arm`; returns info (losses per step, copied tables, the epoch
+    kept). The state kept is the epoch with the lowest click log loss on `val` (E-1)."""
+    spec = arm_spec(arm)
+    torch.manual_seed(seed)
+    info: dict[str, Any] = {"arm": arm, "seed": seed, "copied_tables": [], "losses": []}
+    if spec["share_tables"]:
+        if teacher_model is None:
+            raise ValueError(f"arm {arm!r} copies the teacher's tables: pass teacher_model")
+        info["copied_tables"] = share_tables(model, teacher_model, list(train_cfg.get("share_tables", [])))
+    if spec["kd"] != "none" and train.teacher_p is None:
+        raise ValueError(f"arm {arm!r} needs teacher predictions on the training rows")
+    if spec["adapter"] and adapter is None:
+        raise ValueError(f"arm {arm!r} needs a fitted StudentAdapter")
+    target_all = kd_target(train, adapter if spec["adapter"] else None) if spec["kd"] != "none" else None
+
+    opt = torch.optim.Adam(model.parameters(), lr=float(train_cfg["lr"]), weight_decay=float(train_cfg.get("weight_decay", 0)))
+    bs = int(train_cfg["batch_size"])
+    max_steps = train_cfg.get("max_steps")
+    gen = torch.Generator().manual_seed(seed)
+    best = (float("inf"), None, -1)
+    step, t0 = 0, time.perf_counter()
+    model.train()
+    for epoch in range(int(train_cfg["epochs"])):
+        order = torch.randperm(len(train), generator=gen)
+        for i in range(0, len(train) - bs + 1 if len(train) >= bs else 1, bs):
+            idx = order[i : i + bs]
+            part = train.take(idx)
+            target = target_all[idx] if target_all is not None else None
+            loss, parts = arm_loss(model, part, arm, float(train_cfg.get("kd_weight", 1.0)), target)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            info["losses"].append(float(loss.detach()))
+            if log is not None and step % 20 == 0:
+                log({"loss": float(loss.detach()), **{f"loss/{k}": v for k, v in parts.items()}}, step=step)
+            step += 1
+            if max_steps is not None and step >= int(max_steps):
+                break
+        if val is not None and len(val):
+            ll = click_logloss(predict_student(model, val), val)
+            if ll < best[0] or best[1] is None:
+                best = (ll, copy.deepcopy(model.state_dict()), epoch)
+        if max_steps is not None and step >= int(max_steps):
+            break
+    if best[1] is not None:
+        model.load_state_dict(best[1])
+    info.update(steps=step, epoch_kept=best[2], val_click_logloss=best[0] if best[1] is not None else None,
+                train_seconds=time.perf_counter() - t0)
+    return info
+
+
+# ------------------------------------------------------------------------------------------------
+# Saving / loading (weights_only-safe: config is a plain dict)
+
+
+def save_student(model: Student, directory: str | Path, metrics: dict[str, Any] | None = None,
+                 extra: dict[str, Any] | None = None) -> Path:
+    """Atomically write model.pt ({"state_dict", "config"}), config.json and metrics.json."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / "model.pt.tmp"
+    torch.save({"state_dict": model.state_dict(), "config": dict(model.cfg)}, tmp)
+    os.replace(tmp, d / "model.pt")
+    (d / "config.json").write_text(json.dumps({"student": model.cfg, **(extra or {})}, indent=2, default=str))
+    (d / "metrics.json").write_text(json.dumps(metrics or {}, indent=2, default=str))
+    return d
+
+
+def load_student(directory_or_file: str | Path) -> Student:
+    p = Path(directory_or_file)
+    ckpt = torch.load(p / "model.pt" if p.is_dir() else p, map_location="cpu", weights_only=True)
+    model = Student(ckpt["config"])
+    model.load_state_dict(ckpt["state_dict"])
+    return model
