@@ -13,10 +13,13 @@ from gem_model.paths import gem_home, lake_root, reports_dir
 from gem_pipelines.instance import get_instance
 
 
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
 def _run(defs: dg.Definitions, job: str, instance: dg.DagsterInstance, partition_key: str | None = None) -> None:
     t = time.time()
     result = defs.resolve_job_def(job).execute_in_process(
-        instance=instance, partition_key=partition_key, raise_on_error=False
+        instance=instance, partition_key=partition_key, raise_on_error=False, run_config=QUIET
     )
     status = "ok" if result.success else "FAILED"
     print(f"  {job:<24} {partition_key or '':<24} {status} ({time.time() - t:.1f}s)", flush=True)

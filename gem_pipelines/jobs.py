@@ -3,24 +3,28 @@
 
 import dagster as dg
 
-from gem_pipelines.data import lake
+from gem_pipelines.data import lake as lake_io
+from gem_pipelines.checks import freshness_checks
 from gem_pipelines.resources import LakeResource
+
+# Freshness checks run on their own sensor, not inside every materialization run.
+_FRESHNESS = dg.AssetSelection.checks(*freshness_checks)
 
 LAKE_TABLES = ("events", "user_activity", "events_quarantine", "oracle", "training_examples", "teacher_predictions")
 
 land_and_ingest_job = dg.define_asset_job(
     "land_and_ingest_job",
-    selection=dg.AssetSelection.assets("raw_logs", "oracle", "events", "user_activity", "events_quarantine"),
+    selection=dg.AssetSelection.assets("raw_logs", "oracle", "events", "user_activity", "events_quarantine") - _FRESHNESS,
     description="Land one day of one surface (simulator or landing/) and ingest it into the lake.",
 )
 ingest_job = dg.define_asset_job(
     "ingest_job",
-    selection=dg.AssetSelection.assets("events", "user_activity", "events_quarantine"),
+    selection=dg.AssetSelection.assets("events", "user_activity", "events_quarantine") - _FRESHNESS,
     description="Ingest raw files already in landing/ for one date x surface partition.",
 )
 features_job = dg.define_asset_job(
     "features_job",
-    selection=dg.AssetSelection.assets("training_examples"),
+    selection=dg.AssetSelection.assets("training_examples") - _FRESHNESS,
     description="Build training_examples for one date.",
 )
 
@@ -41,11 +45,11 @@ def compact_and_vacuum(context: dg.OpExecutionContext, config: MaintenanceConfig
 
 
 def lake_table_exists(table: str, res: LakeResource) -> bool:
-    return lake.table_exists(table, root=res.uri())
+    return lake_io.table_exists(table, root=res.uri())
 
 
 def lake_optimize(table: str, res: LakeResource, retention_hours: int) -> dict[str, object]:
-    return lake.optimize_and_vacuum(table, retention_hours=retention_hours, root=res.uri())
+    return lake_io.optimize_and_vacuum(table, retention_hours=retention_hours, root=res.uri())
 
 
 @dg.job(description="Weekly Delta maintenance: compact and vacuum every lake table.")

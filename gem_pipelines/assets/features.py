@@ -6,7 +6,7 @@ import datetime as dt
 import dagster as dg
 
 from gem_model.config import load_features
-from gem_pipelines.data import lake
+from gem_pipelines.data import lake as lake_io
 from gem_pipelines.data.formats import TRAINING_EXAMPLES_SCHEMA
 from gem_pipelines.data.history import build_training_examples, leakage_report
 from gem_pipelines.metadata import preview
@@ -45,7 +45,7 @@ def training_examples(context: dg.AssetExecutionContext, lake: LakeResource):
     if not clean:
         yield dg.AssetCheckResult(check_name="no_leakage", passed=False, metadata=report)
         raise dg.Failure(f"training_examples {date}: history leakage or disorder {report}; nothing written")
-    version = lake.write_partition(df, "training_examples", {"date": date}, TRAINING_EXAMPLES_SCHEMA, root=lake.uri())
+    version = lake_io.write_partition(df, "training_examples", {"date": date}, TRAINING_EXAMPLES_SCHEMA, root=lake.uri())
     lengths = df["hist_item_id"].list.len()
     yield dg.MaterializeResult(
         metadata={

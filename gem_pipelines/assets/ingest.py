@@ -4,7 +4,7 @@
 import dagster as dg
 
 from gem_model.paths import reports_dir
-from gem_pipelines.data import lake
+from gem_pipelines.data import lake as lake_io
 from gem_pipelines.data.formats import ORACLE_SCHEMA, REASONS
 from gem_pipelines.data.ingest import SuiteFailed, conservation, ingest_partition
 from gem_pipelines.metadata import preview, suite_metadata
@@ -53,7 +53,7 @@ def raw_logs(context: dg.AssetExecutionContext, lake: LakeResource, simulator: S
             "injected_corruption": dg.MetadataValue.json(sim.n_corrupted),
         },
     )
-    version = lake.write_partition(
+    version = lake_io.write_partition(
         sim.oracle, "oracle", {"date": date, "surface": surface}, ORACLE_SCHEMA, root=lake.uri()
     )
     yield dg.MaterializeResult(
@@ -170,4 +170,4 @@ def ingest(context: dg.AssetExecutionContext, lake: LakeResource, simulator: Sim
 
 
 def lake_table_version(table: str, lake_res: LakeResource) -> int | None:
-    return lake.table_version(table, root=lake_res.uri())
+    return lake_io.table_version(table, root=lake_res.uri())

@@ -64,7 +64,7 @@ LANDING_FILES: dict[str, tuple[str, ...]] = {
 
 # Quarantine reason codes: every quarantined record carries exactly one of these.
 REASONS: dict[str, str] = {
-    "unparseable": "the line is not a record of the format (invalid JSON, wrong CSV field count, blank line)",
+    "unparseable": "the line is not a record of the format (invalid JSON, more CSV fields than the header, broken quoting, blank line)",
     "truncated": "the line ends mid-record (JSON cut off, fewer CSV fields than the header)",
     "missing_id": "a required id (request_id, user_id, ad_id, advertiser_id, item_id) is missing or empty",
     "bad_type": "a field has the wrong type or cannot be cast (e.g. bid='abc', position=2.5)",

@@ -236,3 +236,18 @@ def test_failed_write_leaves_previous_version_readable(landing: Path) -> None:
 def test_missing_landing_directory_is_a_clear_error(landing: Path) -> None:
     with pytest.raises(ContainerError, match="no landing directory"):
         stage_partition("jsonl_nested", landing / "feed" / "2026-01-01")
+
+
+@pytest.mark.parametrize("surface", ["feed", "reels", "marketplace", "shops"])
+def test_simulated_partition_quarantines_exactly_the_injected_corruption(landing: Path, surface: str) -> None:
+    from gem_model.config import load_simulator, load_surfaces
+    from gem_pipelines.data.simulator import simulate_partition
+
+    surfaces = load_surfaces()
+    cfg = load_simulator(impressions_per_day=8000, corruption_rate=0.005)
+    sim = simulate_partition(cfg, surfaces, surface, D, landing)
+    result = ingest_partition(surfaces.get(surface), D, landing, validate=False)
+    assert result.normalized.reasons == {k: v for k, v in sim.n_corrupted.items() if v}
+    assert len(result.normalized.reasons) >= 4
+    counts = conservation(surfaces.get(surface), D, landing)
+    assert counts["missing"] == 0 and counts["raw_records"] == result.normalized.raw_records
