@@ -1,7 +1,7 @@
 """Pure-PyTorch reference for jagged attention (any device, native autograd).
 
-Pads the jagged batch to the longest sequence, runs masked softmax attention with explicit
-matmuls and unpads.  Half-precision inputs are computed in float32 and cast back; float32 and
+Pads the jagged batch to the longest sequence, runs ``F.scaled_dot_product_attention`` with a
+boolean sequence mask and unpads.  Half-precision inputs are computed in float32 and cast back; float32 and
 float64 are computed in their own precision.  Memory is ``O(B * H * max_len**2)``.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 from kernels.jagged_padding import jagged_to_padded, padded_to_jagged
 
@@ -47,24 +48,22 @@ def pytorch_jagged_attention(
         return (q * 0 + k.sum() * 0 + v.sum() * 0).to(q.dtype)
 
     cdt = _compute_dtype(q.dtype)
-    device_type = q.device.type
-    with torch.autocast(device_type=device_type, enabled=False):
-        qp = jagged_to_padded(q.to(cdt), offs, max_len).transpose(1, 2)  # [B, H, N, D]
-        kp = jagged_to_padded(k.to(cdt), offs, max_len).transpose(1, 2)
-        vp = jagged_to_padded(v.to(cdt), offs, max_len).transpose(1, 2)
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        # Pad q, k, v in one go: [B, N, 3, H, D] -> three [B, H, N, D] views.
+        qkv = jagged_to_padded(torch.stack([q.to(cdt), k.to(cdt), v.to(cdt)], dim=1), offs, max_len)
+        qp, kp, vp = qkv.permute(2, 0, 3, 1, 4).unbind(0)
 
         lengths = (offs[1:] - offs[:-1]).to(q.device)
         idx = torch.arange(max_len, device=q.device)
-        mask = idx[None, None, :] < lengths[:, None, None]  # keys inside the sequence [B, 1, N]
+        key_ok = idx[None, None, :] < lengths[:, None, None]  # [B, 1, N]
         if causal:
-            mask = mask & (idx[None, None, :] <= idx[None, :, None])  # [B, N, N]
-        mask = mask[:, None]  # broadcast over heads
+            key_ok = key_ok & (idx[None, None, :] <= idx[None, :, None])  # [B, N, N]
+        # Padding query rows (and empty sequences) attend to every key: no fully masked row, so
+        # no NaN; their outputs are dropped by padded_to_jagged and get zero gradient, which
+        # makes their contribution to dk / dv exactly zero.
+        query_pad = idx[None, :, None] >= lengths[:, None, None]  # [B, N, 1]
+        mask = (key_ok | query_pad)[:, None]  # [B, 1, N or 1, N], True = attend
 
-        scores = torch.matmul(qp, kp.transpose(-1, -2)) * scale
-        # A finite fill keeps padded query rows (and empty sequences) NaN-free; those rows are
-        # dropped by padded_to_jagged, so their values never matter.
-        scores = scores.masked_fill(~mask, torch.finfo(cdt).min)
-        probs = torch.softmax(scores, dim=-1)
-        out = torch.matmul(probs, vp).transpose(1, 2)  # [B, N, H, D]
-        out = padded_to_jagged(out, offs)
+        out = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, scale=scale)
+        out = padded_to_jagged(out.transpose(1, 2), offs)  # [L_total, H, D]
     return out.to(q.dtype)

@@ -46,6 +46,21 @@ def test_reference_low_precision_dtypes(dtype):
     assert rel_err(out, ref) < (1e-5 if dtype == torch.float32 else 1e-2)
 
 
+def test_reference_float32_gradients():
+    offsets = make_offsets([5, 0, 23, 1, 40])
+    q, k, v = (t.requires_grad_() for t in random_qkv(int(offsets[-1]), 2, 32, torch.float32))
+    for causal in (False, True):
+        out = pytorch_jagged_attention(q, k, v, offsets, causal=causal)
+        g = torch.randn_like(out)
+        got = torch.autograd.grad(out, (q, k, v), g)
+        q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+        ref = naive_jagged_attention(q64, k64, v64, offsets, causal=causal)
+        want = torch.autograd.grad(ref, (q64, k64, v64), g.double())
+        assert rel_err(out, ref) < 1e-5
+        for a, b in zip(got, want, strict=True):
+            assert rel_err(a, b) < 1e-5
+
+
 def test_reference_gradcheck_float64():
     offsets = make_offsets([3, 0, 2, 1])
     q, k, v = (t.requires_grad_() for t in random_qkv(6, 2, 16, torch.float64))
