@@ -1,0 +1,280 @@
+"""Benchmark jagged attention against padded SDPA and torch.nested SDPA.
+
+Run: ``python bench/kernels.py`` (``--causal`` for causal attention, ``--write-results`` to
+replace this machine's ``## Kernels (GPU|CPU)`` section of ``bench/RESULTS.md``).
+
+* CUDA: the Triton kernels (``kernels.jagged_attention``), padded
+  ``F.scaled_dot_product_attention`` (same real tokens padded to the max length, boolean
+  key-padding mask) and ``torch.nested`` jagged-layout SDPA; B=256, H=4, D in {64, 128}, max
+  length in {256, 1024, 4096}, lengths uniform in [1, max] and [1, max/5], bf16.
+* CPU (no CUDA): the PyTorch reference path vs the same two baselines at small sizes (B=32, H=2,
+  D=32, max 64/256, fp32) so the script always runs; single-threaded by default (``--threads``),
+  as intra-op threads make timings erratic on small, shared machines.  The reference itself pads
+  and calls SDPA with a sequence mask, so its ratio to padded SDPA is the pad/unpad overhead.
+
+FLOPs count real tokens only: forward ``sum_i L_i^2 * H * D * 4`` (two matmuls, 2 FLOPs per
+multiply-add), halved when causal; backward is counted as 2.5x forward, so forward+backward is
+3.5x forward.  Timings cover the attention call only (padding/unpadding of the baselines' inputs
+is done outside the timed region).  "floor" is the padding-free floor: real FLOPs divided by the
+throughput of padded SDPA on a full batch (every sequence at max length), i.e. what a jagged kernel
+running at dense-SDPA efficiency would take.  "ratio" is time / time of the jagged kernel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+torch._logging.set_logs(all=logging.ERROR)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kernels import jagged_attention, jagged_to_padded  # noqa: E402
+
+warnings.filterwarnings("ignore")
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_fn(fn, device: torch.device, *, min_time: float, warmup: int = 2) -> float:
+    """Median seconds per call (CUDA events on GPU, perf_counter on CPU)."""
+    for _ in range(warmup):
+        fn()
+    _sync(device)
+    samples: list[float] = []
+    spent = 0.0
+    while spent < min_time or len(samples) < 3:
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize(device)
+            sec = start.elapsed_time(end) / 1e3
+        else:
+            t0 = time.perf_counter()
+            fn()
+            sec = time.perf_counter() - t0
+        samples.append(sec)
+        spent += sec
+        if len(samples) >= 200:
+            break
+    return statistics.median(samples)
+
+
+def make_lengths(batch: int, max_len: int, hi: int, gen: torch.Generator) -> torch.Tensor:
+    lengths = torch.randint(1, hi + 1, (batch,), generator=gen)
+    lengths[0] = max_len  # the padded baselines always pad to max_len
+    return lengths
+
+
+def attention_flops(lengths: torch.Tensor, heads: int, dim: int, causal: bool) -> float:
+    flops = float((lengths.double() ** 2).sum()) * heads * dim * 4
+    return flops / 2 if causal else flops
+
+
+class Case:
+    """Inputs of one configuration in the three layouts."""
+
+    def __init__(self, lengths, heads, dim, dtype, device, causal, gen):
+        self.lengths, self.heads, self.dim, self.causal = lengths, heads, dim, causal
+        self.device = device
+        self.max_len = int(lengths.max())
+        offsets = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
+        offsets[1:] = lengths.cumsum(0)
+        self.offsets = offsets.to(device)
+        total = int(offsets[-1])
+        base = [torch.randn(total, heads, dim, generator=gen).to(device, dtype) for _ in range(3)]
+        self.jagged = [t.clone().requires_grad_() for t in base]
+        self.grad_jagged = torch.randn(total, heads, dim, generator=gen).to(device, dtype)
+        # Padded [B, H, N, D] leaves, key-padding mask [B, 1, 1, N] (True = attend).
+        self.padded = [
+            jagged_to_padded(t, self.offsets, self.max_len).transpose(1, 2).contiguous().requires_grad_()
+            for t in base
+        ]
+        self.grad_padded = jagged_to_padded(self.grad_jagged, self.offsets, self.max_len).transpose(1, 2)
+        idx = torch.arange(self.max_len, device=device)
+        # Non-causal: key-padding mask [B, 1, 1, N] (True = attend).  Causal: with right padding
+        # the causal mask alone already hides padded keys from every real query, so use
+        # is_causal (the fast path) and no mask; padded query rows are ignored.
+        self.mask = None if causal else (idx[None, :] < lengths.to(device)[:, None])[:, None, None, :]
+        self.nested_values = [t.clone().requires_grad_() for t in base]
+
+    def run_jagged(self, backward: bool):
+        q, k, v = self.jagged
+        out = jagged_attention(q, k, v, self.offsets, causal=self.causal)
+        if backward:
+            out.backward(self.grad_jagged)
+        return out
+
+    def run_padded(self, backward: bool):
+        q, k, v = self.padded
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask, is_causal=self.causal)
+        if backward:
+            out.backward(self.grad_padded)
+        return out
+
+    def run_nested(self, backward: bool):
+        if self.causal:
+            raise NotImplementedError("torch.nested SDPA does not support is_causal=True")
+        q, k, v = (
+            torch.nested.nested_tensor_from_jagged(t, self.offsets).transpose(1, 2)
+            for t in self.nested_values
+        )
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        if backward:
+            grad = torch.nested.nested_tensor_from_jagged(self.grad_jagged, self.offsets).transpose(1, 2)
+            out.backward(grad)
+        return out
+
+
+def dense_throughput(batch, max_len, heads, dim, dtype, device, causal, min_time, gen) -> tuple[float, float]:
+    """FLOP/s of padded SDPA (no mask) on a full batch at max_len: (forward, forward+backward)."""
+    q, k, v = (
+        torch.randn(batch, heads, max_len, dim, generator=gen).to(device, dtype).requires_grad_()
+        for _ in range(3)
+    )
+    grad = torch.randn(batch, heads, max_len, dim, generator=gen).to(device, dtype)
+    flops = batch * max_len**2 * heads * dim * 4 / (2 if causal else 1)
+
+    def fwd():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    def fwd_bwd():
+        F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(grad)
+
+    t_f = time_fn(fwd, device, min_time=min_time)
+    t_fb = time_fn(fwd_bwd, device, min_time=min_time)
+    return flops / t_f, 3.5 * flops / t_fb
+
+
+def run(args) -> list[str]:
+    cuda = torch.cuda.is_available() and not args.cpu
+    device = torch.device("cuda" if cuda else "cpu")
+    if cuda:
+        batch, heads, dims, max_lens, dtype, min_time = (
+            256,
+            4,
+            (64, 128),
+            (256, 1024, 4096),
+            torch.bfloat16,
+            0.2,
+        )
+        impl_name = "triton jagged"
+    else:
+        batch, heads, dims, max_lens, dtype, min_time = 32, 2, (32,), (64, 256), torch.float32, 0.15
+        impl_name = "torch reference"
+    gen = torch.Generator().manual_seed(0)
+    lines = [
+        f"device: {torch.cuda.get_device_name(device) if cuda else platform.processor() or 'cpu'}; "
+        f"torch {torch.__version__}; B={batch}, H={heads}, {str(dtype).replace('torch.', '')}, "
+        f"causal={args.causal}; fwd+bwd FLOPs = 3.5x fwd; TFLOP/s on real tokens only"
+        + ("" if cuda else f"; torch threads={torch.get_num_threads()}, load average {_loadavg()}"),
+        "",
+        "| D | max len | lengths | impl | fwd ms | fwd TFLOP/s | fwd ratio | fwd+bwd ms | fwd+bwd TFLOP/s | fwd+bwd ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for dim in dims:
+        for max_len in max_lens:
+            dense_f, dense_fb = dense_throughput(
+                batch, max_len, heads, dim, dtype, device, args.causal, min_time, gen
+            )
+            for label, hi in (("U[1,max]", max_len), ("U[1,max/5]", max(1, max_len // 5))):
+                lengths = make_lengths(batch, max_len, hi, gen)
+                flops = attention_flops(lengths, heads, dim, args.causal)
+                case = Case(lengths, heads, dim, dtype, device, args.causal, gen)
+                results = {}
+                for name, fn in ((impl_name, case.run_jagged), ("padded SDPA", case.run_padded),
+                                 ("nested SDPA", case.run_nested)):  # fmt: skip
+                    try:
+                        t_f = time_fn(lambda fn=fn: fn(False), device, min_time=min_time)
+                        t_fb = time_fn(lambda fn=fn: fn(True), device, min_time=min_time)
+                    except Exception as exc:  # a baseline unsupported on this build/device
+                        print(f"  {name} skipped: {type(exc).__name__}: {exc}", file=sys.stderr)
+                        t_f = t_fb = float("nan")
+                    results[name] = (t_f, t_fb)
+                results["floor"] = (flops / dense_f, 3.5 * flops / dense_fb)
+                ref_f, ref_fb = results[impl_name]
+                for name, (t_f, t_fb) in results.items():
+                    lines.append(
+                        f"| {dim} | {max_len} | {label} | {name} | {t_f * 1e3:.3f} | {flops / t_f / 1e12:.4g} | "
+                        f"{t_f / ref_f:.2f} | {t_fb * 1e3:.3f} | {3.5 * flops / t_fb / 1e12:.4g} | {t_fb / ref_fb:.2f} |"
+                    )
+                print("\n".join(lines[-4:]) if len(lines) > 4 else "", file=sys.stderr, flush=True)
+                del case
+    return lines
+
+
+def _loadavg() -> str:
+    try:
+        return Path("/proc/loadavg").read_text().split()[0]
+    except OSError:
+        return "n/a"
+
+
+def machine_description(cuda: bool) -> str:
+    if cuda:
+        return f"GPU: {torch.cuda.get_device_name()}"
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        return "\n".join(lscpu.splitlines()[:10])
+    except (OSError, subprocess.SubprocessError):
+        return platform.platform()
+
+
+def write_section(heading: str, body: str) -> None:
+    """Add or replace ``heading``'s section (up to the next ``## `` heading) in RESULTS.md."""
+    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
+    lines = text.splitlines()
+    section = [heading, "", *body.rstrip().splitlines(), ""]
+    if heading in lines:
+        start = lines.index(heading)
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        lines[start:end] = section
+    else:
+        if lines and lines[-1].strip():
+            lines.append("")
+        lines.extend(section)
+    RESULTS.write_text("\n".join(lines).rstrip() + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--causal", action="store_true", help="benchmark causal attention")
+    parser.add_argument("--cpu", action="store_true", help="run the CPU comparison even if CUDA is present")
+    parser.add_argument("--write-results", action="store_true", help="update bench/RESULTS.md")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads for the CPU comparison (default 1)"
+    )
+    args = parser.parse_args()
+    cuda = torch.cuda.is_available() and not args.cpu
+    if not cuda:
+        torch.set_num_threads(args.threads)
+    t0 = time.perf_counter()
+    table = run(args)
+    print("\n".join(table))
+    print(f"\n(total {time.perf_counter() - t0:.1f} s)")
+    if args.write_results:
+        heading = "## Kernels (GPU)" if cuda else "## Kernels (CPU)"
+        body = ["Machine:", "", "```", machine_description(cuda), "```", "", *table]
+        if not cuda:
+            body += ["", "GPU: not lent in this session; run `python bench/kernels.py` on a CUDA machine."]
+        write_section(heading, "\n".join(body))
+
+
+if __name__ == "__main__":
+    main()
