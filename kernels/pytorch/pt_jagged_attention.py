@@ -53,17 +53,17 @@ def pytorch_jagged_attention(
         qkv = jagged_to_padded(torch.stack([q.to(cdt), k.to(cdt), v.to(cdt)], dim=1), offs, max_len)
         qp, kp, vp = qkv.permute(2, 0, 3, 1, 4).unbind(0)
 
-        lengths = (offs[1:] - offs[:-1]).to(q.device)
-        idx = torch.arange(max_len, device=q.device)
-        key_ok = idx[None, None, :] < lengths[:, None, None]  # [B, 1, N]
         if causal:
-            key_ok = key_ok & (idx[None, None, :] <= idx[None, :, None])  # [B, N, N]
-        # Padding query rows (and empty sequences) attend to every key: no fully masked row, so
-        # no NaN; their outputs are dropped by padded_to_jagged and get zero gradient, which
-        # makes their contribution to dk / dv exactly zero.
-        query_pad = idx[None, :, None] >= lengths[:, None, None]  # [B, N, 1]
-        mask = (key_ok | query_pad)[:, None]  # [B, 1, N or 1, N], True = attend
-
-        out = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, scale=scale)
+            # With right padding the causal mask alone hides padded keys from every real query.
+            mask = None
+        else:
+            lengths = (offs[1:] - offs[:-1]).to(q.device)
+            idx = torch.arange(max_len, device=q.device)
+            # Key-padding mask [B, 1, 1, N], True = attend; empty sequences attend to everything
+            # so that no row is fully masked (no NaN).
+            mask = ((idx[None, :] < lengths[:, None]) | (lengths[:, None] == 0))[:, None, None, :]
+        # Padding query rows get finite outputs that padded_to_jagged drops; their gradient is
+        # zero, so they add exactly nothing to dk / dv.
+        out = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, is_causal=causal, scale=scale)
         out = padded_to_jagged(out.transpose(1, 2), offs)  # [L_total, H, D]
     return out.to(q.dtype)
