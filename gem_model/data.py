@@ -1,0 +1,375 @@
+"""Batches from the `training_examples` Delta table: bounded memory, seeded shuffle, sharded, resumable.
+
+Reading: one lazy `pl.scan_delta` per day (Delta partition pruning on `date`, a filter on `surface`),
+streamed with `collect_batches` in chunks of `chunk_rows`. Histories are truncated to the most recent
+`max_len` entries in the scan (`list.tail`) and reach the model as Arrow list offsets + flat values:
+no padding anywhere. Chunks fill a shuffle buffer of at most `shuffle_buffer` rows (+ one chunk),
+which is permuted with a generator seeded by (seed, epoch) and cut into batches.
+
+Sharding: every rank reads the same deterministic stream and keeps global batch `g` when
+`g % world_size == rank`; a last incomplete round of batches is dropped so that all ranks take
+the same number of steps (DDP needs that). Only the kept batches are converted to tensors.
+
+Resuming: `position` counts the batches this rank has yielded in the current epoch; a new iterator
+skips that many (cheaply: skipped batches are never materialised).
+
+Loading happens in the main process (polars under `fork` can hang).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
+from functools import lru_cache
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from gem_model.config import FeaturesConfig, SurfacesConfig, load_features, load_surfaces
+from gem_model.paths import storage_options as env_storage_options
+from gem_model.paths import table_uri
+
+TASKS = ("click", "conversion")
+NULL_BUCKET = 0  # hashed ids land in 1..buckets-1; bucket 0 means null / missing
+
+# ------------------------------------------------------------------------------------------------
+# Hashing: deterministic across processes, platforms and library versions.
+
+
+def hash_int64(values: np.ndarray, buckets: int) -> np.ndarray:
+    """splitmix64 finaliser of int64 ids -> [1, buckets) (0 is reserved for null)."""
+    with np.errstate(over="ignore"):
+        z = np.asarray(values, dtype=np.int64).view(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z % np.uint64(buckets - 1)).astype(np.int64) + 1
+
+
+@lru_cache(maxsize=65536)
+def hash_string(value: str, buckets: int) -> int:
+    """blake2b-64 of the UTF-8 string -> [1, buckets)."""
+    h = int.from_bytes(hashlib.blake2b(value.encode(), digest_size=8).digest(), "little")
+    return h % (buckets - 1) + 1
+
+
+def hash_array(arr: pa.Array | pa.ChunkedArray, buckets: int) -> np.ndarray:
+    """Hash an Arrow int or string array into [0, buckets); nulls -> 0."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    if pa.types.is_integer(arr.type):
+        out = hash_int64(arr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), buckets)
+    else:
+        enc = pc.dictionary_encode(arr.cast(pa.large_string()) if not pa.types.is_dictionary(arr.type) else arr)
+        lut = np.array([hash_string(s, buckets) for s in enc.dictionary.to_pylist()] + [NULL_BUCKET], np.int64)
+        idx = enc.indices.fill_null(len(lut) - 1).to_numpy(zero_copy_only=False).astype(np.int64)
+        out = lut[idx]
+    if arr.null_count:
+        out[np.asarray(arr.is_null())] = NULL_BUCKET
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Batches.
+
+
+@dataclass
+class Batch:
+    """One batch of tensors. History is jagged: `offsets` [B+1] into flat `history[col]` [L_total]."""
+
+    dense: torch.Tensor  # [B, m] float32
+    sparse: torch.Tensor  # [B, n] int64, already hashed into each feature's table
+    offsets: torch.Tensor  # [B+1] int64, shared by every history column
+    history: dict[str, torch.Tensor]  # hist_* -> [L_total] (ids int64; seconds_before float32)
+    surface_idx: torch.Tensor  # [B] int64, index in surfaces.yaml order
+    labels: torch.Tensor  # [B, 2] float32 (click, conversion)
+    label_mask: torch.Tensor  # [B, 2] bool
+    request_ids: list[str]
+
+    def __len__(self) -> int:
+        return int(self.dense.shape[0])
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
+        kw = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, torch.Tensor):
+                v = v.to(device, non_blocking=non_blocking)
+            elif isinstance(v, dict):
+                v = {k: t.to(device, non_blocking=non_blocking) for k, t in v.items()}
+            kw[f.name] = v
+        return Batch(**kw)
+
+
+@dataclass
+class Chunk:
+    """The numpy form of a set of rows; `take` gathers rows, jagged columns included."""
+
+    dense: np.ndarray
+    sparse: np.ndarray
+    offsets: np.ndarray
+    history: dict[str, np.ndarray]
+    surface_idx: np.ndarray
+    labels: np.ndarray
+    label_mask: np.ndarray
+    request_ids: np.ndarray  # object array of str
+
+    def __len__(self) -> int:
+        return int(self.dense.shape[0])
+
+    def take(self, idx: np.ndarray) -> Chunk:
+        starts = self.offsets[idx]
+        lengths = self.offsets[idx + 1] - starts
+        new_off = np.zeros(len(idx) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=new_off[1:])
+        gather = np.repeat(starts - new_off[:-1], lengths) + np.arange(new_off[-1], dtype=np.int64)
+        return Chunk(
+            self.dense[idx],
+            self.sparse[idx],
+            new_off,
+            {k: v[gather] for k, v in self.history.items()},
+            self.surface_idx[idx],
+            self.labels[idx],
+            self.label_mask[idx],
+            self.request_ids[idx],
+        )
+
+    @staticmethod
+    def concat(chunks: Sequence[Chunk]) -> Chunk:
+        if len(chunks) == 1:
+            return chunks[0]
+        offs, base = [np.zeros(1, dtype=np.int64)], 0
+        for c in chunks:
+            offs.append(c.offsets[1:] + base)
+            base += int(c.offsets[-1])
+        return Chunk(
+            np.concatenate([c.dense for c in chunks]),
+            np.concatenate([c.sparse for c in chunks]),
+            np.concatenate(offs),
+            {k: np.concatenate([c.history[k] for c in chunks]) for k in chunks[0].history},
+            np.concatenate([c.surface_idx for c in chunks]),
+            np.concatenate([c.labels for c in chunks]),
+            np.concatenate([c.label_mask for c in chunks]),
+            np.concatenate([c.request_ids for c in chunks]),
+        )
+
+    def to_batch(self) -> Batch:
+        return Batch(
+            dense=torch.from_numpy(self.dense),
+            sparse=torch.from_numpy(self.sparse),
+            offsets=torch.from_numpy(self.offsets),
+            history={k: torch.from_numpy(v) for k, v in self.history.items()},
+            surface_idx=torch.from_numpy(self.surface_idx),
+            labels=torch.from_numpy(self.labels),
+            label_mask=torch.from_numpy(self.label_mask),
+            request_ids=self.request_ids.tolist(),
+        )
+
+
+class Encoder:
+    """Turns rows of `training_examples` into a `Chunk` following features.yaml and surfaces.yaml."""
+
+    def __init__(self, features: FeaturesConfig, surfaces: SurfacesConfig, max_len: int | None = None):
+        self.features = features
+        self.surfaces = surfaces
+        self.max_len = min(max_len or features.history.max_len, features.history.max_len)
+        self.surface_index = {s: i for i, s in enumerate(surfaces.names)}
+        self.has_conversion = np.array(["conversion" in s.tasks for s in surfaces.surfaces], dtype=bool)
+
+    @property
+    def columns(self) -> list[str]:
+        """The only columns ever read (never oracle columns, never timestamps of labels)."""
+        cols = ["request_id", "surface", "click", "conversion"]
+        cols += [f.name for f in self.features.dense] + [f.name for f in self.features.sparse]
+        cols += [c.name for c in self.features.history.columns]
+        return list(dict.fromkeys(cols))
+
+    def select(self, lf: pl.LazyFrame) -> pl.LazyFrame:
+        """Project the needed columns and keep the most recent `max_len` history entries."""
+        hist = [c.name for c in self.features.history.columns]
+        return lf.select(
+            [pl.col(c) for c in self.columns if c not in hist]
+            + [pl.col(c).list.tail(self.max_len) for c in hist]
+        )
+
+    def encode(self, df: pl.DataFrame) -> Chunk:
+        df = df.rechunk()
+        n = df.height
+        dense = np.zeros((n, len(self.features.dense)), dtype=np.float32)
+        for j, f in enumerate(self.features.dense):
+            x = df[f.name].cast(pl.Float64).fill_null(0.0).to_numpy()
+            if f.transform == "log1p":
+                x = np.log1p(np.clip(x, 0.0, None))
+            dense[:, j] = x
+        sparse = np.zeros((n, len(self.features.sparse)), dtype=np.int64)
+        for j, f in enumerate(self.features.sparse):
+            sparse[:, j] = hash_array(df[f.name].to_arrow(), f.buckets)
+
+        offsets = None
+        history: dict[str, np.ndarray] = {}
+        for c in self.features.history.columns:
+            arr = df[c.name].to_arrow()
+            if isinstance(arr, pa.ChunkedArray):
+                arr = arr.combine_chunks()
+            arr = arr.fill_null(pa.scalar([], type=arr.type)) if arr.null_count else arr
+            off = np.asarray(arr.offsets, dtype=np.int64)
+            off = off - off[0]
+            if offsets is None:
+                offsets = off
+            elif not np.array_equal(offsets, off):
+                raise ValueError(f"{c.name}: list lengths differ from the other history columns")
+            values = arr.flatten()
+            if c.source == "ts":
+                history[c.name] = values.fill_null(0.0).to_numpy(zero_copy_only=False).astype(np.float32)
+            else:
+                history[c.name] = hash_array(values, int(c.buckets or 2))
+        if offsets is None:
+            offsets = np.zeros(n + 1, dtype=np.int64)
+
+        surf = df["surface"].to_list()
+        surface_idx = np.fromiter((self.surface_index[s] for s in surf), dtype=np.int64, count=n)
+        click = df["click"].cast(pl.Float32)
+        conv = df["conversion"].cast(pl.Float32)
+        labels = np.stack([click.fill_null(0).to_numpy(), conv.fill_null(0).to_numpy()], 1).astype(np.float32)
+        mask = np.stack(
+            [click.is_not_null().to_numpy(), conv.is_not_null().to_numpy() & self.has_conversion[surface_idx]], 1
+        )
+        rids = np.asarray(df["request_id"].to_list(), dtype=object)
+        return Chunk(dense, sparse, offsets, history, surface_idx, labels, mask.astype(bool), rids)
+
+
+def _as_date(d: dt.date | str) -> dt.date:
+    return d if isinstance(d, dt.date) else dt.date.fromisoformat(str(d))
+
+
+def date_range(start: dt.date | str, end: dt.date | str) -> list[dt.date]:
+    s, e = _as_date(start), _as_date(end)
+    return [s + dt.timedelta(days=i) for i in range((e - s).days + 1)]
+
+
+class ExampleStream:
+    """An iterable over `Batch`es of `training_examples` for dates [start, end] and some surfaces."""
+
+    def __init__(
+        self,
+        start: dt.date | str,
+        end: dt.date | str | None = None,
+        surfaces: Sequence[str] | None = None,
+        *,
+        batch_size: int = 1024,
+        features: FeaturesConfig | None = None,
+        surfaces_config: SurfacesConfig | None = None,
+        uri: str | None = None,
+        storage_options: dict[str, str] | None = None,
+        shuffle: bool = True,
+        shuffle_buffer: int = 65536,
+        chunk_rows: int = 16384,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool | None = None,
+        max_len: int | None = None,
+    ):
+        self.features = features or load_features()
+        self.surfaces_config = surfaces_config or load_surfaces()
+        self.dates = date_range(start, end if end is not None else start)
+        self.surfaces = list(surfaces) if surfaces else list(self.surfaces_config.names)
+        unknown = set(self.surfaces) - set(self.surfaces_config.names)
+        if unknown:
+            raise ValueError(f"unknown surfaces {sorted(unknown)}; known: {self.surfaces_config.names}")
+        self.encoder = Encoder(self.features, self.surfaces_config, max_len)
+        self.uri = uri or table_uri("training_examples")
+        self.storage_options = storage_options if storage_options is not None else env_storage_options()
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.shuffle_buffer = max(shuffle_buffer, batch_size)
+        self.chunk_rows = chunk_rows
+        self.seed = seed
+        self.rank, self.world_size = rank, world_size
+        self.drop_last = shuffle if drop_last is None else drop_last
+        self.epoch = 0
+        self.position = 0  # batches yielded by this rank in the current epoch
+
+    # -- resumable position --------------------------------------------------------------------
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch, self.position = epoch, 0
+
+    # -- reading ---------------------------------------------------------------------------------
+    def _scan(self, day: dt.date) -> pl.LazyFrame:
+        lf = pl.scan_delta(self.uri, storage_options=self.storage_options)
+        lf = lf.filter(pl.col("date") == day, pl.col("surface").is_in(self.surfaces))
+        return self.encoder.select(lf)
+
+    def count_rows(self) -> int:
+        """Rows in the window (cheap: Delta pruning + parquet statistics)."""
+        total = 0
+        for d in self.dates:
+            total += int(self._scan(d).select(pl.len()).collect().item())
+        return total
+
+    def _chunks(self, rng: np.random.Generator) -> Iterator[Chunk]:
+        days = list(self.dates)
+        if self.shuffle:
+            days = [days[i] for i in rng.permutation(len(days))]
+        for d in days:
+            for df in self._scan(d).collect_batches(chunk_size=self.chunk_rows, maintain_order=True):
+                if df.height:
+                    yield self.encoder.encode(df)
+
+    def _global_batches(self) -> Iterator[tuple[Chunk, np.ndarray]]:
+        """(chunk, row indices) of every global batch of the epoch, in a seeded order."""
+        rng = np.random.default_rng([self.seed, self.epoch])
+        buf: list[Chunk] = []
+        rows = 0
+        for chunk in self._chunks(rng):
+            buf.append(chunk)
+            rows += len(chunk)
+            if rows >= self.shuffle_buffer:
+                pool = Chunk.concat(buf)
+                order = rng.permutation(len(pool)) if self.shuffle else np.arange(len(pool))
+                n_full = len(pool) // self.batch_size
+                for i in range(n_full):
+                    yield pool, order[i * self.batch_size : (i + 1) * self.batch_size]
+                rest = order[n_full * self.batch_size :]
+                buf = [pool.take(np.sort(rest))] if len(rest) else []
+                rows = len(rest)
+        if rows:
+            pool = Chunk.concat(buf)
+            order = rng.permutation(len(pool)) if self.shuffle else np.arange(len(pool))
+            for i in range(0, len(pool), self.batch_size):
+                idx = order[i : i + self.batch_size]
+                if len(idx) < self.batch_size and self.drop_last:
+                    break
+                yield pool, idx
+
+    def __iter__(self) -> Iterator[Batch]:
+        skip = self.position
+        mine = 0  # batches of this rank seen so far in the epoch
+        pending: tuple[Chunk, np.ndarray] | None = None
+        for g, (pool, idx) in enumerate(self._global_batches()):
+            if g % self.world_size == self.rank:
+                pending = (pool, idx)
+            if g % self.world_size == self.world_size - 1 or self.world_size == 1:
+                if pending is None:
+                    continue
+                pool, idx = pending
+                pending = None
+                mine += 1
+                if mine <= skip:
+                    continue
+                self.position = mine
+                yield pool.take(idx).to_batch()

@@ -1,0 +1,191 @@
+"""NE, AUC and calibration per surface and task, with the oracle's NE on the same rows.
+
+NE (normalised entropy) = mean log loss / entropy of the empirical positive rate: 1.0 is the base
+rate, lower is better, and the oracle's NE (the true probabilities of the simulator) is the floor.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+
+from gem_model.data import TASKS, Batch
+
+EPS = 1e-7
+
+
+def log_loss(y: np.ndarray, p: np.ndarray) -> float:
+    y = np.asarray(y, dtype=np.float64)
+    p = np.clip(np.asarray(p, dtype=np.float64), EPS, 1 - EPS)
+    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))) if len(y) else float("nan")
+
+
+def entropy(rate: float) -> float:
+    if rate <= 0.0 or rate >= 1.0:
+        return 0.0
+    return -(rate * math.log(rate) + (1 - rate) * math.log(1 - rate))
+
+
+def normalized_entropy(y: np.ndarray, p: np.ndarray) -> float:
+    """Log loss over the entropy of the empirical rate (nan when all labels are equal)."""
+    h = entropy(float(np.mean(y))) if len(y) else 0.0
+    return log_loss(y, p) / h if h > 0 else float("nan")
+
+
+def auc(y: np.ndarray, p: np.ndarray) -> float:
+    """Rank-based ROC AUC (Mann-Whitney U) with average ranks for ties; nan for one class only."""
+    y = np.asarray(y, dtype=np.float64)
+    p = np.asarray(p, dtype=np.float64)
+    n_pos = float(y.sum())
+    n_neg = float(len(y) - n_pos)
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    order = np.argsort(p, kind="mergesort")
+    ps = p[order]
+    ranks = np.empty(len(p), dtype=np.float64)
+    # average rank of each run of equal scores
+    boundaries = np.flatnonzero(np.diff(ps)) + 1
+    starts = np.concatenate([[0], boundaries])
+    ends = np.concatenate([boundaries, [len(ps)]])
+    avg = (starts + ends + 1) / 2.0  # 1-based average rank of the run
+    ranks[order] = np.repeat(avg, ends - starts)
+    return float((ranks[y == 1].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def calibration(y: np.ndarray, p: np.ndarray) -> float:
+    """Mean predicted / observed rate (1.0 is calibrated; nan without positives)."""
+    obs = float(np.mean(y)) if len(y) else 0.0
+    return float(np.mean(p)) / obs if obs > 0 else float("nan")
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def predict(
+    model: torch.nn.Module,
+    loader: Iterable[Batch],
+    *,
+    device: torch.device | str | None = None,
+    with_embeddings: bool = False,
+    amp_dtype: torch.dtype | None = None,
+) -> pl.DataFrame:
+    """One pass: request_id, surface_idx, labels, masks, p_click, p_conversion (+ embedding)."""
+    was_training = model.training
+    model.eval()
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    core = getattr(model, "module", model)
+    parts: dict[str, list[Any]] = {k: [] for k in ("request_id", "surface_idx", "y", "m", "p", "emb")}
+    for batch in loader:
+        batch = batch.to(device)
+        with torch.autocast(device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
+            logits, h = core.forward_with_summary(batch)
+        parts["request_id"].extend(batch.request_ids)
+        parts["surface_idx"].append(batch.surface_idx.cpu().numpy())
+        parts["y"].append(batch.labels.cpu().numpy())
+        parts["m"].append((batch.label_mask & core.task_allowed[batch.surface_idx]).cpu().numpy())
+        parts["p"].append(torch.sigmoid(logits.float()).cpu().numpy())
+        if with_embeddings:
+            parts["emb"].append(h.float().cpu().numpy())
+    model.train(was_training)
+    cat = {k: np.concatenate(v) if v else np.zeros((0, 2)) for k, v in parts.items() if k not in ("request_id",)}
+    surfaces = list(core.cfg.surfaces)
+    n = len(parts["request_id"])
+    cols: dict[str, Any] = {
+        "request_id": pl.Series(parts["request_id"], dtype=pl.String),
+        "surface": pl.Series([surfaces[i] for i in cat["surface_idx"].astype(int).tolist()] if n else [], dtype=pl.String),
+        "click": cat["y"][:, 0] if n else np.zeros(0),
+        "conversion": cat["y"][:, 1] if n else np.zeros(0),
+        "click_mask": cat["m"][:, 0].astype(bool) if n else np.zeros(0, bool),
+        "conversion_mask": cat["m"][:, 1].astype(bool) if n else np.zeros(0, bool),
+        "p_click": cat["p"][:, 0].astype(np.float64) if n else np.zeros(0),
+        "p_conversion": cat["p"][:, 1].astype(np.float64) if n else np.zeros(0),
+    }
+    if with_embeddings:
+        emb = cat["emb"] if n else np.zeros((0, core.cfg.summary_dim), np.float32)
+        cols["embedding"] = pl.Series(emb.astype(np.float32)).cast(pl.Array(pl.Float32, emb.shape[1]))
+    return pl.DataFrame(cols)
+
+
+def metric_rows(preds: pl.DataFrame, oracle_df: pl.DataFrame | None = None) -> list[dict[str, Any]]:
+    """Rows {surface, task, ne, auc, calibration, oracle_ne, gap, n, positives} from `predict` output."""
+    if oracle_df is not None and len(oracle_df):
+        orc = oracle_df.select(
+            "request_id",
+            pl.col("p_click").alias("oracle_click"),
+            pl.col("p_conversion").alias("oracle_conversion"),
+        ).unique("request_id", keep="first")
+        preds = preds.join(orc, on="request_id", how="left")
+    rows = []
+    for surface in sorted(preds["surface"].unique().to_list()):
+        sub = preds.filter(pl.col("surface") == surface)
+        for task in TASKS:
+            s = sub.filter(pl.col(f"{task}_mask"))
+            if s.height == 0:
+                continue
+            y = s[task].to_numpy()
+            p = s[f"p_{task}"].to_numpy()
+            row: dict[str, Any] = {
+                "surface": surface,
+                "task": task,
+                "ne": normalized_entropy(y, p),
+                "auc": auc(y, p),
+                "calibration": calibration(y, p),
+                "oracle_ne": None,
+                "gap": None,
+                "n": int(s.height),
+                "positives": int(y.sum()),
+            }
+            col = f"oracle_{task}"
+            if col in s.columns:
+                ok = s.filter(pl.col(col).is_not_null())
+                if ok.height == s.height and ok.height:
+                    o_ne = normalized_entropy(ok[task].to_numpy(), ok[col].to_numpy())
+                    row["oracle_ne"] = o_ne
+                    if o_ne and math.isfinite(o_ne) and math.isfinite(row["ne"]):
+                        row["gap"] = row["ne"] / o_ne - 1.0
+            rows.append(row)
+    return rows
+
+
+def evaluate(
+    model: torch.nn.Module,
+    loader: Iterable[Batch],
+    oracle_df: pl.DataFrame | None = None,
+    *,
+    device: torch.device | str | None = None,
+) -> list[dict[str, Any]]:
+    """Per (surface, task): {surface, task, ne, auc, calibration, oracle_ne, gap, n, positives}.
+
+    `oracle_df` has request_id, p_click, p_conversion (e.g. `read_oracle(...)`); rows without an
+    oracle probability leave oracle_ne None.
+    """
+    return metric_rows(predict(model, loader, device=device), oracle_df)
+
+
+def read_oracle(
+    dates: Iterable[Any], surfaces: Iterable[str] | None = None, *, uri: str | None = None,
+    storage_options: dict[str, str] | None = None,
+) -> pl.DataFrame:
+    """The oracle rows of some days (evaluation only; models never read this table)."""
+    import datetime as dt
+
+    from gem_model.paths import storage_options as env_so
+    from gem_model.paths import table_uri
+
+    days = [d if isinstance(d, dt.date) else dt.date.fromisoformat(str(d)) for d in dates]
+    lf = pl.scan_delta(uri or table_uri("oracle"), storage_options=storage_options or env_so())
+    lf = lf.filter(pl.col("date").is_in(days))
+    if surfaces is not None:
+        lf = lf.filter(pl.col("surface").is_in(list(surfaces)))
+    return lf.select("request_id", "surface", "p_click", "p_conversion").collect()
+
+
+def mean_ne(rows: list[dict[str, Any]], task: str | None = "click") -> float:
+    vals = [r["ne"] for r in rows if (task is None or r["task"] == task) and math.isfinite(r["ne"])]
+    return float(np.mean(vals)) if vals else float("nan")

@@ -1,0 +1,113 @@
+"""GEMConfig: the model's arguments as plain data (checkpoints carry `to_dict()`, never the dataclass)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from gem_model.config import FeaturesConfig, SurfacesConfig, load_features, load_surfaces
+
+SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
+
+
+@dataclass
+class GEMConfig:
+    # -- trunk dimensions -----------------------------------------------------------------------
+    d_model: int = 32  # width of every token (embedding dim of every table)
+    n_blocks: int = 2  # InterFormer blocks
+    n_heads: int = 2  # attention heads; d_model / n_heads must be in {16, 32, 64, 128}
+    wukong_layers: int = 1  # Wukong layers in each interaction arch
+    wukong_k: int = 8  # columns of the learnable projection Y [n, k] in the FMB
+    wukong_hidden: int = 128  # FMB MLP width
+    wukong_fm_frac: float = 0.5  # n_F = round(frac * n_tokens), n_L = n_tokens - n_F
+    n_sum: int = 4  # X_sum tokens (gated linear compression of the non-sequence tokens)
+    n_cls: int = 2  # CLS tokens prepended to every sequence (>= 1: keeps empty histories defined)
+    n_pma: int = 2  # PMA seed tokens (pooling by multi-head attention)
+    n_recent: int = 4  # most recent sequence tokens copied into S_sum
+    ffn_mult: int = 2  # personalised-FFN expansion
+    time_buckets: int = 32  # log2 buckets of seconds_before for the time-gap encoding
+    summary_dim: int = 64  # the pooled representation the heads (and distillation) read
+    head_hidden: int = 128  # width of the MLP that produces the summary
+    dropout: float = 0.0
+    attention: str = "jagged"  # jagged (kernels.jagged_attention) | padded (SDPA over a padded batch)
+    max_hist_len: int | None = None  # None: features.yaml history.max_len (never longer)
+
+    # -- from the specs (filled by `from_specs`; carried in checkpoints) -------------------------
+    dense_features: list[str] = field(default_factory=list)
+    sparse_features: list[list[str]] = field(default_factory=list)  # [name, table]
+    history_columns: list[list[str]] = field(default_factory=list)  # [name, source, table or ""]
+    tables: dict[str, int] = field(default_factory=dict)  # table -> rows
+    surfaces: list[str] = field(default_factory=list)  # surfaces.yaml order = head order
+    surface_tasks: list[list[str]] = field(default_factory=list)
+    surface_loss_weights: dict[str, float] = field(default_factory=dict)  # default 1.0
+    task_loss_weights: dict[str, float] = field(default_factory=lambda: {"click": 1.0, "conversion": 1.0})
+    hist_max_len: int = 64
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads or self.d_model // self.n_heads not in SUPPORTED_HEAD_DIMS:
+            raise ValueError(
+                f"d_model/n_heads = {self.d_model}/{self.n_heads} must be one of {SUPPORTED_HEAD_DIMS}"
+            )
+        if self.n_cls < 1:
+            raise ValueError("n_cls must be >= 1")
+        if self.attention not in ("jagged", "padded"):
+            raise ValueError(f"attention must be 'jagged' or 'padded', not {self.attention!r}")
+
+    @property
+    def n_tokens(self) -> int:
+        """Non-sequence tokens: one per sparse feature + one dense token."""
+        return len(self.sparse_features) + 1
+
+    @property
+    def n_seq_summary(self) -> int:
+        return self.n_cls + self.n_pma + self.n_recent
+
+    @property
+    def seq_len(self) -> int:
+        return min(self.max_hist_len or self.hist_max_len, self.hist_max_len)
+
+    @classmethod
+    def from_specs(
+        cls,
+        dims: dict[str, Any] | None = None,
+        *,
+        features: FeaturesConfig | None = None,
+        surfaces: SurfacesConfig | None = None,
+        surface_names: list[str] | None = None,
+    ) -> GEMConfig:
+        """Model dims (a preset's `model:` mapping) + features.yaml + surfaces.yaml."""
+        features = features or load_features()
+        surfaces = surfaces or load_surfaces()
+        known = {f.name for f in dataclasses.fields(cls)}
+        dims = {k: v for k, v in (dims or {}).items() if k in known}
+        names = surfaces.names
+        return cls(
+            **{
+                **dims,
+                "dense_features": [f.name for f in features.dense],
+                "sparse_features": [[f.name, f.table] for f in features.sparse],
+                "history_columns": [[c.name, c.source, c.table or ""] for c in features.history.columns],
+                "tables": dict(features.tables),
+                "surfaces": names,
+                "surface_tasks": [list(surfaces.get(n).tasks) for n in names],
+                "surface_loss_weights": {
+                    n: float(dims.get("surface_loss_weights", {}).get(n, 1.0))
+                    if surface_names is None or n in surface_names
+                    else 0.0
+                    for n in names
+                },
+                "hist_max_len": features.history.max_len,
+            }
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> GEMConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown GEMConfig fields {sorted(unknown)}")
+        return cls(**d)

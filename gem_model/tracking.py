@@ -1,0 +1,144 @@
+"""A tiny Weights & Biases wrapper: offline under $GEM_HOME/wandb by default, online with
+WANDB_API_KEY, a no-op with WANDB_MODE=disabled (unit tests). wandb is imported lazily."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from gem_model.paths import gem_home
+
+_SECRET = re.compile(r"(key|token|secret|password|credential|auth)", re.I)
+
+
+def scrub(obj: Any) -> Any:
+    """Drop anything whose key looks like a secret (config never carries credentials to W&B)."""
+    if isinstance(obj, dict):
+        return {k: ("<redacted>" if _SECRET.search(str(k)) else scrub(v)) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [scrub(v) for v in obj]
+    return obj
+
+
+def wandb_mode() -> str:
+    mode = os.environ.get("WANDB_MODE", "").strip().lower()
+    if mode in ("disabled", "offline", "online"):
+        return mode
+    if mode == "dryrun":
+        return "offline"
+    return "online" if os.environ.get("WANDB_API_KEY") else "offline"
+
+
+def wandb_dirs(home: Path | None = None) -> dict[str, str]:
+    base = (home or gem_home()) / "wandb"
+    dirs = {
+        "WANDB_DIR": base,
+        "WANDB_DATA_DIR": base / "data",
+        "WANDB_CACHE_DIR": base / "cache",
+        "WANDB_ARTIFACT_DIR": base / "artifacts",
+    }
+    for d in dirs.values():
+        d.mkdir(parents=True, exist_ok=True)
+    return {k: str(v) for k, v in dirs.items()}
+
+
+class Tracker:
+    """One W&B run (or nothing when disabled). `info()` is what goes into Dagster metadata."""
+
+    def __init__(
+        self,
+        *,
+        project: str = "gem",
+        name: str | None = None,
+        group: str | None = None,
+        job_type: str | None = None,
+        config: dict[str, Any] | None = None,
+        tags: list[str] | None = None,
+        mode: str | None = None,
+    ):
+        self.mode = mode or wandb_mode()
+        self.project, self.group, self.name = project, group, name
+        self._run: Any = None
+        if self.mode == "disabled":
+            return
+        for k, v in wandb_dirs().items():
+            os.environ.setdefault(k, v)
+        import wandb  # lazy: importing wandb costs seconds
+
+        self._run = wandb.init(
+            project=project,
+            name=name,
+            group=group,
+            job_type=job_type,
+            config=scrub(config or {}),
+            tags=tags,
+            mode=self.mode,
+            dir=os.environ["WANDB_DIR"],
+            reinit="finish_previous",
+            settings=wandb.Settings(silent=True, console="off"),
+        )
+
+    @property
+    def enabled(self) -> bool:
+        return self._run is not None
+
+    @property
+    def run_id(self) -> str | None:
+        return self._run.id if self._run is not None else None
+
+    @property
+    def run_dir(self) -> str | None:
+        return str(Path(self._run.dir).parent) if self._run is not None else None
+
+    @property
+    def url(self) -> str | None:
+        if self._run is None or self.mode != "online":
+            return None
+        return self._run.url
+
+    def info(self) -> dict[str, Any]:
+        return {"mode": self.mode, "project": self.project, "group": self.group,
+                "run_id": self.run_id, "run_dir": self.run_dir, "url": self.url}
+
+    def log(self, data: dict[str, Any], step: int | None = None) -> None:
+        if self._run is not None:
+            self._run.log(data, step=step)
+
+    def log_metric_rows(self, rows: list[dict[str, Any]], prefix: str = "eval", step: int | None = None) -> None:
+        flat: dict[str, Any] = {}
+        for r in rows:
+            for k in ("ne", "auc", "calibration", "oracle_ne", "gap"):
+                if r.get(k) is not None:
+                    flat[f"{prefix}/{r['surface']}/{r['task']}/{k}"] = r[k]
+        self.log(flat, step=step)
+
+    def summary(self, data: dict[str, Any]) -> None:
+        if self._run is not None:
+            for k, v in data.items():
+                self._run.summary[k] = v
+
+    def log_artifact(self, path: str | Path, name: str, type: str = "model", metadata: dict[str, Any] | None = None) -> None:
+        if self._run is None:
+            return
+        import wandb
+
+        art = wandb.Artifact(re.sub(r"[^A-Za-z0-9_.-]", "-", name), type=type, metadata=scrub(metadata or {}))
+        path = Path(path)
+        if path.is_dir():
+            art.add_dir(str(path))
+        else:
+            art.add_file(str(path))
+        self._run.log_artifact(art)
+
+    def finish(self) -> None:
+        if self._run is not None:
+            self._run.finish()
+            self._run = None
+
+    def __enter__(self) -> Tracker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.finish()

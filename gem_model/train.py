@@ -1,0 +1,499 @@
+"""Train GEM: a library function, a CLI, and a torchrun entry point.
+
+    python -m gem_model.train --config run.yaml [--resume]
+    torchrun --nproc_per_node 2 -m gem_model.train --config run.yaml
+
+The config is a plain dict (JSON or YAML file):
+
+    preset: small                 # assets/models/<preset>.yaml, or a path to such a file
+    model: {d_model: 64}          # overrides of the preset's model dims
+    train: {epochs: 2}            # overrides of the preset's training hyperparameters
+    data:
+      train: [2026-11-02, 2026-11-04]   # inclusive date range
+      valid: 2026-11-06           # model selection / early stopping (optional)
+      eval: 2026-11-07            # final metrics, with the oracle when present (optional)
+      surfaces: null              # null = every surface of surfaces.yaml
+      lake: null                  # lake root (default GEM_LAKE_URI or $GEM_HOME/lake)
+    seed: 0
+    device: auto                  # auto | cpu | cuda
+    out_dir: /path/to/run         # checkpoint.pt, best.pt, model.pt, metrics.json, config.json
+    tracking: {project: gem, group: null, name: null, job_type: train}
+
+Under torchrun (WORLD_SIZE > 1) the model is wrapped in DDP (gloo on CPU, NCCL on GPU); every rank
+reads its shard of the stream; rank 0 alone logs, checkpoints and writes files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime as dt
+import json
+import math
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as torch_dist
+import yaml
+
+from gem_model.config import ASSETS_DIR, FeaturesConfig, SurfacesConfig, load_features, load_surfaces
+from gem_model.data import ExampleStream
+from gem_model.metrics import metric_rows, predict, read_oracle
+from gem_model.models import GEM, GEMConfig
+from gem_model.optim import RowWiseAdagrad
+from gem_model.paths import gem_home, storage_options, table_uri
+from gem_model.tracking import Tracker
+
+CHECKPOINT = "checkpoint.pt"  # full resumable state, rewritten every `checkpoint_every` steps
+BEST = "best.pt"  # weights of the best validation score so far
+MODEL = "model.pt"  # the selected model: what downstream assets load
+DEFAULT_TRAIN: dict[str, Any] = {
+    "batch_size": 1024,
+    "eval_batch_size": 4096,
+    "lr": 0.004,
+    "emb_lr": 0.05,
+    "weight_decay": 0.0,
+    "epochs": 1,
+    "max_steps": None,
+    "warmup_steps": 20,
+    "min_lr_frac": 0.1,
+    "grad_clip": 1.0,
+    "checkpoint_every": 100,
+    "log_every": 20,
+    "eval_every": None,
+    "patience": 1,
+    "shuffle_buffer": 65536,
+    "chunk_rows": 16384,
+    "compile": False,
+    "torch_threads": None,
+    "fail_at_step": None,  # tests: raise after this step (after its checkpoint, if any)
+    "dump_rank_weights": False,  # tests: write rank<r>.pt with each rank's final weights
+}
+
+
+# ------------------------------------------------------------------------------------------------
+# Config
+
+
+def load_preset(preset: str | Path) -> dict[str, Any]:
+    """assets/models/<name>.yaml (or a path) -> {"model": {...}, "train": {...}}."""
+    path = Path(preset)
+    if not path.suffix:
+        path = ASSETS_DIR / "models" / f"{preset}.yaml"
+    raw = yaml.safe_load(path.read_text()) or {}
+    return {"model": dict(raw.get("model") or {}), "train": dict(raw.get("train") or {})}
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    text = Path(path).read_text()
+    return json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
+
+
+def _iso(d: Any) -> str | None:
+    return None if d is None else (d.isoformat() if isinstance(d, dt.date) else str(d))
+
+
+def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Preset + overrides -> a complete plain dict (what config.json and checkpoints carry)."""
+    config = copy.deepcopy(config)
+    preset = load_preset(config.get("preset", "tiny")) if config.get("preset", "tiny") else {"model": {}, "train": {}}
+    data = dict(config.get("data") or {})
+    if "train" not in data:
+        raise ValueError("config.data.train = [first_date, last_date] is required")
+    train_range = data["train"]
+    if isinstance(train_range, str | dt.date):
+        train_range = [train_range, train_range]
+    out = {
+        "preset": str(config.get("preset", "tiny")),
+        "model": {**preset["model"], **(config.get("model") or {})},
+        "train": {**DEFAULT_TRAIN, **preset["train"], **(config.get("train") or {})},
+        "data": {
+            "train": [_iso(train_range[0]), _iso(train_range[1])],
+            "valid": _iso(data.get("valid")),
+            "eval": _iso(data.get("eval")),
+            "surfaces": list(data["surfaces"]) if data.get("surfaces") else None,
+            "lake": data.get("lake"),
+            "oracle": bool(data.get("oracle", True)),
+        },
+        "seed": int(config.get("seed", 0)),
+        "device": str(config.get("device", "auto")),
+        "out_dir": str(config["out_dir"]) if config.get("out_dir") else None,
+        "tracking": {"project": "gem", "group": None, "name": None, "job_type": "train", **(config.get("tracking") or {})},
+    }
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Distributed / device helpers
+
+
+def dist_env() -> tuple[int, int, int]:
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
+
+
+def pick_device(name: str, local_rank: int = 0) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("device 'cuda' requested but torch.cuda.is_available() is False")
+        return torch.device("cuda", local_rank)
+    return torch.device(name)
+
+
+def _rng_state() -> dict[str, torch.Tensor]:
+    """RNG states as tensors only (so checkpoints load with weights_only=True)."""
+    np_state = np.random.get_state()
+    py_state = random.getstate()
+    out = {
+        "torch": torch.get_rng_state(),
+        "numpy_keys": torch.from_numpy(np_state[1].astype(np.int64)),
+        "numpy_meta": torch.tensor([np_state[2], np_state[3]], dtype=torch.int64),
+        "numpy_gauss": torch.tensor([np_state[4]], dtype=torch.float64),
+        "python": torch.tensor(list(py_state[1]), dtype=torch.int64),
+        "python_version": torch.tensor([py_state[0]], dtype=torch.int64),
+    }
+    if torch.cuda.is_available():
+        out["cuda"] = torch.cuda.get_rng_state()
+    return out
+
+
+def _set_rng_state(s: dict[str, torch.Tensor]) -> None:
+    torch.set_rng_state(s["torch"])
+    meta = s["numpy_meta"].tolist()
+    np.random.set_state(("MT19937", s["numpy_keys"].numpy().astype(np.uint32), meta[0], meta[1], float(s["numpy_gauss"][0])))
+    random.setstate((int(s["python_version"][0]), tuple(int(x) for x in s["python"].tolist()), None))
+    if "cuda" in s and torch.cuda.is_available():
+        torch.cuda.set_rng_state(s["cuda"])
+
+
+def atomic_save(obj: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def atomic_write_json(obj: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=2, default=str, allow_nan=True))
+    os.replace(tmp, path)
+
+
+def warm_start(model: torch.nn.Module, source: str | Path) -> dict[str, int]:
+    """Copy every tensor of a checkpoint whose name and shape match; returns counts."""
+    path = Path(source)
+    if path.is_dir():
+        path = path / MODEL if (path / MODEL).exists() else path / CHECKPOINT
+    state = torch.load(path, map_location="cpu", weights_only=True)["model"]
+    own = model.state_dict()
+    loaded = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
+    model.load_state_dict(loaded, strict=False)
+    return {"loaded": len(loaded), "skipped": len(own) - len(loaded)}
+
+
+def lr_factor(step: int, warmup: int, total: int, min_frac: float) -> float:
+    """Linear warmup, then cosine decay to min_frac at `total`."""
+    if warmup and step < warmup:
+        return (step + 1) / warmup
+    if total <= warmup:
+        return 1.0
+    t = min(1.0, (step - warmup) / max(1, total - warmup))
+    return min_frac + (1 - min_frac) * 0.5 * (1 + math.cos(math.pi * t))
+
+
+def _score(rows: list[dict[str, Any]]) -> float:
+    """Model-selection score: mean NE over the (surface, task) pairs with positives (lower is better)."""
+    vals = [r["ne"] for r in rows if r["positives"] > 0 and math.isfinite(r["ne"])]
+    return float(np.mean(vals)) if vals else float("inf")
+
+
+def _say(rank: int, msg: str) -> None:
+    if rank == 0:
+        print(f"[gem_model.train] {msg}", flush=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# The training loop
+
+
+def train(
+    config: dict[str, Any],
+    *,
+    out_dir: str | Path | None = None,
+    resume: bool = False,
+    init_from: str | Path | None = None,
+    tracker: Tracker | None = None,
+    features: FeaturesConfig | None = None,
+    surfaces: SurfacesConfig | None = None,
+) -> dict[str, Any]:
+    """Train (or resume) one GEM model; returns the summary that is also written to metrics.json."""
+    cfg = resolve_config({**config, **({"out_dir": str(out_dir)} if out_dir is not None else {})})
+    if not cfg["out_dir"]:
+        raise ValueError("out_dir is required (argument or config.out_dir)")
+    out = Path(cfg["out_dir"])
+    tcfg, dcfg = cfg["train"], cfg["data"]
+    features = features or load_features()
+    surfaces = surfaces or load_surfaces()
+
+    rank, world, local_rank = dist_env()
+    device = pick_device(cfg["device"], local_rank)
+    own_pg = False
+    if world > 1 and not torch_dist.is_initialized():
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        torch_dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        own_pg = True
+    if tcfg["torch_threads"]:
+        torch.set_num_threads(int(tcfg["torch_threads"]))
+    elif world > 1 and device.type == "cpu":
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", world))))
+
+    seed = cfg["seed"]
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+
+    # -- model ------------------------------------------------------------------------------------
+    mcfg = GEMConfig.from_specs(cfg["model"], features=features, surfaces=surfaces, surface_names=dcfg["surfaces"])
+    model = GEM(mcfg).to(device)
+    warm = warm_start(model, init_from) if init_from else None
+    core = model
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    fwd = model
+    if tcfg["compile"]:
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(gem_home() / "torch_compile_cache"))
+        fwd = torch.compile(model, dynamic=True)
+
+    opt_dense = torch.optim.AdamW(core.dense_parameters(), lr=tcfg["lr"], weight_decay=tcfg["weight_decay"], betas=(0.9, 0.98))
+    opt_emb = RowWiseAdagrad(core.embedding_parameters(), lr=tcfg["emb_lr"])
+    amp = device.type == "cuda"
+
+    # -- data ---------------------------------------------------------------------------------------
+    lake = dcfg["lake"]
+    uri = table_uri("training_examples", lake) if lake else table_uri("training_examples")
+    so = storage_options()
+    common = {"features": features, "surfaces_config": surfaces, "uri": uri, "storage_options": so,
+              "max_len": mcfg.seq_len, "chunk_rows": tcfg["chunk_rows"]}
+    stream = ExampleStream(dcfg["train"][0], dcfg["train"][1], dcfg["surfaces"], batch_size=tcfg["batch_size"],
+                           shuffle=True, shuffle_buffer=tcfg["shuffle_buffer"], seed=seed, rank=rank,
+                           world_size=world, **common)
+
+    def eval_stream(day: str) -> ExampleStream:
+        return ExampleStream(day, day, dcfg["surfaces"], batch_size=tcfg["eval_batch_size"], shuffle=False, **common)
+
+    if tcfg["max_steps"]:
+        total_steps = int(tcfg["max_steps"])
+    else:
+        per_epoch = stream.count_rows() // (tcfg["batch_size"] * world)
+        total_steps = max(1, per_epoch * int(tcfg["epochs"]))
+
+    # -- state (fresh or resumed) -------------------------------------------------------------------
+    step, epoch = 0, 0
+    best: dict[str, Any] = {"score": float("inf"), "step": -1, "evals_since": 0, "rows": []}
+    loss_curve: list[list[float]] = []
+    valid_history: list[list[float]] = []
+    resumed_from = None
+    ckpt_path = out / CHECKPOINT
+    if resume and ckpt_path.exists():
+        ck = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+        core.load_state_dict(ck["model"])
+        opt_dense.load_state_dict(ck["opt_dense"])
+        opt_emb.load_state_dict(ck["opt_emb"])
+        step, epoch = int(ck["step"]), int(ck["epoch"])
+        stream.load_state_dict({"epoch": epoch, "position": int(ck["data_position"])})
+        _set_rng_state(ck["rng"])
+        best = json.loads(ck["best"])
+        loss_curve = ck["loss_curve"].tolist()
+        valid_history = ck["valid_history"].tolist()
+        resumed_from = step
+        _say(rank, f"resumed from {ckpt_path} at step {step} (epoch {epoch}, batch {ck['data_position']})")
+    else:
+        stream.set_epoch(0)
+
+    if tracker is None and rank == 0:
+        tr = cfg["tracking"]
+        tracker = Tracker(project=tr["project"], name=tr["name"], group=tr["group"], job_type=tr["job_type"], config=cfg)
+        own_tracker = True
+    else:
+        own_tracker = False
+
+    def state_dict_ckpt() -> dict[str, Any]:
+        return {
+            "model": core.state_dict(),
+            "opt_dense": opt_dense.state_dict(),
+            "opt_emb": opt_emb.state_dict(),
+            "step": step,
+            "epoch": stream.epoch,
+            "data_position": stream.position,
+            "rng": _rng_state(),
+            "best": json.dumps(best),
+            "loss_curve": torch.tensor(loss_curve, dtype=torch.float64).reshape(-1, 2),
+            "valid_history": torch.tensor(valid_history, dtype=torch.float64).reshape(-1, 2),
+            "config": cfg,
+            "model_config": mcfg.to_dict(),
+        }
+
+    def validate() -> None:
+        if not dcfg["valid"]:
+            return
+        rows = metric_rows(predict(core, eval_stream(dcfg["valid"]), device=device,
+                                   amp_dtype=torch.bfloat16 if amp else None))
+        score = _score(rows)
+        valid_history.append([float(step), score])
+        if tracker is not None:
+            tracker.log({"valid/mean_ne": score}, step=step)
+            tracker.log_metric_rows(rows, "valid", step=step)
+        if score < best["score"]:
+            best.update(score=score, step=step, evals_since=0, rows=rows)
+            if rank == 0:
+                atomic_save({"model": core.state_dict(), "model_config": mcfg.to_dict(), "config": cfg, "step": step}, out / BEST)
+        else:
+            best["evals_since"] += 1
+        _say(rank, f"valid step {step}: mean NE {score:.4f} (best {best['score']:.4f} at step {best['step']})")
+
+    # -- loop -----------------------------------------------------------------------------------------
+    model.train()
+    t_train, n_samples, stop = 0.0, 0, False
+    log_loss_sum, log_n = 0.0, 0
+    epochs = int(tcfg["epochs"]) if not tcfg["max_steps"] else 10**9
+    t0 = time.perf_counter()
+    _say(rank, f"{core.param_counts()} params; {total_steps} steps; device {device}; world {world}")
+    while epoch < epochs and not stop and step < total_steps:
+        tick = time.perf_counter()
+        for batch in stream:
+            batch = batch.to(device, non_blocking=True)
+            f = lr_factor(step, int(tcfg["warmup_steps"]), total_steps, float(tcfg["min_lr_frac"]))
+            for g in opt_dense.param_groups:
+                g["lr"] = tcfg["lr"] * f
+            for g in opt_emb.param_groups:
+                g["lr"] = tcfg["emb_lr"] * f
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+                logits = fwd(batch)
+            loss, parts = core.loss(logits, batch)
+            opt_dense.zero_grad(set_to_none=True)
+            opt_emb.zero_grad(set_to_none=True)
+            loss.backward()
+            if tcfg["grad_clip"]:
+                torch.nn.utils.clip_grad_norm_(core.dense_parameters(), float(tcfg["grad_clip"]))
+            opt_dense.step()
+            opt_emb.step()
+            step += 1
+            n_samples += len(batch) * world
+            log_loss_sum += float(loss.detach())
+            log_n += 1
+            if step % int(tcfg["log_every"]) == 0 or step == total_steps:
+                t_train += time.perf_counter() - tick
+                tick = time.perf_counter()
+                avg = log_loss_sum / max(1, log_n)
+                loss_curve.append([float(step), avg])
+                sps = n_samples / max(t_train, 1e-9)
+                _say(rank, f"step {step}/{total_steps} epoch {stream.epoch} loss {avg:.4f} lr {tcfg['lr'] * f:.2e} {sps:,.0f} samples/s")
+                if tracker is not None:
+                    tracker.log({"train/loss": avg, "train/lr": tcfg["lr"] * f, "train/samples_per_s": sps,
+                                 **{f"train/loss_{k}": float(v) for k, v in parts.items()}}, step=step)
+                log_loss_sum, log_n = 0.0, 0
+            if tcfg["eval_every"] and step % int(tcfg["eval_every"]) == 0:
+                t_train += time.perf_counter() - tick
+                validate()
+                tick = time.perf_counter()
+            if step % int(tcfg["checkpoint_every"]) == 0 and rank == 0:
+                atomic_save(state_dict_ckpt(), ckpt_path)
+            if tcfg["fail_at_step"] and step == int(tcfg["fail_at_step"]):
+                raise RuntimeError(f"simulated failure at step {step} (train.fail_at_step)")
+            if step >= total_steps or (best["evals_since"] > int(tcfg["patience"])):
+                stop = True
+                break
+        t_train += time.perf_counter() - tick
+        if stop:
+            break
+        epoch += 1
+        if not tcfg["eval_every"]:
+            validate()
+            if best["evals_since"] > int(tcfg["patience"]):
+                _say(rank, f"early stopping after epoch {epoch}")
+                stop = True
+        stream.set_epoch(epoch)
+        if rank == 0:
+            atomic_save(state_dict_ckpt(), ckpt_path)
+    if dcfg["valid"] and (not valid_history or valid_history[-1][0] != step):
+        validate()
+    wall = time.perf_counter() - t0
+    if tcfg.get("dump_rank_weights"):  # tests: every rank's final weights, before selection
+        atomic_save(core.state_dict(), out / f"rank{rank}.pt")
+
+    # -- select, evaluate, write -----------------------------------------------------------------------
+    if rank == 0 and dcfg["valid"] and (out / BEST).exists():
+        core.load_state_dict(torch.load(out / BEST, map_location="cpu", weights_only=True)["model"])
+    rows: list[dict[str, Any]] = []
+    if rank == 0 and dcfg["eval"]:
+        oracle_df = None
+        if dcfg["oracle"]:
+            try:
+                oracle_uri = table_uri("oracle", lake) if lake else table_uri("oracle")
+                oracle_df = read_oracle([dcfg["eval"]], dcfg["surfaces"], uri=oracle_uri, storage_options=so)
+            except Exception as e:  # no oracle table (real logs): metrics without the floor
+                _say(rank, f"no oracle for {dcfg['eval']}: {type(e).__name__}: {e}")
+        rows = metric_rows(predict(core, eval_stream(dcfg["eval"]), device=device,
+                                   amp_dtype=torch.bfloat16 if amp else None), oracle_df)
+    summary = {
+        "step": step,
+        "best_step": best["step"] if dcfg["valid"] else step,
+        "best_valid_score": best["score"] if dcfg["valid"] else None,
+        "valid_rows": best["rows"],
+        "rows": rows,
+        "samples_per_s": n_samples / max(t_train, 1e-9),
+        "train_seconds": t_train,
+        "wall_seconds": wall,
+        "loss_curve": loss_curve,
+        "valid_history": valid_history,
+        "param_counts": core.param_counts(),
+        "resumed_from_step": resumed_from,
+        "warm_start": warm,
+        "world_size": world,
+        "device": str(device),
+        "out_dir": str(out),
+        "checkpoint": str(out / MODEL),
+        "wandb": tracker.info() if tracker is not None else None,
+    }
+    if rank == 0:
+        atomic_save({"model": core.state_dict(), "model_config": mcfg.to_dict(), "config": cfg,
+                     "step": summary["best_step"], "rows": json.dumps(rows)}, out / MODEL)
+        atomic_save(state_dict_ckpt(), ckpt_path)
+        atomic_write_json(cfg, out / "config.json")
+        atomic_write_json({**summary, "config": cfg}, out / "metrics.json")
+        if tracker is not None:
+            tracker.log_metric_rows(rows, "eval", step=step)
+            tracker.summary({"samples_per_s": summary["samples_per_s"], "best_valid_score": summary["best_valid_score"]})
+            tracker.log_artifact(out / MODEL, f"gem-{cfg['tracking'].get('name') or 'model'}", metadata={"step": step})
+            if own_tracker:
+                tracker.finish()
+    if own_pg:
+        torch_dist.barrier()
+        torch_dist.destroy_process_group()
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--config", required=True, help="JSON or YAML file with the plain-dict config")
+    p.add_argument("--resume", action="store_true", help="continue from out_dir/checkpoint.pt if present")
+    p.add_argument("--init-from", default=None, help="warm-start weights from this checkpoint")
+    p.add_argument("--out-dir", default=None)
+    a = p.parse_args(argv)
+    summary = train(load_config_file(a.config), out_dir=a.out_dir, resume=a.resume, init_from=a.init_from)
+    if dist_env()[0] == 0:
+        print(json.dumps({k: summary[k] for k in ("step", "samples_per_s", "checkpoint", "best_valid_score")}, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
