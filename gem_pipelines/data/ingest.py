@@ -27,8 +27,8 @@ class SuiteFailed(RuntimeError):
     """A blocking Great Expectations suite failed; nothing was committed."""
 
     def __init__(self, partition_key: str, results: dict[str, SuiteResult]):
-        failed = [t for t, r in results.items() if not r.success]
-        super().__init__(f"partition {partition_key}: blocking suites failed for {failed}; tables left unchanged")
+        failed = {t: r.failed_expectations for t, r in results.items() if not r.success}
+        super().__init__(f"partition {partition_key}: blocking suites failed, tables left unchanged: {failed}")
         self.results = results
 
 
