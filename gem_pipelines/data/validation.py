@@ -1,0 +1,454 @@
+"""Table-level validation of lake partitions with Great Expectations 1.x suites.
+
+Suites live in `assets/expectations/<table>.json` in GX's own ExpectationSuite serialisation
+(name + expectations of type/kwargs/meta), so they can be edited by hand. Row-level rules have
+already quarantined bad records; these suites check properties of the clean rows of one partition.
+Two suite parameters are supplied on every run, so that adding a surface to `assets/surfaces.yaml`
+needs no suite edit: `{"$PARAMETER": "surfaces"}` (surface names) and `{"$PARAMETER": "domains"}`.
+
+GX has no polars support: a partition is validated as `df.to_pandas()`, or as a seeded random sample
+of `max_rows` rows when it is larger (`sampled=True`). Each run is stored and rendered into a local
+Data Docs site (`<docs_dir>/index.html`, default `$GEM_HOME/reports/data_docs`); the suites and the
+JSON validation results behind the site are kept in `<docs_dir>/_stores/`, so the site keeps the
+history of every process that wrote to it. The GX context itself is ephemeral: no `gx/` folder, no
+network, no analytics, no progress bars. GX is imported lazily (about 3 s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+import warnings
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gem_model.config import ASSETS_DIR, ConfigError, load_surfaces, validate_name
+from gem_model.paths import reports_dir
+
+if TYPE_CHECKING:
+    import polars as pl
+
+EXPECTATIONS_DIR = ASSETS_DIR / "expectations"
+DATASOURCE = "gem_lake"
+SITE_NAME = "gem_data_docs"
+STORES_SUBDIR = "_stores"
+INDEX_RESULTS_LIMIT = 1000  # the index lists at most this many (newest) validation runs
+KEEP_RUNS_PER_PARTITION = 5  # older runs of the same table partition are deleted from the site
+_MAX_OBSERVED = 200  # characters of the `observed` text of a failed expectation
+_RUN_NAME_RE = re.compile(r"[^A-Za-z0-9_.=-]+")
+
+
+@dataclass(frozen=True)
+class SuiteResult:
+    """The outcome of one suite on one partition, small enough for Dagster check metadata."""
+
+    table: str
+    success: bool
+    evaluated: int
+    successful: int
+    failed_expectations: list[dict[str, Any]]  # [{"expectation": type, "column": ..., "observed": text}]
+    rows_validated: int
+    sampled: bool
+    docs_index: str | None  # path of the Data Docs index.html
+    rows_total: int = 0  # rows of the partition (== rows_validated unless sampled)
+    partition_key: str = ""
+
+    def to_metadata(self) -> dict[str, Any]:
+        """A plain JSON-able summary (Dagster metadata accepts it as is)."""
+        out = asdict(self)
+        out["failed"] = self.evaluated - self.successful
+        return json.loads(json.dumps(out, default=str))
+
+
+def suite_path(table: str) -> Path:
+    return EXPECTATIONS_DIR / f"{validate_name(table, 'table')}.json"
+
+
+def load_suite_spec(table: str) -> dict[str, Any]:
+    """Read `assets/expectations/<table>.json`; ConfigError naming the file if missing or malformed."""
+    path = suite_path(table)
+    try:
+        spec = json.loads(path.read_text())
+    except FileNotFoundError as e:
+        raise ConfigError(f"{path}: expectation suite for table {table!r} not found") from e
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: not valid JSON: {e}") from e
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{path}: expected a JSON object (an ExpectationSuite) at the top level")
+    if spec.get("name") != table:
+        raise ConfigError(
+            f"{path}: field 'name' is {spec.get('name')!r}, must equal the table name {table!r}"
+        )
+    exps = spec.get("expectations")
+    if not isinstance(exps, list):
+        raise ConfigError(f"{path}: field 'expectations' must be a list")
+    for i, e in enumerate(exps):
+        if (
+            not isinstance(e, dict)
+            or not isinstance(e.get("type"), str)
+            or not isinstance(e.get("kwargs"), dict)
+        ):
+            raise ConfigError(
+                f"{path}: field 'expectations[{i}]' needs a string 'type' and an object 'kwargs'"
+            )
+    return spec
+
+
+def suite_parameters() -> dict[str, list[str]]:
+    """Values of the `$PARAMETER`s the suites may reference."""
+    surfaces = load_surfaces()
+    return {"surfaces": list(surfaces.names), "domains": list(surfaces.domains)}
+
+
+# --- GX context, one per docs_dir and process -------------------------------------------------------
+
+
+class _Gx:
+    """An ephemeral GX context whose suite and result stores and Data Docs site live in docs_dir."""
+
+    def __init__(self, docs_dir: Path) -> None:
+        import great_expectations as gx
+        from great_expectations.data_context.types.base import (
+            DataContextConfig,
+            InMemoryStoreBackendDefaults,
+            ProgressBarsConfig,
+        )
+
+        self.docs_dir = docs_dir
+        stores_dir = docs_dir / STORES_SUBDIR
+        stores_dir.mkdir(parents=True, exist_ok=True)
+        defaults = InMemoryStoreBackendDefaults(init_temp_docs_sites=False)
+        stores = copy.deepcopy(defaults.stores)
+        for name, sub in (
+            (defaults.expectations_store_name, "expectations"),
+            (defaults.validation_results_store_name, "validations"),
+        ):
+            stores[name]["store_backend"] = {
+                "class_name": "TupleFilesystemStoreBackend",
+                "base_directory": str(stores_dir / sub),
+            }
+        config = DataContextConfig(
+            store_backend_defaults=defaults,
+            stores=stores,
+            data_docs_sites={
+                SITE_NAME: {
+                    "class_name": "SiteBuilder",
+                    "show_how_to_buttons": False,
+                    "store_backend": {
+                        "class_name": "TupleFilesystemStoreBackend",
+                        "base_directory": str(docs_dir),
+                    },
+                    "site_index_builder": {
+                        "module_name": __name__,
+                        "class_name": "GemSiteIndexBuilder",
+                        "validation_results_limit": INDEX_RESULTS_LIMIT,
+                    },
+                    "site_section_builders": {"profiling": "None"},
+                }
+            },
+            analytics_enabled=False,
+            progress_bars=ProgressBarsConfig(globally=False, metric_calculations=False),
+        )
+        self.context = gx.get_context(mode="ephemeral", project_config=config)
+        self.datasource = self.context.data_sources.add_pandas(name=DATASOURCE)
+        self.lock = threading.Lock()
+        self._checkpoints: dict[str, tuple[str, Any]] = {}  # table -> (suite json, checkpoint)
+
+    def checkpoint(self, table: str, spec: dict[str, Any]) -> Any:
+        """The checkpoint of `table`, rebuilt when its suite file changed since the last call."""
+        key = json.dumps(spec, sort_keys=True)
+        cached = self._checkpoints.get(table)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+
+        import great_expectations as gx
+        from great_expectations.checkpoint import UpdateDataDocsAction
+
+        suite = gx.ExpectationSuite(
+            name=table,
+            expectations=_build_expectations(table, spec),
+            meta=spec.get("meta"),
+            notes=spec.get("notes"),
+        )
+        suite = self.context.suites.add_or_update(suite)
+        try:
+            asset = self.datasource.get_asset(table)
+        except LookupError:
+            asset = self.datasource.add_dataframe_asset(name=table)
+        try:
+            batch_definition = asset.get_batch_definition("whole")
+        except KeyError:
+            batch_definition = asset.add_batch_definition_whole_dataframe("whole")
+        vd = self.context.validation_definitions.add_or_update(
+            gx.ValidationDefinition(name=table, data=batch_definition, suite=suite)
+        )
+        cp = self.context.checkpoints.add_or_update(
+            gx.Checkpoint(
+                name=table,
+                validation_definitions=[vd],
+                actions=[UpdateDataDocsAction(name="update_data_docs", site_names=[SITE_NAME])],
+                result_format={"result_format": "SUMMARY", "partial_unexpected_count": 5},
+            )
+        )
+        self._checkpoints[table] = (key, cp)
+        return cp
+
+
+def _build_expectations(table: str, spec: dict[str, Any]) -> list[Any]:
+    """Expectation objects of a suite spec. ExpectationSuite(expectations=[dict]) silently drops an
+    invalid one (it only logs), so each is built here and a bad one is a ConfigError naming the file."""
+    from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
+
+    path = suite_path(table)
+    out = []
+    for i, e in enumerate(spec["expectations"]):
+        e = {k: v for k, v in e.items() if k not in ("id", "rendered_content")}
+        try:
+            out.append(ExpectationConfiguration(**e).to_domain_obj())
+        except Exception as err:  # GX raises several unrelated types for a bad configuration
+            raise ConfigError(f"{path}: field 'expectations[{i}]' ({e.get('type')}): {err}") from err
+    return out
+
+
+def _site_index_builder_class() -> type:
+    """GX's DefaultSiteIndexBuilder, but listing validation runs from the raw result JSON.
+
+    The stock builder deserialises every stored result (about 10-20 ms each, through marshmallow)
+    just to read `success` and the asset name, on every run, so a site with a few hundred runs
+    costs seconds per validation. This reads the same fields with `json.loads` and falls back to
+    the stock code on anything unexpected. Plugged in through the site's `site_index_builder`
+    config (module_name/class_name), GX's documented extension point.
+    """
+    global _INDEX_BUILDER
+    if _INDEX_BUILDER is not None:
+        return _INDEX_BUILDER
+    from great_expectations.render.renderer.site_builder import DefaultSiteIndexBuilder
+    from great_expectations.render.util import resource_key_passes_run_name_filter
+
+    class GemSiteIndexBuilder(DefaultSiteIndexBuilder):
+        def _add_validations_to_index_links(
+            self, index_links_dict, validation_and_profiling_result_site_keys
+        ):
+            try:
+                run_filter = self.site_section_builders_config["validations"]["run_name_filter"]
+                store = self.data_context.stores[self.source_stores["validations"]]
+                backend = store.store_backend
+            except (KeyError, TypeError, AttributeError):
+                return super()._add_validations_to_index_links(
+                    index_links_dict, validation_and_profiling_result_site_keys
+                )
+            keys = sorted(
+                (
+                    k
+                    for k in validation_and_profiling_result_site_keys
+                    if resource_key_passes_run_name_filter(k, run_filter)
+                ),
+                key=lambda k: k.run_id.run_time,
+                reverse=True,
+            )
+            if self.validation_results_limit:
+                keys = keys[: self.validation_results_limit]
+            for key in keys:
+                try:
+                    raw = json.loads(backend.get(store.key_to_tuple(key)))
+                except Exception:  # a result being written or removed by another process
+                    continue
+                meta = raw.get("meta") or {}
+                batch_kwargs = meta.get("batch_kwargs") or {}
+                batch_spec = meta.get("batch_spec") or {}
+                asset_name = (
+                    batch_kwargs.get("data_asset_name")
+                    or batch_spec.get("data_asset_name")
+                    or (meta.get("active_batch_definition") or {}).get("data_asset_name")
+                )
+                self.add_resource_info_to_index_links_dict(
+                    index_links_dict=index_links_dict,
+                    expectation_suite_name=key.expectation_suite_identifier.name,
+                    section_name="validations",
+                    batch_identifier=key.batch_identifier,
+                    run_id=key.run_id,
+                    validation_success=raw.get("success"),
+                    run_time=key.run_id.run_time,
+                    run_name=key.run_id.run_name,
+                    asset_name=asset_name,
+                    batch_kwargs=batch_kwargs,
+                    batch_spec=batch_spec,
+                )
+
+    _INDEX_BUILDER = GemSiteIndexBuilder
+    return GemSiteIndexBuilder
+
+
+_INDEX_BUILDER: type | None = None
+
+
+def __getattr__(name: str) -> Any:
+    # GX instantiates the index builder by module and class name; building the class lazily keeps
+    # `import gem_pipelines.data.validation` free of the 3 s GX import.
+    if name == "GemSiteIndexBuilder":
+        return _site_index_builder_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_CONTEXTS: dict[Path, _Gx] = {}
+_CONTEXTS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """No warnings or GX log lines reach the console while GX runs."""
+    gx_logger = logging.getLogger("great_expectations")
+    level = gx_logger.level
+    gx_logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        gx_logger.setLevel(level)
+
+
+def _gx_for(docs_dir: Path) -> _Gx:
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    with _CONTEXTS_LOCK:
+        gx_ctx = _CONTEXTS.get(docs_dir)
+        if gx_ctx is None:
+            gx_ctx = _CONTEXTS[docs_dir] = _Gx(docs_dir)
+        return gx_ctx
+
+
+@contextlib.contextmanager
+def _site_lock(docs_dir: Path) -> Iterator[None]:
+    """Serialise writers of one Data Docs site across processes (the index build removes pages whose
+    result it has not seen yet, so two concurrent runs could drop each other's page)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no cross-process lock
+        yield
+        return
+    with open(docs_dir / STORES_SUBDIR / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# --- results -------------------------------------------------------------------------------------------
+
+
+def _column_of(kwargs: dict[str, Any]) -> str | None:
+    if "column" in kwargs:
+        return kwargs["column"]
+    if "column_A" in kwargs:
+        return f"{kwargs['column_A']},{kwargs['column_B']}"
+    return None  # table-level expectation
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= _MAX_OBSERVED else text[: _MAX_OBSERVED - 3] + "..."
+
+
+def _observed(r: Any) -> str:
+    info = r.exception_info or {}
+    if info.get("raised_exception"):
+        return _short(f"error: {info.get('exception_message')}")
+    res = r.result or {}
+    if "unexpected_count" in res and res.get("unexpected_count") is not None:
+        text = f"{res['unexpected_count']} unexpected ({res.get('unexpected_percent') or 0:.3g}%)"
+        sample = res.get("partial_unexpected_list")
+        if sample:
+            text += f", e.g. {json.dumps(sample[:5], default=str)}"
+        return _short(text)
+    if "observed_value" in res:
+        details = res.get("details") or {}
+        mismatch = details.get("mismatched")
+        return _short(
+            f"observed {json.dumps(res['observed_value'], default=str)}"
+            + (f"; mismatched {json.dumps(mismatch, default=str)}" if mismatch else "")
+        )
+    return _short(res) if res else "failed"
+
+
+def _prune_old_runs(docs_dir: Path, table: str, run_name: str, keep: int) -> None:
+    """Keep the newest `keep` stored runs (result JSON and page) of one table partition."""
+    runs = docs_dir / STORES_SUBDIR / "validations" / table / run_name
+    if not runs.is_dir():
+        return
+    stamps = sorted(p.name for p in runs.iterdir() if p.is_dir())  # run times sort as text
+    for name in stamps[: max(0, len(stamps) - keep)]:
+        shutil.rmtree(runs / name, ignore_errors=True)
+        shutil.rmtree(docs_dir / "validations" / table / run_name / name, ignore_errors=True)
+
+
+def _run_name(table: str, partition_key: str) -> str:
+    return f"{table}__{_RUN_NAME_RE.sub('_', partition_key) or 'unpartitioned'}"
+
+
+def validate_frame(
+    table: str,
+    df: pl.DataFrame,
+    *,
+    partition_key: str,
+    max_rows: int = 500_000,
+    docs_dir: Path | None = None,
+    seed: int = 0,
+) -> SuiteResult:
+    """Run the suite of `table` on one partition and render the result into the Data Docs site."""
+    spec = load_suite_spec(table)
+    if max_rows < 1:
+        raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+    rows_total = df.height
+    sampled = rows_total > max_rows
+    if sampled:
+        df = df.sample(n=max_rows, seed=seed)
+    pdf = df.to_pandas()
+    params = suite_parameters()
+    docs_dir = Path(docs_dir if docs_dir is not None else reports_dir() / "data_docs").expanduser().resolve()
+
+    with _quiet():
+        gx_ctx = _gx_for(docs_dir)
+        from great_expectations.core.run_identifier import RunIdentifier
+
+        run_name = _run_name(table, partition_key)
+        with gx_ctx.lock, _site_lock(docs_dir):
+            _prune_old_runs(docs_dir, table, run_name, keep=KEEP_RUNS_PER_PARTITION - 1)
+            checkpoint = gx_ctx.checkpoint(table, spec)
+            cp_result = checkpoint.run(
+                batch_parameters={"dataframe": pdf},
+                expectation_parameters=params,
+                run_id=RunIdentifier(run_name=run_name),
+            )
+    (vr,) = cp_result.run_results.values()
+    failed = [
+        {
+            "expectation": r.expectation_config.type,
+            "column": _column_of(r.expectation_config.kwargs),
+            "observed": _observed(r),
+        }
+        for r in vr.results
+        if not r.success
+    ]
+    index = docs_dir / "index.html"
+    stats = vr.statistics
+    return SuiteResult(
+        table=table,
+        success=bool(vr.success),
+        evaluated=int(stats["evaluated_expectations"]),
+        successful=int(stats["successful_expectations"]),
+        failed_expectations=failed,
+        rows_validated=len(pdf),
+        sampled=sampled,
+        docs_index=str(index) if index.exists() else None,
+        rows_total=rows_total,
+        partition_key=partition_key,
+    )

@@ -1,0 +1,341 @@
+"""GX suites in assets/expectations/ against the lake schemas, and validate_frame end to end."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+
+from gem_model.config import ConfigError, load_surfaces
+from gem_pipelines.data import formats as F
+from gem_pipelines.data import validation as V
+
+SCHEMAS = {
+    "events": F.EVENTS_SCHEMA,
+    "user_activity": F.USER_ACTIVITY_SCHEMA,
+    "events_quarantine": F.QUARANTINE_SCHEMA,
+    "oracle": F.ORACLE_SCHEMA,
+    "training_examples": F.TRAINING_EXAMPLES_SCHEMA,
+}
+DAY = dt.date(2026, 1, 5)
+T0 = dt.datetime(2026, 1, 5, tzinfo=dt.UTC)
+
+
+def _columns_named(spec: dict) -> set[str]:
+    names: set[str] = set()
+    for e in spec["expectations"]:
+        kw = e["kwargs"]
+        names.update(kw[k] for k in ("column", "column_A", "column_B") if k in kw)
+        names.update(kw.get("column_list", []))
+        cond = kw.get("row_condition")
+        if isinstance(cond, dict) and "column" in cond:
+            names.add(cond["column"]["name"])
+    return names
+
+
+# --- synthetic clean partitions ------------------------------------------------------------------
+
+
+def events_frame(n: int = 2000, seed: int = 0) -> pl.DataFrame:
+    rng = np.random.default_rng(seed)
+    secs = rng.integers(0, 86_399, n)
+    ts = [T0 + dt.timedelta(seconds=int(s)) for s in secs]
+    click = (rng.random(n) < 0.03).astype(np.int8)
+    conv = np.where(click == 1, rng.random(n) < 0.2, 0).astype(np.int8)
+    return pl.DataFrame(
+        {
+            "request_id": [f"r{seed}-{i}" for i in range(n)],
+            "ts": ts,
+            "date": [DAY] * n,
+            "surface": ["feed"] * n,
+            "domain": ["social"] * n,
+            "user_id": rng.integers(1, 1000, n),
+            "ad_id": rng.integers(1, 100, n),
+            "advertiser_id": rng.integers(1, 10, n),
+            "objective": rng.choice(F.OBJECTIVES, n),
+            "creative_format": rng.choice(F.CREATIVE_FORMATS, n),
+            "device": rng.choice(F.DEVICES, n),
+            "position": rng.integers(1, 20, n),
+            "bid": rng.random(n) * 3,
+            "user_tenure_days": rng.random(n) * 400,
+            "hour_of_day": [t.hour for t in ts],
+            "click": click,
+            "click_ts": [t + dt.timedelta(seconds=30) if c else None for t, c in zip(ts, click, strict=True)],
+            "conversion": conv,
+            "conversion_ts": [
+                t + dt.timedelta(hours=2) if c else None for t, c in zip(ts, conv, strict=True)
+            ],
+        }
+    ).cast(F.EVENTS_SCHEMA)
+
+
+def activity_frame(n: int = 500) -> pl.DataFrame:
+    rng = np.random.default_rng(1)
+    source = rng.choice(F.SOURCES, n)
+    action = [rng.choice(F.PAID_ACTIONS if s == "paid" else F.ORGANIC_ACTIONS) for s in source]
+    return pl.DataFrame(
+        {
+            "user_id": rng.integers(1, 1000, n),
+            "ts": [T0 + dt.timedelta(seconds=int(s)) for s in rng.integers(0, 86_399, n)],
+            "date": [DAY] * n,
+            "surface": ["reels"] * n,
+            "item_id": rng.integers(1, 7000, n),
+            "action": action,
+            "source": source,
+        }
+    ).cast(F.USER_ACTIVITY_SCHEMA)
+
+
+def quarantine_frame(n: int = 5) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "surface": ["marketplace"] * n,
+            "date": [DAY] * n,
+            "source_file": ["impressions.csv"] * n,
+            "line_no": list(range(2, n + 2)),
+            "raw": ["x,y"] * n,
+            "reason": [F.REASON_CODES[i % len(F.REASON_CODES)] for i in range(n)],
+            "detail": [None] * n,
+        },
+        schema=F.QUARANTINE_SCHEMA,
+    )
+
+
+def oracle_frame(events: pl.DataFrame) -> pl.DataFrame:
+    n = events.height
+    rng = np.random.default_rng(2)
+    return pl.DataFrame(
+        {
+            "request_id": events["request_id"],
+            "date": events["date"],
+            "surface": events["surface"],
+            "p_click": rng.random(n) * 0.1,
+            "p_conversion": [None] * n,
+        },
+        schema=F.ORACLE_SCHEMA,
+    )
+
+
+def training_frame(events: pl.DataFrame) -> pl.DataFrame:
+    n = events.height
+    hist = {
+        "hist_item_id": [[1, 2, 3]] * (n - 1) + [[]],
+        "hist_action": [["view", "like", "click"]] * (n - 1) + [[]],
+        "hist_surface": [["feed", "reels", "shops"]] * (n - 1) + [[]],
+        "hist_seconds_before": [[30.0, 20.0, 1.5]] * (n - 1) + [[]],
+    }
+    return events.with_columns(**{k: pl.Series(k, v, dtype=F.HISTORY_COLUMNS[k]) for k, v in hist.items()})
+
+
+@pytest.fixture(scope="module")
+def clean_frames() -> dict[str, pl.DataFrame]:
+    ev = events_frame()
+    return {
+        "events": ev,
+        "user_activity": activity_frame(),
+        "events_quarantine": quarantine_frame(),
+        "oracle": oracle_frame(ev),
+        "training_examples": training_frame(ev),
+    }
+
+
+@pytest.fixture(scope="module")
+def docs_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("data_docs")
+
+
+def _failed(result: V.SuiteResult) -> set[tuple[str, str | None]]:
+    return {(f["expectation"], f["column"]) for f in result.failed_expectations}
+
+
+# --- suites ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("table", list(SCHEMAS))
+def test_suite_matches_schema(table):
+    spec = V.load_suite_spec(table)
+    assert spec["name"] == table
+    schema = SCHEMAS[table]
+    missing = _columns_named(spec) - set(schema)
+    assert not missing, f"{table}.json names columns not in the schema: {missing}"
+    types = [e["type"] for e in spec["expectations"]]
+    ordered = [e for e in spec["expectations"] if e["type"] == "expect_table_columns_to_match_ordered_list"]
+    assert ordered and ordered[0]["kwargs"]["column_list"] == list(schema)
+    assert all(
+        set(e) <= {"type", "kwargs", "meta", "notes", "description", "severity", "id"}
+        for e in spec["expectations"]
+    )
+    assert len(types) >= 5
+
+
+def test_suites_use_the_contract_enums():
+    def value_sets(table):
+        return {
+            e["kwargs"]["column"]: e["kwargs"]["value_set"]
+            for e in V.load_suite_spec(table)["expectations"]
+            if e["type"] == "expect_column_values_to_be_in_set" and "row_condition" not in e["kwargs"]
+        }
+
+    ev = value_sets("events")
+    assert set(ev["objective"]) == set(F.OBJECTIVES)
+    assert set(ev["creative_format"]) == set(F.CREATIVE_FORMATS)
+    assert set(ev["device"]) == set(F.DEVICES)
+    assert ev["surface"] == {"$PARAMETER": "surfaces"}
+    ua = value_sets("user_activity")
+    assert set(ua["action"]) == set(F.ACTIONS) and set(ua["source"]) == set(F.SOURCES)
+    assert set(value_sets("events_quarantine")["reason"]) == set(F.REASON_CODES)
+    params = V.suite_parameters()
+    assert params["surfaces"] == load_surfaces().names
+
+
+def test_missing_suite_names_the_path():
+    with pytest.raises(ConfigError, match=r"expectations/no_such_table\.json"):
+        V.load_suite_spec("no_such_table")
+    with pytest.raises(ValueError, match="must match"):
+        V.load_suite_spec("../events")
+
+
+def test_invalid_suite_names_the_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(V, "EXPECTATIONS_DIR", tmp_path)
+    (tmp_path / "events.json").write_text("{not json")
+    with pytest.raises(ConfigError, match=r"events\.json: not valid JSON"):
+        V.load_suite_spec("events")
+    (tmp_path / "events.json").write_text(json.dumps({"name": "oracle", "expectations": []}))
+    with pytest.raises(ConfigError, match="must equal the table name"):
+        V.load_suite_spec("events")
+    bad = {"name": "events", "expectations": [{"type": "expect_column_values_to_be_sparkly", "kwargs": {}}]}
+    (tmp_path / "events.json").write_text(json.dumps(bad))
+    with pytest.raises(ConfigError, match=r"events\.json: field 'expectations\[0\]'"):
+        V.validate_frame("events", events_frame(10), partition_key="p", docs_dir=tmp_path / "docs")
+
+
+# --- validate_frame ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("table", list(SCHEMAS))
+def test_clean_frame_passes(table, clean_frames, docs_dir):
+    result = V.validate_frame(table, clean_frames[table], partition_key="2026-01-05|feed", docs_dir=docs_dir)
+    assert result.success, result.failed_expectations
+    assert result.evaluated == result.successful == len(V.load_suite_spec(table)["expectations"])
+    assert result.rows_validated == clean_frames[table].height and not result.sampled
+    meta = result.to_metadata()
+    assert json.loads(json.dumps(meta)) == meta and meta["failed"] == 0
+
+
+def test_empty_quarantine_partition_passes(docs_dir):
+    empty = pl.DataFrame(schema=F.QUARANTINE_SCHEMA)
+    assert V.validate_frame("events_quarantine", empty, partition_key="empty", docs_dir=docs_dir).success
+
+
+@pytest.mark.parametrize(
+    ("table", "mutate", "expected"),
+    [
+        (
+            "events",
+            lambda df: df.with_columns(request_id=pl.lit("dup")),
+            ("expect_column_values_to_be_unique", "request_id"),
+        ),
+        (
+            "events",
+            lambda df: df.with_columns(click=pl.lit(7, pl.Int8)),
+            ("expect_column_values_to_be_in_set", "click"),
+        ),
+        (
+            "events",
+            lambda df: df.with_columns(objective=pl.lit("brand_lift")),
+            ("expect_column_values_to_be_in_set", "objective"),
+        ),
+        (
+            "events",
+            lambda df: df.with_columns(surface=pl.lit("nowhere")),
+            ("expect_column_values_to_be_in_set", "surface"),
+        ),
+        ("events", lambda df: df.drop("bid"), ("expect_table_columns_to_match_ordered_list", None)),
+        ("events", lambda df: df.head(0), ("expect_table_row_count_to_be_between", None)),
+        (
+            "oracle",
+            lambda df: df.with_columns(p_click=pl.lit(1.5)),
+            ("expect_column_values_to_be_between", "p_click"),
+        ),
+        (
+            "events_quarantine",
+            lambda df: df.with_columns(reason=pl.lit("gremlins")),
+            ("expect_column_values_to_be_in_set", "reason"),
+        ),
+        (
+            "user_activity",
+            lambda df: df.with_columns(source=pl.lit("paid"), action=pl.lit("like")),
+            ("expect_column_values_to_be_in_set", "action"),
+        ),
+        (
+            "training_examples",
+            lambda df: df.with_columns(request_id=pl.lit("dup")),
+            ("expect_column_values_to_be_unique", "request_id"),
+        ),
+    ],
+    ids=[
+        "dup_request_id",
+        "click_7",
+        "unknown_objective",
+        "unknown_surface",
+        "missing_column",
+        "no_rows",
+        "p_click_1.5",
+        "unknown_reason",
+        "paid_organic_action",
+        "training_dup",
+    ],
+)
+def test_violation_is_named(table, mutate, expected, clean_frames, docs_dir):
+    result = V.validate_frame(table, mutate(clean_frames[table]), partition_key="bad", docs_dir=docs_dir)
+    assert not result.success
+    assert expected in _failed(result), result.failed_expectations
+    assert result.successful < result.evaluated
+    assert all(f["observed"] for f in result.failed_expectations)
+
+
+def test_click_rate_bound(clean_frames, docs_dir):
+    df = clean_frames["events"].with_columns(click=pl.lit(1, pl.Int8))
+    result = V.validate_frame("events", df, partition_key="all_clicks", docs_dir=docs_dir)
+    assert ("expect_column_mean_to_be_between", "click") in _failed(result)
+
+
+def test_sampling_above_max_rows(clean_frames, docs_dir):
+    df = clean_frames["events"]
+    result = V.validate_frame("events", df, partition_key="sampled", max_rows=500, docs_dir=docs_dir, seed=3)
+    assert result.success and result.sampled
+    assert result.rows_validated == 500 and result.rows_total == df.height
+    assert result.to_metadata()["sampled"] is True
+    exact = V.validate_frame("events", df, partition_key="sampled", max_rows=df.height, docs_dir=docs_dir)
+    assert not exact.sampled and exact.rows_validated == df.height
+
+
+def test_data_docs_written(tmp_path, clean_frames):
+    docs = tmp_path / "docs"
+    ok = V.validate_frame("oracle", clean_frames["oracle"], partition_key="2026-01-05|shops", docs_dir=docs)
+    bad = V.validate_frame(
+        "events",
+        clean_frames["events"].with_columns(click=pl.lit(7, pl.Int8)),
+        partition_key="2026-01-05|feed",
+        docs_dir=docs,
+    )
+    index = docs / "index.html"
+    assert ok.docs_index == bad.docs_index == str(index)
+    html = index.read_text()
+    assert "oracle" in html and "events" in html and "2026-01-05_feed" in html
+    assert list((docs / "validations" / "events").rglob("*.html"))
+    assert (docs / "expectations" / "events.html").exists()
+
+
+def test_old_runs_of_a_partition_are_pruned(tmp_path, clean_frames, monkeypatch):
+    monkeypatch.setattr(V, "KEEP_RUNS_PER_PARTITION", 2)
+    docs = tmp_path / "docs"
+    for _ in range(4):
+        V.validate_frame("oracle", clean_frames["oracle"], partition_key="p1", docs_dir=docs)
+    V.validate_frame("oracle", clean_frames["oracle"], partition_key="p2", docs_dir=docs)
+    assert len(list((docs / "validations" / "oracle" / "oracle__p1").iterdir())) == 2
+    assert len(list((docs / V.STORES_SUBDIR / "validations" / "oracle" / "oracle__p1").iterdir())) == 2
+    assert len(list((docs / "validations" / "oracle" / "oracle__p2").iterdir())) == 1
