@@ -7,6 +7,7 @@ keep their previous versions.
 from __future__ import annotations
 
 import datetime as dt
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -73,7 +74,10 @@ def ingest_partition(
             raise SuiteFailed(key, suites)
     part = {"date": date, "surface": surface.name}
     schemas = {"events": EVENTS_SCHEMA, "user_activity": USER_ACTIVITY_SCHEMA, "events_quarantine": QUARANTINE_SCHEMA}
-    versions = {t: lake.write_partition(frames[t], t, part, schemas[t], root=lake_root) for t in frames}
+    # Three independent commits; delta-rs releases the GIL, so write them side by side.
+    with ThreadPoolExecutor(max_workers=len(frames)) as pool:
+        futures = {t: pool.submit(lake.write_partition, frames[t], t, part, schemas[t], root=lake_root) for t in frames}
+        versions = {t: f.result() for t, f in futures.items()}
     return IngestResult(key, norm, suites, versions)
 
 
