@@ -44,3 +44,39 @@ def png_markdown(fig: Any) -> dg.MetadataValue:
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
     data = base64.b64encode(buf.getvalue()).decode()
     return dg.MetadataValue.md(f"![plot](data:image/png;base64,{data})")
+
+
+def metric_table(rows: list[dict[str, Any]]) -> dg.MetadataValue:
+    """Per-surface metric rows as a markdown table, with the gap to the oracle floor."""
+    cols = ["model", "surface", "task", "seed", "ne", "oracle_ne", "gap", "auc", "calibration", "n"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        gap = (r["ne"] / r["oracle_ne"] - 1) if r.get("oracle_ne") else None
+        vals = {**r, "gap": f"{gap:+.1%}" if gap is not None else ""}
+        lines.append("| " + " | ".join(_fmt(vals.get(c)) for c in cols) + " |")
+    return dg.MetadataValue.md("\n".join(lines))
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return ""
+    return f"{v:.4f}" if isinstance(v, float) else str(v)
+
+
+def loss_curve_plot(curve: list[Any]) -> dg.MetadataValue:
+    """Training loss by step as an inline PNG. `curve` is [[step, loss], ...] or [{"step", "loss"}]."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = [(c["step"], c["loss"]) if isinstance(c, dict) else (c[0], c[1]) for c in curve]
+    fig, ax = plt.subplots(figsize=(6, 3))
+    if pts:
+        ax.plot([p[0] for p in pts], [p[1] for p in pts])
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    ax.grid(alpha=0.3)
+    value = png_markdown(fig)
+    plt.close(fig)
+    return value

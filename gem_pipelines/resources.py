@@ -67,10 +67,53 @@ def resources_for(env: str | None = None) -> dict[str, object]:
         return {
             "lake": LakeResource(),
             "simulator": SimulatorResource(impressions_per_day=_env_int("GEM_IMPRESSIONS_PER_DAY")),
+            "accelerator": AcceleratorResource(device=os.environ.get("GEM_DEVICE", "auto")),
+            "wandb": WandbResource(),
+            "pipes": dg.PipesSubprocessClient(),
         }
     if env == "prod":
         return {
             "lake": LakeResource(root=dg.EnvVar("GEM_LAKE_URI")),
             "simulator": SimulatorResource(source="landing"),
+            "accelerator": AcceleratorResource(device="cuda", nproc_per_node=int(os.environ.get("GEM_NPROC", "1"))),
+            "wandb": WandbResource(mode="online"),
+            "pipes": dg.PipesSubprocessClient(),
         }
     raise ValueError(f"GEM_ENV must be local or prod, got {env!r}")
+
+
+class AcceleratorResource(dg.ConfigurableResource):
+    """The device every training asset runs on. nproc_per_node > 1 launches torchrun via Dagster Pipes."""
+
+    device: str = "auto"  # auto | cpu | cuda
+    nproc_per_node: int = 1
+    precision: str = "bf16"  # bf16 autocast on CUDA; CPU always trains in fp32
+    compile: bool = False
+
+    def resolved_device(self) -> str:
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"accelerator.device must be auto, cpu or cuda, got {self.device!r}")
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def train_overrides(self) -> dict[str, object]:
+        return {"compile": self.compile}
+
+
+class WandbResource(dg.ConfigurableResource):
+    """Our own W&B settings (dagster-wandb breaks on current wandb): offline under $GEM_HOME/wandb by
+    default, online when WANDB_API_KEY is in the environment; the key is never part of config."""
+
+    project: str = "gem"
+    entity: str | None = None
+    mode: str | None = None  # offline | online | disabled; None: online iff WANDB_API_KEY is set
+
+    def apply(self) -> None:
+        if self.mode:
+            os.environ["WANDB_MODE"] = self.mode
+        if self.entity:
+            os.environ["WANDB_ENTITY"] = self.entity
+        os.environ["WANDB_PROJECT"] = self.project

@@ -1,0 +1,127 @@
+"""Foundation group: the GEM teacher (plus single-surface baselines), gated before it is ACCEPTED."""
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import dagster as dg
+
+from gem_model.paths import models_dir, reports_dir
+from gem_pipelines.metadata import loss_curve_plot, metric_table
+from gem_pipelines.quality_gate import gate
+from gem_pipelines.resources import AcceleratorResource, LakeResource, WandbResource
+from gem_pipelines.settings import QUALITY
+
+ASSET = "foundation_model"
+# Under the Kubernetes executor each training step gets a GPU; everywhere, one training per GPU.
+GPU_TAGS = {
+    "dagster-k8s/config": {
+        "container_config": {"resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}}
+    }
+}
+
+
+class FoundationConfig(dg.Config):
+    """Launch-time settings of a foundation training run."""
+
+    preset: str = os.environ.get("GEM_MODEL_PRESET", "small")  # assets/models/<preset>.yaml
+    seeds: list[int] = [0]
+    baselines: bool = True  # also train the single-surface baselines on the same window
+    warm_start: bool = True  # start from the last ACCEPTED checkpoint when there is one
+
+
+def _accepted_rows() -> list[dict] | None:
+    from gem_model.registry import read_accepted
+
+    version_dir = read_accepted(ASSET)
+    if version_dir is None or not (Path(version_dir) / "metrics.json").exists():
+        return None
+    metrics = json.loads((Path(version_dir) / "metrics.json").read_text())
+    return [r for r in metrics.get("eval_rows", metrics.get("rows", [])) if r.get("model", "foundation") == "foundation"]
+
+
+def _run_torchrun(context: dg.AssetExecutionContext, pipes: dg.PipesSubprocessClient, nproc: int, cfg: dict) -> dict:
+    """World size > 1: torchrun launched through Dagster Pipes; results come back via metrics.json."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(cfg, f)
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "-m", "gem_model.train",
+           "--config", f.name]
+    pipes.run(command=cmd, context=context)
+    return json.loads((Path(cfg["out_dir"]) / "metrics.json").read_text())
+
+
+@dg.asset(
+    group_name="foundation",
+    deps=["training_examples", "oracle"],
+    op_tags=GPU_TAGS,
+    pool="gpu",
+    check_specs=[
+        dg.AssetCheckSpec(
+            "quality_gate",
+            asset=ASSET,
+            blocking=True,
+            description="on day E, every (surface, task) with enough positives: NE < max_ne and no regression "
+            "beyond max_regression against the last ACCEPTED version (assets/quality.yaml)",
+        )
+    ],
+    automation_condition=dg.AutomationCondition.on_cron("0 4 * * 1") & dg.AutomationCondition.all_deps_blocking_checks_passed(),
+)
+def foundation_model(
+    context: dg.AssetExecutionContext,
+    config: FoundationConfig,
+    lake: LakeResource,
+    accelerator: AcceleratorResource,
+    wandb: WandbResource,
+    pipes: dg.PipesSubprocessClient,
+):
+    """Train the GEM teacher on the calendar's teacher window, evaluate on E against the oracle floor."""
+    from gem_model.foundation import run_foundation, write_eval_report
+    from gem_model.registry import read_accepted, write_accepted
+
+    wandb.apply()
+    init_from = None
+    if config.warm_start and (accepted := read_accepted(ASSET)) is not None:
+        init_from = accepted
+        context.log.info(f"warm start from {accepted}")
+    result = run_foundation(
+        config.preset,
+        seeds=tuple(config.seeds),
+        baselines=config.baselines,
+        device=accelerator.resolved_device(),
+        init_from=init_from,
+        lake=lake.uri(),
+        train_overrides=accelerator.train_overrides(),
+        nproc_per_node=accelerator.nproc_per_node,
+        launcher=(lambda cfg: _run_torchrun(context, pipes, accelerator.nproc_per_node, cfg))
+        if accelerator.nproc_per_node > 1
+        else None,
+    )
+    rows = result["rows"]
+    report = reports_dir() / "foundation_eval.json"
+    write_eval_report(rows, report)
+    teacher_rows = [r for r in result["eval_rows"] if r["surface"] != "__all__"]
+    verdict = gate(teacher_rows, _accepted_rows(), QUALITY.model_gate)
+    if verdict["passed"]:
+        write_accepted(ASSET, result["version"])
+    yield dg.MaterializeResult(
+        metadata={
+            "version": result["version"],
+            "checkpoint": dg.MetadataValue.path(str(result["checkpoint"])),
+            "accepted": verdict["passed"],
+            "warm_started_from": str(init_from) if init_from else "none",
+            "per_surface": metric_table(rows),
+            "samples_per_s": float(result["samples_per_s"]),
+            "report": dg.MetadataValue.path(str(report)),
+            "loss_curve": loss_curve_plot(result["loss_curve"]),
+            "models_dir": dg.MetadataValue.path(str(models_dir(ASSET))),
+            **{f"wandb_{k}": str(v) for k, v in (result.get("wandb") or {}).items() if v},
+        }
+    )
+    yield dg.AssetCheckResult(
+        check_name="quality_gate",
+        passed=verdict["passed"],
+        metadata={"gated_pairs": len(verdict["gated_pairs"]), "failures": dg.MetadataValue.json(verdict["failures"]),
+                  "detail": dg.MetadataValue.json(verdict["gated_pairs"]), "note": verdict["note"]},
+    )
