@@ -30,6 +30,20 @@ def _run(defs: dg.Definitions, job: str, instance: dg.DagsterInstance, partition
         raise SystemExit(f"{job} {partition_key or ''} failed: see the run in `make ui`")
 
 
+def model_stages(dates: list[str]) -> list[tuple[str, list[str | None]]]:
+    """The training half of the graph, in dependency order, with the partitions each stage runs."""
+    from gem_pipelines.partitions import SURFACES
+
+    return [
+        ("foundation_job", [None]),
+        ("teacher_predictions_job", list(dates[1:])),
+        ("domain_models_job", SURFACES.domains),
+        ("domain_teacher_predictions_job", list(dates[1:])),
+        ("distillation_report_job", [None]),
+        ("students_job", SURFACES.names),
+    ]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--through", choices=["ingest", "features", "all"], default="all")
@@ -48,9 +62,11 @@ def main(argv: list[str] | None = None) -> None:
         for d in dates:
             _run(defs, "features_job", instance, d)
     if args.through == "all":
-        for job in ("foundation_job", "teacher_predictions_job", "students_job"):
-            if defs.resolve_job_def(job) is not None:
-                pass
+        jobs = {j.name for j in defs.resolve_all_job_defs()}
+        for job, keys in model_stages(dates):
+            if job in jobs:
+                for key in keys:
+                    _run(defs, job, instance, key)
     print(f"\nDone in {time.time() - start:.0f}s.")
     print(f"  lake (Delta tables):  {lake_root()}")
     print(f"  reports, Data Docs:   {reports_dir()}")
