@@ -1,1 +1,77 @@
-"""Post-training knowledge transfer: students, teacher predictions, domain models, arms, export."""
+"""Post-training knowledge transfer (DESIGN.md §6): foundation -> domain models -> per-surface
+students, the distillation arms side by side, and the production students' serving export.
+
+Public API (see each module for details):
+    predict_teacher, write_teacher_predictions, read_teacher_predictions, TEACHER_PREDICTIONS_SCHEMA
+    train_domain_model
+    run_distillation, select_student, kd_effectiveness, train_production_student
+    Student, student_config, StudentAdapter, train_student, save_student, load_student
+    export_student
+"""
+
+from gem_model.distill.adapter import StudentAdapter
+from gem_model.distill.arms import ARMS, PATHS, arm_paths, arm_spec
+from gem_model.distill.config import load_student_preset
+from gem_model.distill.dataset import StudentData, attach_teacher, load_examples
+from gem_model.distill.domain import save_domain_model, train_domain_model
+from gem_model.distill.export import export_student
+from gem_model.distill.run import (
+    DEFAULT_ARMS,
+    DEFAULT_PATHS,
+    kd_effectiveness,
+    report_grid_complete,
+    run_distillation,
+    select_student,
+    summarize,
+    train_production_student,
+    write_report,
+)
+from gem_model.distill.student import Student, share_tables, student_config
+from gem_model.distill.teacher import (
+    FOUNDATION,
+    TEACHER_PREDICTIONS_SCHEMA,
+    domain_teacher,
+    predict_teacher,
+    read_teacher_predictions,
+    teacher_for,
+    write_teacher_predictions,
+)
+from gem_model.distill.trainer import load_student, predict_student, save_student, train_student
+
+__all__ = [
+    "DEFAULT_ARMS",
+    "DEFAULT_PATHS",
+    "kd_effectiveness",
+    "report_grid_complete",
+    "run_distillation",
+    "save_domain_model",
+    "select_student",
+    "summarize",
+    "train_production_student",
+    "write_report",
+    "ARMS",
+    "FOUNDATION",
+    "PATHS",
+    "TEACHER_PREDICTIONS_SCHEMA",
+    "Student",
+    "StudentAdapter",
+    "StudentData",
+    "arm_paths",
+    "arm_spec",
+    "attach_teacher",
+    "domain_teacher",
+    "export_student",
+    "load_examples",
+    "load_student",
+    "load_student_preset",
+    "predict_student",
+    "predict_teacher",
+    "read_teacher_predictions",
+    "save_student",
+    "share_tables",
+    "student_config",
+    "teacher_for",
+    "train_domain_model",
+    "train_student",
+    "write_teacher_predictions",
+]

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from gem_model.distill.arms import arm_spec
 from gem_model.distill.dataset import StudentData
 from gem_model.distill.student import Student, share_tables
+from gem_model.optim import RowWiseAdagrad
 
 
 def masked_bce(logits: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -93,7 +94,36 @@ def train_student(
     log: Any | None = None,
 ) -> dict[str, Any]:
     """Train `model` in place for `arm`; returns info (losses per step, copied tables, the epoch
-    kept). The state kept is the epoch with the lowest click log loss on `val` (E-1)."""
+    kept). The state kept is the epoch with the lowest click log loss on `val` (E-1).
+
+    train_cfg: a preset's `train` section (batch_size, epochs, max_steps, lr, emb_lr, kd_weight,
+    share_tables, torch_threads). adapter: a fitted StudentAdapter (student_adapter and later arms).
+    teacher_model: the module whose `tables` parameter sharing copies. log: f(dict, step=) or None."""
+    threads = train_cfg.get("torch_threads")
+    if threads:
+        before = torch.get_num_threads()
+        torch.set_num_threads(int(threads))
+        try:
+            return _train_student(model, train, val, arm, train_cfg, seed=seed, adapter=adapter,
+                                  teacher_model=teacher_model, log=log)
+        finally:
+            torch.set_num_threads(before)
+    return _train_student(model, train, val, arm, train_cfg, seed=seed, adapter=adapter,
+                          teacher_model=teacher_model, log=log)
+
+
+def _train_student(
+    model: Student,
+    train: StudentData,
+    val: StudentData | None,
+    arm: str,
+    train_cfg: dict[str, Any],
+    *,
+    seed: int,
+    adapter: Any | None,
+    teacher_model: torch.nn.Module | None,
+    log: Any | None,
+) -> dict[str, Any]:
     spec = arm_spec(arm)
     torch.manual_seed(seed)
     info: dict[str, Any] = {"arm": arm, "seed": seed, "copied_tables": [], "losses": []}
@@ -107,7 +137,12 @@ def train_student(
         raise ValueError(f"arm {arm!r} needs a fitted StudentAdapter")
     target_all = kd_target(train, adapter if spec["adapter"] else None) if spec["kd"] != "none" else None
 
-    opt = torch.optim.Adam(model.parameters(), lr=float(train_cfg["lr"]), weight_decay=float(train_cfg.get("weight_decay", 0)))
+    emb = list(model.tables.parameters())
+    emb_ids = {id(p) for p in emb}
+    dense = [p for p in model.parameters() if id(p) not in emb_ids]
+    opts = [torch.optim.Adam(dense, lr=float(train_cfg["lr"]), weight_decay=float(train_cfg.get("weight_decay", 0)))]
+    if float(train_cfg.get("emb_lr", 0.05)) > 0:  # row-wise Adagrad on the tables, as the teacher
+        opts.append(RowWiseAdagrad(emb, lr=float(train_cfg.get("emb_lr", 0.05))))
     bs = int(train_cfg["batch_size"])
     max_steps = train_cfg.get("max_steps")
     gen = torch.Generator().manual_seed(seed)
@@ -121,9 +156,11 @@ def train_student(
             part = train.take(idx)
             target = target_all[idx] if target_all is not None else None
             loss, parts = arm_loss(model, part, arm, float(train_cfg.get("kd_weight", 1.0)), target)
-            opt.zero_grad(set_to_none=True)
+            for opt in opts:
+                opt.zero_grad(set_to_none=True)
             loss.backward()
-            opt.step()
+            for opt in opts:
+                opt.step()
             info["losses"].append(float(loss.detach()))
             if log is not None and step % 20 == 0:
                 log({"loss": float(loss.detach()), **{f"loss/{k}": v for k, v in parts.items()}}, step=step)

@@ -1,0 +1,142 @@
+"""Domain foundation models: the teacher architecture, initialised from the foundation checkpoint,
+distilled from the foundation's `teacher_predictions` on the domain's surfaces over the student
+window (up to E-2). Their teacher name is "domain:<name>"."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+import torch.nn.functional as F
+
+from gem_model.config import SurfacesConfig, load_calendar, load_surfaces
+from gem_model.data import ExampleStream
+from gem_model.distill.config import load_student_preset
+from gem_model.distill.teacher import FOUNDATION, domain_teacher, read_teacher_predictions
+
+
+def teacher_targets(tp: pl.DataFrame, request_ids: Sequence[str]) -> torch.Tensor:
+    """[B, 2] teacher probabilities for `request_ids` (NaN where missing), order kept."""
+    left = pl.DataFrame({"request_id": pl.Series(list(request_ids), dtype=pl.String)})
+    j = left.join(tp.select("request_id", "p_click", "p_conversion"), on="request_id", how="left", maintain_order="left")
+    p = np.stack([j["p_click"].fill_null(np.nan).to_numpy(), j["p_conversion"].fill_null(np.nan).to_numpy()], 1)
+    return torch.from_numpy(p.astype(np.float32))
+
+
+def distill_loss(model: Any, logits: torch.Tensor, batch: Any, target: torch.Tensor, kd_weight: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """GEM label loss + kd_weight * BCE(sigmoid(logits), p_teacher) on the allowed tasks."""
+    label_loss, _ = model.loss(logits, batch)
+    mask = model.task_allowed[batch.surface_idx] & ~torch.isnan(target)
+    bce = F.binary_cross_entropy_with_logits(logits.float(), torch.nan_to_num(target, nan=0.0), reduction="none")
+    m = mask.float()
+    kd = ((bce * m).sum(0) / m.sum(0).clamp_min(1.0)).sum()
+    return label_loss + kd_weight * kd, {"label": float(label_loss.detach()), "kd": float(kd.detach())}
+
+
+def train_domain_model(
+    domain: str,
+    foundation: torch.nn.Module,
+    *,
+    teacher_predictions: pl.DataFrame | None = None,
+    dates: tuple[dt.date, dt.date] | None = None,
+    preset: str = "small",
+    overrides: dict[str, Any] | None = None,
+    uri: str | None = None,
+    tp_uri: str | None = None,
+    surfaces_config: SurfacesConfig | None = None,
+    seed: int = 0,
+    log: Any | None = None,
+) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """Train the domain model of `domain` and return (model, info).
+
+    foundation: the foundation GEM (already loaded, e.g. with gem_model.registry.load_model);
+    the domain model is a deep copy of it (same architecture, every weight initialised from it).
+    teacher_predictions: the foundation's predictions for `dates` (default: read the
+    teacher_predictions table at `tp_uri`). dates: inclusive student window (default: calendar
+    roles().student). uri: training_examples table (default: the lake's)."""
+    surfaces_config = surfaces_config or load_surfaces()
+    names = [s.name for s in surfaces_config.in_domain(domain)]
+    if not names:
+        raise ValueError(f"domain {domain!r} has no surfaces; domains: {surfaces_config.domains}")
+    hp = load_student_preset(preset, overrides=overrides)["domain"]
+    if dates is None:
+        dates = load_calendar().roles().student
+    if teacher_predictions is None:
+        from gem_model.data import date_range
+
+        teacher_predictions = read_teacher_predictions(date_range(*dates), [FOUNDATION], uri=tp_uri, embeddings=False)
+    tp = teacher_predictions.filter(pl.col("teacher") == FOUNDATION)
+    if tp.height == 0:
+        raise ValueError("no foundation teacher predictions to distil from")
+
+    torch.manual_seed(seed)
+    model = copy.deepcopy(foundation).cpu().train()
+    device = next(model.parameters()).device
+    opt = torch.optim.Adam(model.parameters(), lr=float(hp["lr"]))
+    stream = ExampleStream(dates[0], dates[1], names, batch_size=int(hp["batch_size"]), uri=uri,
+                           surfaces_config=surfaces_config, seed=seed, shuffle_buffer=4 * int(hp["batch_size"]),
+                           max_len=getattr(model.cfg, "seq_len", None))
+    max_steps = hp.get("max_steps")
+    losses: list[float] = []
+    step, t0, missing = 0, time.perf_counter(), 0
+    for epoch in range(int(hp["epochs"])):
+        stream.set_epoch(epoch)
+        for batch in stream:
+            batch = batch.to(device)
+            target = teacher_targets(tp, batch.request_ids).to(device)
+            missing += int(torch.isnan(target[:, 0]).sum())
+            logits = model(batch)
+            loss, parts = distill_loss(model, logits, batch, target, float(hp["kd_weight"]))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            opt.step()
+            losses.append(float(loss.detach()))
+            if log is not None and step % 10 == 0:
+                log({"domain/loss": losses[-1], **{f"domain/loss_{k}": v for k, v in parts.items()}}, step=step)
+            step += 1
+            if max_steps is not None and step >= int(max_steps):
+                break
+        if max_steps is not None and step >= int(max_steps):
+            break
+    model.eval()
+    info = {
+        "domain": domain,
+        "teacher": domain_teacher(domain),
+        "surfaces": names,
+        "dates": [dates[0].isoformat(), dates[1].isoformat()],
+        "steps": step,
+        "losses": losses,
+        "rows_without_teacher": missing,
+        "train_seconds": time.perf_counter() - t0,
+        "hyperparameters": hp,
+    }
+    return model, info
+
+
+def save_domain_model(
+    model: torch.nn.Module, info: dict[str, Any], *, version: str | None = None, root: str | Path | None = None
+) -> Path:
+    """Save in gem_model.train's model.pt layout ({"model", "model_config", "config", "step",
+    "rows"}; weights_only-safe) + metrics.json under <root or $GEM_HOME/models/domain_models>/<domain>/<version>/.
+    Returns the model.pt path (what registry.load_model / run_distillation(teachers=...) take)."""
+    from gem_model.paths import models_dir
+    from gem_model.train import MODEL, atomic_save, atomic_write_json
+
+    domain = info["domain"]
+    version = version or dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    d = (Path(root) / domain if root is not None else models_dir("domain_models", domain)) / version
+    meta = {k: v for k, v in info.items() if k != "losses"}
+    atomic_save({"model": model.state_dict(), "model_config": model.cfg.to_dict(), "config": meta,
+                 "step": int(info.get("steps", 0)), "rows": json.dumps(info.get("rows", []))}, d / MODEL)
+    atomic_write_json({**meta, "loss_curve": info.get("losses", []), "version": version}, d / "metrics.json")
+    atomic_write_json(meta, d / "config.json")
+    return d / MODEL

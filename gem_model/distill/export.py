@@ -1,0 +1,80 @@
+"""Serving export: a student as a `torch.export` program over plain tensors.
+
+    inputs : dense [B, m] float32, sparse [B, n] int64 (hashed ids, features.yaml order),
+             hist_ids [B, hist_k] int64 (last hist_k history item ids, most recent first, 0 = pad;
+             present when hist_k > 0), teacher_emb [B, E] float32 (representation students only)
+    output : probabilities [B, 2] (click, conversion) of the serving head
+
+A serving system loads the `.pt2` with `torch.export.load(path).module()` without our code; the
+input names and shapes are in the `<path>.json` sidecar.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from gem_model.distill.student import Student
+
+
+class ServingStudent(nn.Module):
+    def __init__(self, student: Student):
+        super().__init__()
+        self.student = student
+        self.use_hist = student.hist_k > 0
+        self.use_teacher = student.teacher_emb_dim > 0
+
+    def forward(self, dense: torch.Tensor, sparse: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+        i = 0
+        hist = teacher = None
+        if self.use_hist:
+            hist, i = rest[i], i + 1
+        if self.use_teacher:
+            teacher = rest[i]
+        return torch.sigmoid(self.student(dense, sparse, hist, teacher))
+
+
+def example_inputs(student: Student, batch: int = 4) -> tuple[torch.Tensor, ...]:
+    cfg = student.cfg
+    rows = min(int(cfg["tables"][t]) for _, t in cfg["sparse_features"])
+    args = [torch.zeros(batch, len(cfg["dense_features"])), torch.randint(0, rows, (batch, len(cfg["sparse_features"])))]
+    if student.hist_k > 0:
+        args.append(torch.randint(0, int(cfg["tables"][cfg["hist_table"]]), (batch, student.hist_k)))
+    if student.teacher_emb_dim > 0:
+        args.append(torch.randn(batch, student.teacher_emb_dim))
+    return tuple(args)
+
+
+def input_names(student: Student) -> list[str]:
+    return ["dense", "sparse"] + (["hist_ids"] if student.hist_k > 0 else []) + (
+        ["teacher_emb"] if student.teacher_emb_dim > 0 else []
+    )
+
+
+def export_student(model: Student, path: str | Path) -> Path:
+    """Export the serving path of `model` (eval mode, CPU) to `path` (.pt2) with a dynamic batch
+    dimension; writes `<path>.json` describing the inputs. Returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    wrapper = ServingStudent(model).eval().cpu()
+    args = example_inputs(model)
+    batch = torch.export.Dim("batch", min=1, max=1 << 20)
+    dyn = {"dense": {0: batch}, "sparse": {0: batch}, "rest": tuple({0: batch} for _ in args[2:])}
+    with torch.no_grad():
+        ep = torch.export.export(wrapper, args, dynamic_shapes=dyn, strict=False)
+    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
+    torch.export.save(ep, tmp)
+    tmp.replace(path)
+    meta = {
+        "inputs": [
+            {"name": n, "shape": ["B", *list(a.shape[1:])], "dtype": str(a.dtype).replace("torch.", "")}
+            for n, a in zip(input_names(model), args, strict=True)
+        ],
+        "output": {"name": "probabilities", "shape": ["B", 2], "tasks": ["click", "conversion"]},
+        "surface": model.cfg.get("surface"),
+    }
+    Path(str(path) + ".json").write_text(json.dumps(meta, indent=2))
+    return path

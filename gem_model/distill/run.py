@@ -1,0 +1,367 @@
+"""The distillation experiment (every arm x path x surface x seed, side by side) and the production
+student per surface.
+
+Calendar (DESIGN.md §3): students train on roles().student (up to E-2), the Student Adapter on
+roles().adapter (E-2) alone, the epoch kept and the (arm, path) selected on roles().validation (E-1),
+and both E-1 (split "validation") and E (split "evaluation") are reported. Selection never reads E.
+
+KD effectiveness of an arm (click task, per surface and split, from seed means):
+    (NE_labels_only - NE_arm) / (NE_labels_only - NE_standard_kd)    (standard_kd on the same path)
+It is None for labels_only and standard_kd, and None when the denominator is <= KD_EPS (standard
+KD did not beat labels-only by a measurable margin: the ratio is then undefined or its sign is
+meaningless). Rows also carry both differences ("kd_gain", "kd_gain_standard") so nothing is hidden.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+
+from gem_model.config import DayRoles, SurfacesConfig, load_calendar, load_features, load_surfaces
+from gem_model.data import TASKS, date_range
+from gem_model.distill.adapter import StudentAdapter
+from gem_model.distill.arms import BASELINE, STANDARD, arm_paths, arm_spec
+from gem_model.distill.config import load_student_preset
+from gem_model.distill.dataset import StudentData, attach_teacher, load_examples
+from gem_model.distill.export import export_student
+from gem_model.distill.student import Student, student_config
+from gem_model.distill.teacher import FOUNDATION, read_teacher_predictions, teacher_for
+from gem_model.distill.trainer import predict_student, save_student, train_student
+from gem_model.metrics import metric_rows, read_oracle
+from gem_model.paths import models_dir, reports_dir
+from gem_model.tracking import Tracker
+
+DEFAULT_ARMS = ("labels_only", "standard_kd", "parameter_sharing")
+DEFAULT_PATHS = ("direct", "hierarchical")
+SPLITS = ("validation", "evaluation")
+KD_EPS = 1e-4  # minimal NE gain of standard KD over labels-only for a defined KD effectiveness
+REPORT_FILE = "distillation_report.json"
+
+
+def _resolve_teacher(t: torch.nn.Module | str | Path) -> torch.nn.Module:
+    if isinstance(t, torch.nn.Module):
+        return t
+    from gem_model.registry import load_model  # checkpoints written by gem_model.train / save_domain_model
+
+    return load_model(t)[0]
+
+
+def _preds_frame(data: StudentData, p: np.ndarray, surface: str) -> pl.DataFrame:
+    """The `gem_model.metrics.predict` layout, for `metric_rows`."""
+    m = data.label_mask.numpy()
+    return pl.DataFrame(
+        {
+            "request_id": pl.Series(data.request_ids.tolist(), dtype=pl.String),
+            "surface": [surface] * len(data),
+            "click": data.labels[:, 0].numpy().astype(np.float64),
+            "conversion": data.labels[:, 1].numpy().astype(np.float64),
+            "click_mask": m[:, 0],
+            "conversion_mask": m[:, 1],
+            "p_click": p[:, 0].astype(np.float64),
+            "p_conversion": p[:, 1].astype(np.float64),
+        }
+    )
+
+
+def _d_model(teachers: Mapping[str, torch.nn.Module], arch: dict[str, Any]) -> int:
+    if arch.get("d_model"):
+        return int(arch["d_model"])
+    for name in [FOUNDATION, *sorted(teachers)]:
+        if name in teachers:
+            return int(teachers[name].cfg.d_model)
+    return 32
+
+
+def _iter_students(
+    arms: Sequence[str],
+    paths: Sequence[str],
+    seeds: Sequence[int],
+    surfaces: Sequence[str] | None,
+    *,
+    teachers: Mapping[str, torch.nn.Module | str | Path] | None,
+    teacher_predictions: pl.DataFrame | None,
+    hp: dict[str, Any],
+    roles: DayRoles,
+    uri: str | None,
+    tp_uri: str | None,
+    oracle_uri: str | None,
+    surfaces_config: SurfacesConfig,
+    tracker: Tracker | None,
+) -> Iterable[tuple[dict[str, Any], Student, list[dict[str, Any]], dict[str, Any]]]:
+    """Train every (surface, arm, path, seed); yield (key, model, metric rows, train info)."""
+    for a in arms:
+        arm_spec(a)
+    surfaces = list(surfaces or surfaces_config.names)
+    features = load_features()
+    dates = date_range(roles.student[0], roles.evaluation)
+    student_days = date_range(*roles.student)
+    hist_k = int(hp["student"].get("hist_k", 0))
+    data = load_examples(dates, surfaces, hist_k=hist_k, uri=uri, surfaces_config=surfaces_config)
+
+    needs_teacher = any(arm_spec(a)["kd"] != "none" for a in arms)
+    needs_emb = any(arm_spec(a)["representation"] for a in arms)
+    needs_tables = any(arm_spec(a)["share_tables"] for a in arms)
+    wanted = sorted({t for s in surfaces for p in paths if (t := teacher_for(p, s, surfaces_config))})
+    tp = None
+    if needs_teacher:
+        tp = teacher_predictions if teacher_predictions is not None else read_teacher_predictions(
+            dates, wanted, uri=tp_uri, embeddings=needs_emb)
+    modules = {k: _resolve_teacher(v) for k, v in (teachers or {}).items()} if (needs_tables or teachers) else {}
+    d_model = _d_model(modules, hp["student"])
+    oracle_df = None
+    try:
+        oracle_df = read_oracle([roles.validation, roles.evaluation], surfaces, uri=oracle_uri)
+    except Exception:  # no oracle (real logs): metrics without the floor
+        oracle_df = None
+
+    for surface in surfaces:
+        s_idx = surfaces_config.names.index(surface)
+        sd = data.for_surface(s_idx)
+        tasks = list(surfaces_config.get(surface).tasks)
+        by_teacher: dict[str | None, StudentData] = {None: sd}
+        adapters: dict[str, StudentAdapter] = {}
+        for arm in arms:
+            spec = arm_spec(arm)
+            for path in arm_paths(arm, paths):
+                teacher = teacher_for(path, surface, surfaces_config)
+                if teacher not in by_teacher:
+                    by_teacher[teacher] = attach_teacher(sd, tp, teacher, embeddings=needs_emb)
+                tdata = by_teacher[teacher]
+                adapter = None
+                if spec["adapter"]:
+                    if teacher not in adapters:
+                        names = list(hp["adapter"]["features"])
+                        idx = [features.dense.index(f) for f in features.dense if f.name in names]
+                        adapters[teacher] = StudentAdapter(
+                            idx, [features.dense[i].name for i in idx], hp["adapter"]["l2"], hp["adapter"]["iters"]
+                        ).fit(tdata.on_dates(student_days), roles.adapter)
+                    adapter = adapters[teacher]
+                emb_dim = int(tdata.teacher_emb.shape[1]) if (spec["representation"] and tdata.teacher_emb is not None) else 0
+                if spec["representation"] and not emb_dim:
+                    raise ValueError(f"{teacher}: teacher_predictions carry no embeddings for the representation arm")
+                train = tdata.on_dates(student_days)
+                val = tdata.on_dates([roles.validation])
+                ev = tdata.on_dates([roles.evaluation])
+                for seed in seeds:
+                    torch.manual_seed(seed)
+                    cfg = student_config(hp["student"], features=features, teacher_d_model=d_model, surface=surface,
+                                         tasks=tasks, aux_head=spec["kd"] == "aux", teacher_emb_dim=emb_dim)
+                    cfg.update(arm=arm, path=path, teacher=teacher, seed=int(seed))
+                    model = Student(cfg)
+                    key = {"surface": surface, "arm": arm, "path": path, "seed": int(seed), "teacher": teacher}
+                    prefix = f"{surface}/{arm}/{path}/s{seed}"
+                    log = (lambda d, step=None, _p=prefix: tracker.log({f"{_p}/{k}": v for k, v in d.items()})) if (
+                        tracker is not None and tracker.enabled) else None
+                    info = train_student(model, train, val, arm, hp["train"], seed=int(seed), adapter=adapter,
+                                         teacher_model=modules.get(teacher) if spec["share_tables"] else None, log=log)
+                    if adapter is not None:
+                        info["adapter"] = adapter.to_dict()
+                    info["dates"] = {"train": [d.isoformat() for d in train.date_set],
+                                     "validation": roles.validation.isoformat(), "evaluation": roles.evaluation.isoformat()}
+                    rows = []
+                    for split, part in (("validation", val), ("evaluation", ev)):
+                        if len(part) == 0:
+                            continue
+                        preds = _preds_frame(part, predict_student(model, part), surface)
+                        for r in metric_rows(preds, oracle_df):
+                            if r["task"] not in tasks:
+                                continue
+                            rows.append({"arm": arm, "path": path, "split": split, "surface": surface, "task": r["task"],
+                                         "seed": int(seed), "ne": r["ne"], "auc": r["auc"], "calibration": r["calibration"],
+                                         "oracle_ne": r["oracle_ne"], "kd_effectiveness": None, "n": r["n"],
+                                         "positives": r["positives"], "teacher": teacher})
+                    if tracker is not None:
+                        tracker.log_metric_rows([{**r, "surface": f"{prefix}/{r['split']}"} for r in rows], "distill")
+                    yield key, model, rows, info
+
+
+def kd_effectiveness(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Fill `kd_effectiveness` (+ kd_gain, kd_gain_standard) in place from click-task seed means,
+    per (surface, split, path); see the module docstring for the ~0 denominator. Returns rows."""
+
+    def mean_ne(arm: str, path: str, surface: str, split: str) -> float | None:
+        v = [r["ne"] for r in rows if r["arm"] == arm and r["path"] == path and r["surface"] == surface
+             and r["split"] == split and r["task"] == "click" and r["ne"] is not None and math.isfinite(r["ne"])]
+        return float(np.mean(v)) if v else None
+
+    for r in rows:
+        r.setdefault("kd_effectiveness", None)
+        if r["arm"] in (BASELINE, STANDARD):
+            r["kd_effectiveness"] = None
+            continue
+        lo = mean_ne(BASELINE, "none", r["surface"], r["split"])
+        std = mean_ne(STANDARD, r["path"], r["surface"], r["split"])
+        arm = mean_ne(r["arm"], r["path"], r["surface"], r["split"])
+        if lo is None or arm is None:
+            continue
+        r["kd_gain"] = lo - arm
+        if std is None:
+            continue
+        r["kd_gain_standard"] = lo - std
+        r["kd_effectiveness"] = (lo - arm) / (lo - std) if (lo - std) > KD_EPS else None
+    return rows
+
+
+def select_student(rows: list[dict[str, Any]], surface: str) -> tuple[str, str]:
+    """The (arm, path) with the lowest seed-mean click NE on the validation split (never E)."""
+    scores: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        if r["surface"] == surface and r["split"] == "validation" and r["task"] == "click" and r["ne"] is not None \
+                and math.isfinite(r["ne"]):
+            scores.setdefault((r["arm"], r["path"]), []).append(r["ne"])
+    if not scores:
+        raise ValueError(f"no validation click rows for surface {surface!r}")
+    return min(scores, key=lambda k: (float(np.mean(scores[k])), k))
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per (arm, path, split): click NE (mean over surfaces of seed means, and the seed spread)
+    and KD effectiveness averaged over surfaces (None values skipped)."""
+    out: dict[str, Any] = {}
+    keys = sorted({(r["arm"], r["path"], r["split"]) for r in rows})
+    for arm, path, split in keys:
+        sub = [r for r in rows if (r["arm"], r["path"], r["split"]) == (arm, path, split) and r["task"] == "click"]
+        per_surface = {}
+        for s in sorted({r["surface"] for r in sub}):
+            v = [r["ne"] for r in sub if r["surface"] == s and r["ne"] is not None and math.isfinite(r["ne"])]
+            ke = [r["kd_effectiveness"] for r in sub if r["surface"] == s and r["kd_effectiveness"] is not None]
+            per_surface[s] = {"ne_mean": float(np.mean(v)) if v else None, "ne_std": float(np.std(v)) if v else None,
+                              "kd_effectiveness": ke[0] if ke else None}
+        nes = [v["ne_mean"] for v in per_surface.values() if v["ne_mean"] is not None]
+        kes = [v["kd_effectiveness"] for v in per_surface.values() if v["kd_effectiveness"] is not None]
+        out[f"{arm}|{path}|{split}"] = {
+            "arm": arm, "path": path, "split": split,
+            "click_ne_mean": float(np.mean(nes)) if nes else None,
+            "kd_effectiveness_mean": float(np.mean(kes)) if kes else None,
+            "surfaces": per_surface,
+        }
+    return out
+
+
+def write_report(rows: list[dict[str, Any]], path: str | Path | None = None, extra: dict[str, Any] | None = None) -> Path:
+    """reports/distillation_report.json: rows, summary, and the (arm, path) selected per surface."""
+    path = Path(path) if path else reports_dir() / REPORT_FILE
+    surfaces = sorted({r["surface"] for r in rows})
+    doc = {
+        "rows": rows,
+        "summary": summarize(rows),
+        "selected": {s: dict(zip(("arm", "path"), select_student(rows, s), strict=True)) for s in surfaces},
+        **(extra or {}),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, default=str))
+    tmp.replace(path)
+    return path
+
+
+def run_distillation(
+    arms: Sequence[str] = DEFAULT_ARMS,
+    paths: Sequence[str] = DEFAULT_PATHS,
+    seeds: Sequence[int] = (0,),
+    surfaces: Sequence[str] | None = None,
+    *,
+    teachers: Mapping[str, torch.nn.Module | str | Path] | None = None,
+    teacher_predictions: pl.DataFrame | None = None,
+    preset: str = "small",
+    overrides: dict[str, Any] | None = None,
+    roles: DayRoles | None = None,
+    uri: str | None = None,
+    tp_uri: str | None = None,
+    oracle_uri: str | None = None,
+    save_root: str | Path | None = None,
+    tracking_group: str | None = None,
+    tracking_project: str = "gem",
+    surfaces_config: SurfacesConfig | None = None,
+    on_student: Callable[[dict[str, Any], Student, list[dict[str, Any]], dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Train and evaluate every arm x path x surface x seed; return the report rows (see module doc).
+
+    arms / paths: names from arms.ARMS / ("direct", "hierarchical"); labels_only runs once per
+    surface on path "none". teachers: {"foundation" | "domain:<name>": module or checkpoint path},
+    needed for parameter_sharing (the tables copied) and, if students.yaml leaves d_model null, for
+    the student width. teacher_predictions: a preloaded frame (default: read the table at tp_uri).
+    roles: the calendar's day roles (default load_calendar().roles()). uri / tp_uri / oracle_uri:
+    training_examples / teacher_predictions / oracle tables (default: the lake's). save_root: save
+    every student under <save_root>/<surface>/<arm>-<path>-s<seed>/. tracking_group: W&B group (the
+    teacher's run). on_student(key, model, rows, info): called after each student."""
+    surfaces_config = surfaces_config or load_surfaces()
+    roles = roles or load_calendar().roles()
+    hp = load_student_preset(preset, overrides=overrides)
+    tracker = Tracker(project=tracking_project, name="distillation", group=tracking_group, job_type="distill",
+                      config={"arms": list(arms), "paths": list(paths), "seeds": list(seeds), **hp})
+    rows: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    try:
+        for key, model, r, info in _iter_students(
+            arms, paths, seeds, surfaces, teachers=teachers, teacher_predictions=teacher_predictions, hp=hp,
+            roles=roles, uri=uri, tp_uri=tp_uri, oracle_uri=oracle_uri, surfaces_config=surfaces_config,
+            tracker=tracker,
+        ):
+            rows.extend(r)
+            if save_root is not None:
+                d = Path(save_root) / key["surface"] / f"{key['arm']}-{key['path']}-s{key['seed']}"
+                save_student(model, d, {"rows": r, "train": {k: v for k, v in info.items() if k != "losses"}},
+                             {"key": key, "hyperparameters": hp, "wandb": tracker.info()})
+            if on_student is not None:
+                on_student(key, model, r, info)
+        kd_effectiveness(rows)
+        tracker.summary({"distill/seconds": time.perf_counter() - t0, "distill/students": len({
+            (r["surface"], r["arm"], r["path"], r["seed"]) for r in rows})})
+    finally:
+        tracker.finish()
+    return rows
+
+
+def train_production_student(
+    surface: str,
+    arm: str,
+    path: str,
+    *,
+    seed: int = 0,
+    version: str | None = None,
+    root: str | Path | None = None,
+    export: bool = True,
+    **kw: Any,
+) -> dict[str, Any]:
+    """Train the production student of `surface` with the selected (arm, path) and save it under
+    <root or $GEM_HOME/models/students>/<surface>/<version>/ (model.pt, config.json, metrics.json,
+    student.pt2 + student.pt2.json). kw: as run_distillation (teachers, teacher_predictions,
+    preset, overrides, roles, uri, tp_uri, oracle_uri, tracking_group, surfaces_config).
+    Returns {"surface", "arm", "path", "version", "model_dir", "export", "rows", "train"}."""
+    version = version or dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    base = Path(root) / surface if root is not None else models_dir("students", surface)
+    out: dict[str, Any] = {}
+
+    def keep(key: dict[str, Any], model: Student, rows: list[dict[str, Any]], info: dict[str, Any]) -> None:
+        d = base / version
+        meta = {"rows": rows, "train": {k: v for k, v in info.items() if k != "losses"}, "key": key}
+        save_student(model, d, meta, {"key": key, "version": version})
+        out.update(surface=surface, arm=arm, path=path, version=version, model_dir=str(d), rows=rows,
+                   train=meta["train"], export=str(export_student(model, d / "student.pt2")) if export else None)
+
+    run_distillation([arm], [path] if arm != BASELINE else ["none"], [seed], [surface], on_student=keep, **kw)
+    return out
+
+
+def report_grid_complete(rows: list[dict[str, Any]], arms: Sequence[str], paths: Sequence[str],
+                         surfaces: Sequence[str]) -> list[tuple[str, str, str, str]]:
+    """Missing (arm, path, surface, split) cells of a report (empty when complete)."""
+    have = {(r["arm"], r["path"], r["surface"], r["split"]) for r in rows}
+    return [(a, p, s, sp) for a in arms for p in arm_paths(a, list(paths)) for s in surfaces for sp in SPLITS
+            if (a, p, s, sp) not in have]
+
+
+__all__ = [
+    "DEFAULT_ARMS", "DEFAULT_PATHS", "KD_EPS", "SPLITS", "TASKS", "kd_effectiveness", "report_grid_complete",
+    "run_distillation", "select_student", "summarize", "train_production_student", "write_report",
+]

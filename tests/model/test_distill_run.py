@@ -1,0 +1,131 @@
+"""run_distillation: the report grid, KD effectiveness, selection on E-1, production students."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from gem_model.distill import (
+    ARMS,
+    export_student,
+    kd_effectiveness,
+    load_student,
+    report_grid_complete,
+    run_distillation,
+    select_student,
+    train_production_student,
+    write_report,
+)
+from gem_model.distill.export import example_inputs
+
+from .distill_fixtures import TINY, all_predictions, world  # noqa: F401
+
+SURFACES = ["feed", "reels", "marketplace", "shops"]
+FAST = {"train": {**TINY["train"], "max_steps": 12, "epochs": 1}}
+
+
+@pytest.fixture(scope="module")
+def report(world, tmp_path_factory):  # noqa: F811
+    root = tmp_path_factory.mktemp("students")
+    rows = run_distillation(
+        list(ARMS), ["direct", "hierarchical"], [0], SURFACES, teachers=world.teachers,
+        teacher_predictions=all_predictions(world), preset="tiny", overrides=FAST, roles=world.roles,
+        uri=world.te_uri, oracle_uri=f"{world.lake}/oracle", save_root=root,
+    )
+    return rows, root
+
+
+def test_report_has_every_arm_path_surface_split(report):
+    rows, root = report
+    assert report_grid_complete(rows, list(ARMS), ["direct", "hierarchical"], SURFACES) == []
+    keys = {"arm", "path", "split", "surface", "task", "seed", "ne", "auc", "calibration", "oracle_ne",
+            "kd_effectiveness", "n"}
+    for r in rows:
+        assert keys <= set(r)
+        assert r["split"] in ("validation", "evaluation")
+        assert (r["path"] == "none") == (r["arm"] == "labels_only")
+        assert r["n"] > 0 and math.isfinite(r["ne"])
+        assert r["oracle_ne"] is not None
+    # reels logs no conversions: no conversion rows there
+    assert not [r for r in rows if r["surface"] == "reels" and r["task"] == "conversion"]
+    assert {r["task"] for r in rows if r["surface"] == "feed"} == {"click", "conversion"}
+    # labels_only once per surface; every student was saved
+    assert len({(r["surface"], r["seed"]) for r in rows if r["arm"] == "labels_only"}) == len(SURFACES)
+    saved = sorted(p.parent.relative_to(root).as_posix() for p in root.glob("*/*/model.pt"))
+    assert len(saved) == len(SURFACES) * (1 + 2 * (len(ARMS) - 1))
+    assert "shops/parameter_sharing-hierarchical-s0" in saved
+    cfg = json.loads((root / "shops/parameter_sharing-hierarchical-s0/config.json").read_text())
+    assert cfg["key"]["teacher"] == "domain:commerce"
+    assert cfg["student"]["teacher_emb_dim"] == 16
+
+
+def test_kd_effectiveness_only_for_kd_arms(report):
+    rows, _ = report
+    for r in rows:
+        if r["arm"] in ("labels_only", "standard_kd"):
+            assert r["kd_effectiveness"] is None
+        elif r["kd_effectiveness"] is not None:
+            assert r["kd_gain_standard"] > 0
+            assert r["kd_effectiveness"] == pytest.approx(r["kd_gain"] / r["kd_gain_standard"])
+
+
+def _row(arm, path, ne, surface="s", split="validation", seed=0):
+    return {"arm": arm, "path": path, "surface": surface, "split": split, "task": "click", "seed": seed, "ne": ne,
+            "kd_effectiveness": None}
+
+
+def test_kd_effectiveness_formula_and_zero_denominator():
+    rows = [_row("labels_only", "none", 0.90), _row("labels_only", "none", 0.92, seed=1),
+            _row("standard_kd", "direct", 0.89), _row("standard_kd", "direct", 0.89, seed=1),
+            _row("aux_head", "direct", 0.87), _row("aux_head", "direct", 0.88, seed=1),
+            _row("standard_kd", "hierarchical", 0.91), _row("aux_head", "hierarchical", 0.85)]
+    kd_effectiveness(rows)
+    aux = [r for r in rows if r["arm"] == "aux_head" and r["path"] == "direct"]
+    assert all(r["kd_effectiveness"] == pytest.approx((0.91 - 0.875) / (0.91 - 0.89)) for r in aux)
+    hier = [r for r in rows if r["arm"] == "aux_head" and r["path"] == "hierarchical"][0]
+    assert hier["kd_effectiveness"] is None  # denominator ~0: standard KD did not beat labels-only
+    assert hier["kd_gain"] == pytest.approx(0.06)
+
+
+def test_selection_reads_only_the_validation_day(report):
+    rows, _ = report
+    for s in SURFACES:
+        arm, path = select_student(rows, s)
+        # make the evaluation day say something else: selection must not move
+        rigged = [dict(r, ne=(0.0 if (r["split"] == "evaluation" and r["arm"] != arm) else r["ne"])) for r in rows]
+        assert select_student(rigged, s) == (arm, path)
+        val = {(r["arm"], r["path"]): r["ne"] for r in rows if r["surface"] == s and r["split"] == "validation"
+               and r["task"] == "click"}
+        assert val[(arm, path)] == min(val.values())
+
+
+def test_write_report(report, tmp_path):
+    rows, _ = report
+    p = write_report(rows, tmp_path / "distillation_report.json")
+    doc = json.loads(p.read_text())
+    assert set(doc["selected"]) == set(SURFACES)
+    assert "parameter_sharing|hierarchical|evaluation" in doc["summary"]
+
+
+def test_production_student_saved_loaded_exported(world, tmp_path):  # noqa: F811
+    out = train_production_student(
+        "shops", "parameter_sharing", "hierarchical", teachers=world.teachers,
+        teacher_predictions=all_predictions(world), preset="tiny", overrides=FAST, roles=world.roles,
+        uri=world.te_uri, oracle_uri=f"{world.lake}/oracle", root=tmp_path, version="v1",
+    )
+    d = tmp_path / "shops" / "v1"
+    assert out["model_dir"] == str(d)
+    assert {"model.pt", "config.json", "metrics.json", "student.pt2", "student.pt2.json"} <= {p.name for p in d.iterdir()}
+    metrics = json.loads((d / "metrics.json").read_text())
+    assert {r["split"] for r in metrics["rows"]} == {"validation", "evaluation"}
+    assert metrics["train"]["adapter"]["fitted_dates"] == [world.roles.adapter.isoformat()]
+    assert sorted(metrics["train"]["copied_tables"]) == ["advertiser", "item", "user"]
+    student = load_student(d).eval()
+    served = torch.export.load(str(d / "student.pt2")).module()
+    args = example_inputs(student, 9)
+    with torch.no_grad():
+        torch.testing.assert_close(served(*args), torch.sigmoid(student(*args)))
+    assert export_student  # the same function wrote it
