@@ -183,7 +183,7 @@ def test_parameter_sharing_copies_exactly_the_named_tables(teacher_key, feed, pr
     teacher = world.teachers[teacher_key]
     student = make_student("parameter_sharing", preset)
     before = {k: v.weight.detach().clone() for k, v in student.tables.items()}
-    cfg = {**preset["train"], "max_steps": 1, "lr": 0.0, "share_tables": ["item", "user", "advertiser"]}
+    cfg = {**preset["train"], "max_steps": 1, "lr": 0.0, "emb_lr": 0.0, "share_tables": ["item", "user", "advertiser"]}
     train = feed.on_dates([world.roles.adapter])
     adapter = StudentAdapter([0], ["position"]).fit(train, world.roles.adapter)
     info = train_student(student, train, None, "parameter_sharing", cfg, adapter=adapter, teacher_model=teacher)
