@@ -2,8 +2,9 @@
 
 Users have two favourite topics; items (ads and organic) belong to topic `item_id % n_topics`. A
 user's history is mostly items from their topics. The click probability rises when the candidate
-ad's topic is one of the user's topics and again when the ad itself appears in the history, so a
-model that reads the jagged history beats one that does not. Not the production simulator.
+ad's topic is one of the user's topics and again when the ad itself appears in the history (so a
+model that reads the jagged history beats one that does not), with an ad-quality effect and a
+position effect that a few hundred steps can learn. Not the production simulator.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def synthetic_day(
     world = np.random.default_rng(seed)  # the same users every day
     interests = np.stack([world.permutation(n_topics)[:2] for _ in range(n_users)])
     tenure = world.gamma(2.0, 200.0, n_users)
+    ad_quality = world.normal(0.0, 0.6, n_ads + 1)
     rng = np.random.default_rng([seed, date.toordinal()])
 
     names = surfaces.names
@@ -79,7 +81,11 @@ def synthetic_day(
         in_hist = np.bincount(row_of[hit], minlength=rows) > 0
 
     s_off = np.array([-0.2, 0.1, -0.4, 0.3, 0.0, 0.2, -0.1, 0.05] * 4)[: len(names)]
-    logit = -3.2 + 1.8 * fav + 1.2 * in_hist + s_off[s_idx] + 0.15 * rng.standard_normal(rows)
+    position = rng.integers(1, 10, rows)
+    logit = (
+        -3.0 + 1.8 * fav + 1.5 * in_hist + s_off[s_idx] + ad_quality[ad] - 0.12 * (position - 1)
+        + 0.15 * rng.standard_normal(rows)
+    )
     p_click = _sigmoid(logit)
     click = rng.random(rows) < p_click
     q_conv = _sigmoid(-1.5 + 0.8 * fav)
@@ -110,7 +116,7 @@ def synthetic_day(
             "objective": np.asarray(OBJECTIVES)[ad % len(OBJECTIVES)],
             "creative_format": np.asarray(CREATIVE_FORMATS)[(ad // 3) % len(CREATIVE_FORMATS)],
             "device": np.asarray(DEVICES)[user % len(DEVICES)],
-            "position": rng.integers(1, 10, rows).astype(np.int32),
+            "position": position.astype(np.int32),
             "bid": rng.gamma(2.0, 0.5, rows),
             "user_tenure_days": tenure[user],
             "hour_of_day": (sec // 3600).astype(np.int32),

@@ -57,6 +57,7 @@ class Tracker:
         config: dict[str, Any] | None = None,
         tags: list[str] | None = None,
         mode: str | None = None,
+        run_id: str | None = None,
     ):
         self.mode = mode or wandb_mode()
         self.project, self.group, self.name = project, group, name
@@ -69,6 +70,7 @@ class Tracker:
 
         self._run = wandb.init(
             project=project,
+            id=run_id,
             name=name,
             group=group,
             job_type=job_type,

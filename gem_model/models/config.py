@@ -30,6 +30,7 @@ class GEMConfig:
     summary_dim: int = 64  # the pooled representation the heads (and distillation) read
     head_hidden: int = 128  # width of the MLP that produces the summary
     dropout: float = 0.0
+    target_attention: bool = True  # DIN-style candidate-vs-history tokens for tables shared with history
     attention: str = "jagged"  # jagged (kernels.jagged_attention) | padded (SDPA over a padded batch)
     max_hist_len: int | None = None  # None: features.yaml history.max_len (never longer)
 
@@ -60,8 +61,20 @@ class GEMConfig:
         return len(self.sparse_features) + 1
 
     @property
+    def target_pairs(self) -> list[tuple[int, str]]:
+        """(sparse feature index, history column) pairs that share an item table."""
+        if not self.target_attention:
+            return []
+        return [
+            (j, name)
+            for j, (_, table) in enumerate(self.sparse_features)
+            for name, source, h_table in self.history_columns
+            if source == "item_id" and h_table == table
+        ]
+
+    @property
     def n_seq_summary(self) -> int:
-        return self.n_cls + self.n_pma + self.n_recent
+        return self.n_cls + self.n_pma + self.n_recent + len(self.target_pairs)
 
     @property
     def seq_len(self) -> int:

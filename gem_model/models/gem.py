@@ -4,21 +4,22 @@
     dense feats ─> one dense token ──┴─> X [B, n, d]
     history (jagged) ─> item+action+surface embeddings + time-gap encoding ─> S [L_total, d]
                         (with n_cls CLS tokens prepended to every sequence)
+    target tokens:      candidate ad vs history items of the same table (DIN-style, cosine)
 
     for each InterFormer block:
-        cross arch:        X_sum = gated compression of X;  S_sum = CLS || PMA || most recent of S
-        interaction arch:  X <- Wukong([X || S_sum])[:, :n]
+        cross arch:        X_sum = gated compression of X;  S_sum = CLS || PMA(S | X_sum) || most recent of S
+        interaction arch:  X <- Wukong([X || S_sum])  (n + |S_sum| tokens in, n out)
         sequence arch:     S <- S + PFFN(S | X_sum);  S <- S + MHA(S)  (kernels.jagged_attention)
         (the two arches read the block's input: they are independent within a block)
 
     summary h = MLP(flatten([X || S_sum]))      <- `summary_embedding`, used for distillation
-    logits[b, t] = head[surface_b, t](h_b)       one head per (surface, task)
+    logits[b, t] = head[surface_b, t](h_b) + wide[surface_b, t](dense_b)   one head per (surface, task)
     loss = sum_t w_t * sum_b w_surface(b) * mask[b, t] * BCE(logits, labels) / sum_b mask[b, t]
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -32,10 +33,21 @@ from gem_model.models.layers import (
     CrossArch,
     PersonalisedFFN,
     SequenceMHA,
+    TargetAttention,
     TimeGapEncoding,
     Wukong,
     segment_ids,
 )
+
+
+class Inputs(NamedTuple):
+    x: torch.Tensor  # [B, n, d] non-sequence tokens
+    s: torch.Tensor  # [L_total + B*n_cls, d] jagged sequence tokens, CLS first in each sequence
+    offsets: torch.Tensor  # [B+1] offsets of s
+    seg: torch.Tensor  # [L_total + B*n_cls] row of each token of s
+    hist_len: torch.Tensor  # [B] history lengths (without CLS)
+    target: torch.Tensor | None  # [B, n_target, d] target-attention tokens
+    wide: torch.Tensor  # [B, n_wide] dense features + match statistics (the linear path)
 
 
 class InterFormerBlock(nn.Module):
@@ -45,18 +57,18 @@ class InterFormerBlock(nn.Module):
         self.cfg = cfg
         self.cross = CrossArch(n, d, cfg.n_sum, cfg.n_cls, cfg.n_pma, cfg.n_recent, cfg.n_heads)
         self.interaction = Wukong(
-            n + cfg.n_seq_summary, d, cfg.wukong_layers, cfg.wukong_k, cfg.wukong_hidden, cfg.wukong_fm_frac, cfg.dropout
+            n + cfg.n_seq_summary, d, cfg.wukong_layers, cfg.wukong_k, cfg.wukong_hidden, cfg.wukong_fm_frac,
+            cfg.dropout, n_out=n,
         )
         self.pffn = PersonalisedFFN(d, cfg.n_sum * d, cfg.ffn_mult, cfg.dropout)
         self.mha = SequenceMHA(d, cfg.n_heads)
 
     def forward(
-        self, x: torch.Tensor, s: torch.Tensor, offsets: torch.Tensor, seg: torch.Tensor, hist_len: torch.Tensor
+        self, x: torch.Tensor, s: torch.Tensor, offsets: torch.Tensor, seg: torch.Tensor, hist_len: torch.Tensor,
+        target: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        n = x.shape[1]
-        x_sum, s_sum = self.cross(x, s, offsets, seg, hist_len)
-        x_new = self.interaction(torch.cat([x, s_sum], dim=1))[:, :n]
-        assert x_sum is not None
+        x_sum, s_sum = self.cross(x, s, offsets, seg, hist_len, target)
+        x_new = self.interaction(torch.cat([x, s_sum], dim=1))  # [B, n, d]
         cond = x_sum.flatten(1)
         if self.cfg.attention == "jagged":
             s = s + self.pffn(s, cond, seg)
@@ -79,22 +91,23 @@ class GEM(nn.Module):
         d = cfg.d_model
         # -- inputs ---------------------------------------------------------------------------
         self.tables = nn.ModuleDict({t: nn.Embedding(rows, d) for t, rows in cfg.tables.items()})
-        self.dense = MLP(len(cfg.dense_features), 2 * d, d)
+        self.dense = MLP(len(cfg.dense_features) + 2 * len(cfg.target_pairs), 2 * d, d)
         self.dense_ln = nn.LayerNorm(len(cfg.dense_features))
         self.time = TimeGapEncoding(cfg.time_buckets, d)
         self.seq_ln = nn.LayerNorm(d)
         self.cls = nn.Parameter(torch.randn(cfg.n_cls, d) * 0.02)
+        self.target = nn.ModuleList([TargetAttention(d) for _ in cfg.target_pairs])
         # -- trunk ----------------------------------------------------------------------------
         self.blocks = nn.ModuleList([InterFormerBlock(cfg) for _ in range(cfg.n_blocks)])
-        self.final_cross = CrossArch(
-            cfg.n_tokens, d, cfg.n_sum, cfg.n_cls, cfg.n_pma, cfg.n_recent, cfg.n_heads, with_x_sum=False
-        )
+        self.final_cross = CrossArch(cfg.n_tokens, d, cfg.n_sum, cfg.n_cls, cfg.n_pma, cfg.n_recent, cfg.n_heads)
         self.summary = MLP((cfg.n_tokens + cfg.n_seq_summary) * d, cfg.head_hidden, cfg.summary_dim, cfg.dropout)
         self.summary_ln = nn.LayerNorm(cfg.summary_dim)
         # -- heads: one per (surface, task) ---------------------------------------------------
         n_s = len(cfg.surfaces)
-        self.head_w = nn.Parameter(torch.randn(n_s, len(TASKS), cfg.summary_dim) * 0.01)
+        self.head_w = nn.Parameter(torch.randn(n_s, len(TASKS), cfg.summary_dim) / cfg.summary_dim**0.5)
         self.head_b = nn.Parameter(torch.full((n_s, len(TASKS)), -3.0))
+        n_wide = len(cfg.dense_features) + 2 * len(cfg.target_pairs)
+        self.wide = nn.Parameter(torch.zeros(n_s, len(TASKS), n_wide))  # a linear path, as in Wide & Deep
         allowed = torch.tensor([[t in tasks for t in TASKS] for tasks in cfg.surface_tasks], dtype=torch.bool)
         self.register_buffer("task_allowed", allowed.reshape(n_s, len(TASKS)), persistent=False)
         w_s = torch.tensor([cfg.surface_loss_weights.get(s, 1.0) for s in cfg.surfaces], dtype=torch.float32)
@@ -109,55 +122,69 @@ class GEM(nn.Module):
             nn.init.normal_(m.weight, std=0.05)
 
     # -- inputs ---------------------------------------------------------------------------------
-    def embed(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """X [B, n, d]; S [L_total + B*n_cls, d] with CLS tokens first in every sequence; its
-        offsets, segment ids and the history lengths (without CLS)."""
+    def embed(self, batch: Batch) -> Inputs:
+        """Tokens of a batch: X, the jagged S with CLS tokens, target tokens, the wide inputs."""
         cfg = self.cfg
         tokens = [self.tables[table](batch.sparse[:, j]) for j, (_, table) in enumerate(cfg.sparse_features)]
-        tokens.append(self.dense(self.dense_ln(batch.dense)))
-        x = torch.stack(tokens, dim=1)
 
         offsets = batch.offsets.long()
         hist_len = offsets[1:] - offsets[:-1]
         total = int(batch.history[cfg.history_columns[0][0]].shape[0]) if cfg.history_columns else 0
         h = None
+        raw: dict[str, torch.Tensor] = {}
         for name, source, table in cfg.history_columns:
             e = self.time(batch.history[name]) if source == "ts" else self.tables[table](batch.history[name])
+            raw[name] = e
             h = e if h is None else h + e
         if h is None:
-            h = x.new_zeros(total, cfg.d_model)
+            h = tokens[0].new_zeros(total, cfg.d_model)
         h = self.seq_ln(h)
+        seg_h = segment_ids(offsets, total)
+        target = None
+        dense_in = [self.dense_ln(batch.dense)]
+        if self.target:
+            outs = [ta(tokens[j], raw[col], h, seg_h) for ta, (j, col) in zip(self.target, cfg.target_pairs, strict=True)]
+            target = torch.stack([o[0] for o in outs], dim=1)
+            dense_in += [o[1] for o in outs]
+        tokens.append(self.dense(torch.cat(dense_in, dim=1)))
+        x = torch.stack(tokens, dim=1)
 
         bsz, n_cls = x.shape[0], cfg.n_cls
         ar = torch.arange(bsz + 1, device=x.device)
         new_off = offsets + n_cls * ar
-        seg_h = segment_ids(offsets, total)
         hist_pos = torch.arange(total, device=x.device) + n_cls * (seg_h + 1)
         cls_pos = (new_off[:-1, None] + torch.arange(n_cls, device=x.device)).reshape(-1)
         s = h.new_zeros(total + bsz * n_cls, cfg.d_model)
         s = s.index_copy(0, hist_pos, h).index_copy(0, cls_pos, self.cls.to(h.dtype).repeat(bsz, 1))
         seg = segment_ids(new_off, total + bsz * n_cls)
-        return x, s, new_off, seg, hist_len
+        return Inputs(x, s, new_off, seg, hist_len, target, torch.cat(dense_in, dim=1))
 
     # -- trunk ----------------------------------------------------------------------------------
-    def summary_embedding(self, batch: Batch) -> torch.Tensor:
-        """The trunk's pooled representation h [B, summary_dim]."""
-        x, s, offsets, seg, hist_len = self.embed(batch)
+    def trunk(self, inp: Inputs) -> torch.Tensor:
+        x, s, offsets, seg, hist_len, target, _ = inp
         for block in self.blocks:
-            x, s = block(x, s, offsets, seg, hist_len)
-        _, s_sum = self.final_cross(x, s, offsets, seg, hist_len)
+            x, s = block(x, s, offsets, seg, hist_len, target)
+        _, s_sum = self.final_cross(x, s, offsets, seg, hist_len, target)
         return self.summary_ln(self.summary(torch.cat([x, s_sum], dim=1).flatten(1)))
 
-    def head_logits(self, h: torch.Tensor, surface_idx: torch.Tensor) -> torch.Tensor:
-        return torch.einsum("bd,btd->bt", h, self.head_w[surface_idx]) + self.head_b[surface_idx]
+    def summary_embedding(self, batch: Batch) -> torch.Tensor:
+        """The trunk's pooled representation h [B, summary_dim] (distillation reads this)."""
+        return self.trunk(self.embed(batch))
+
+    def head_logits(self, h: torch.Tensor, surface_idx: torch.Tensor, wide_in: torch.Tensor) -> torch.Tensor:
+        deep = torch.einsum("bd,btd->bt", h, self.head_w[surface_idx])
+        wide = torch.einsum("bk,btk->bt", wide_in, self.wide[surface_idx])
+        return deep + wide + self.head_b[surface_idx]
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """Logits [B, 2] (click, conversion) of each row's surface heads."""
-        return self.head_logits(self.summary_embedding(batch), batch.surface_idx)
+        return self.forward_with_summary(batch)[0]
 
     def forward_with_summary(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        h = self.summary_embedding(batch)
-        return self.head_logits(h, batch.surface_idx), h
+        """(logits [B, 2], summary h [B, summary_dim]) in one pass."""
+        inp = self.embed(batch)
+        h = self.trunk(inp)
+        return self.head_logits(h, batch.surface_idx, inp.wide), h
 
     # -- loss -----------------------------------------------------------------------------------
     def loss(self, logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -20,6 +20,17 @@ def segment_ids(offsets: torch.Tensor, total: int) -> torch.Tensor:
     return torch.repeat_interleave(torch.arange(lengths.numel(), device=offsets.device), lengths, output_size=total)
 
 
+def segment_softmax(scores: torch.Tensor, seg: torch.Tensor, batch: int) -> torch.Tensor:
+    """Softmax of scores [L, ...] within each segment (row) of seg [L]."""
+    idx = seg.view(-1, *([1] * (scores.dim() - 1))).expand_as(scores)
+    mx = scores.new_full((batch, *scores.shape[1:]), -1e30).scatter_reduce(
+        0, idx, scores.detach(), "amax", include_self=True
+    )
+    e = torch.exp(scores - mx[seg])
+    denom = scores.new_zeros((batch, *scores.shape[1:])).index_add(0, seg, e)
+    return e / denom[seg].clamp_min(1e-30)
+
+
 class MLP(nn.Sequential):
     def __init__(self, d_in: int, hidden: int, d_out: int, dropout: float = 0.0):
         super().__init__(nn.Linear(d_in, hidden), nn.GELU(), nn.Dropout(dropout), nn.Linear(hidden, d_out))
@@ -57,22 +68,35 @@ class LCB(nn.Module):
 
 
 class WukongLayer(nn.Module):
-    def __init__(self, n: int, d: int, k: int, hidden: int, fm_frac: float = 0.5, dropout: float = 0.0):
+    """X' = LN(concat(FMB(X), LCB(X)) + X) with n_F + n_L = n_out tokens out. When n_out < n_in
+    (the last layer of an interaction arch, which returns only the non-sequence tokens) the
+    residual is the first n_out input tokens."""
+
+    def __init__(self, n_in: int, d: int, k: int, hidden: int, fm_frac: float = 0.5, dropout: float = 0.0,
+                 n_out: int | None = None):
         super().__init__()
-        n_f = min(max(1, round(fm_frac * n)), n - 1) if n > 1 else 1
-        n_l = n - n_f
-        self.fmb = FMB(n, d, k, n_f, hidden, dropout)
-        self.lcb = LCB(n, n_l) if n_l > 0 else None
+        n_out = n_out or n_in
+        self.n_out = n_out
+        n_f = min(max(1, round(fm_frac * n_out)), n_out - 1) if n_out > 1 else 1
+        n_l = n_out - n_f
+        self.fmb = FMB(n_in, d, k, n_f, hidden, dropout)
+        self.lcb = LCB(n_in, n_l) if n_l > 0 else None
         self.ln = nn.LayerNorm(d)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         parts = [self.fmb(x)] + ([self.lcb(x)] if self.lcb is not None else [])
-        return self.ln(torch.cat(parts, dim=1) + x)
+        return self.ln(torch.cat(parts, dim=1) + x[:, : self.n_out])
 
 
 class Wukong(nn.Sequential):
-    def __init__(self, n: int, d: int, layers: int, k: int, hidden: int, fm_frac: float, dropout: float = 0.0):
-        super().__init__(*[WukongLayer(n, d, k, hidden, fm_frac, dropout) for _ in range(layers)])
+    """`layers` Wukong layers on n_in tokens; the last one returns n_out tokens."""
+
+    def __init__(self, n_in: int, d: int, layers: int, k: int, hidden: int, fm_frac: float, dropout: float = 0.0,
+                 n_out: int | None = None):
+        super().__init__(*[
+            WukongLayer(n_in, d, k, hidden, fm_frac, dropout, n_out=(n_out if i == layers - 1 else n_in))
+            for i in range(layers)
+        ])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -93,61 +117,82 @@ class GatedCompression(nn.Module):
 
 
 class PMA(nn.Module):
-    """Pooling by multi-head attention: learnable seeds attend over each jagged sequence."""
+    """Pooling by multi-head attention: seed queries attend over each jagged sequence. The seeds
+    are personalised by the row's X_sum (target-aware pooling, as in DIN), so the pool can look
+    for history entries that match the candidate ad."""
 
-    def __init__(self, d: int, n_seeds: int, n_heads: int):
+    def __init__(self, d: int, n_seeds: int, n_heads: int, cond_dim: int):
         super().__init__()
         self.h, self.dh = n_heads, d // n_heads
         self.seeds = nn.Parameter(torch.randn(n_seeds, d) * 0.02)
+        self.q_cond = nn.Linear(cond_dim, n_seeds * d)
         self.kv = nn.Linear(d, 2 * d)
         self.out = nn.Linear(d, d)
 
-    def forward(self, values: torch.Tensor, seg: torch.Tensor, batch: int) -> torch.Tensor:
-        n_seeds = self.seeds.shape[0]
+    def forward(self, values: torch.Tensor, seg: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        batch, n_seeds = cond.shape[0], self.seeds.shape[0]
         k, v = self.kv(values).view(-1, 2, self.h, self.dh).unbind(1)  # [L, H, Dh]
-        q = self.seeds.view(n_seeds, self.h, self.dh)
-        scores = torch.einsum("lhd,phd->lph", k, q) / math.sqrt(self.dh)  # [L, P, H]
-        idx = seg[:, None, None].expand_as(scores)
-        mx = scores.new_full((batch, n_seeds, self.h), -1e30).scatter_reduce(
-            0, idx, scores.detach(), "amax", include_self=True
-        )
-        e = torch.exp(scores - mx[seg])
-        denom = scores.new_zeros(batch, n_seeds, self.h).index_add(0, seg, e)
-        w = e / denom[seg].clamp_min(1e-30)
+        q = (self.seeds[None] + self.q_cond(cond).view(batch, n_seeds, -1)).view(batch, n_seeds, self.h, self.dh)
+        scores = torch.einsum("lhd,lphd->lph", k, q[seg]) / math.sqrt(self.dh)  # [L, P, H]
+        w = segment_softmax(scores, seg, batch)
         pooled = scores.new_zeros(batch, n_seeds, self.h, self.dh).index_add(0, seg, w[..., None] * v[:, None])
         return self.out(pooled.reshape(batch, n_seeds, self.h * self.dh))
 
 
 class CrossArch(nn.Module):
     """Summaries exchanged between the arches: X_sum (for the sequence arch) and
-    S_sum = CLS tokens || PMA tokens || most recent tokens (for the interaction arch)."""
+    S_sum = CLS tokens || PMA tokens || most recent tokens (|| target-attention tokens), for the
+    interaction arch."""
 
-    def __init__(
-        self, n_tokens: int, d: int, n_sum: int, n_cls: int, n_pma: int, n_recent: int, n_heads: int,
-        with_x_sum: bool = True,
-    ):
+    def __init__(self, n_tokens: int, d: int, n_sum: int, n_cls: int, n_pma: int, n_recent: int, n_heads: int):
         super().__init__()
         self.n_cls, self.n_recent = n_cls, n_recent
-        self.compress = GatedCompression(n_tokens, n_sum, d) if with_x_sum else None
+        self.compress = GatedCompression(n_tokens, n_sum, d)
         self.ln_seq = nn.LayerNorm(d)
-        self.pma = PMA(d, n_pma, n_heads) if n_pma > 0 else None
+        self.pma = PMA(d, n_pma, n_heads, n_sum * d) if n_pma > 0 else None
         self.ln_out = nn.LayerNorm(d)
 
     def forward(
-        self, x: torch.Tensor, values: torch.Tensor, offsets: torch.Tensor, seg: torch.Tensor, hist_len: torch.Tensor
-    ) -> tuple[torch.Tensor | None, torch.Tensor]:
-        batch = x.shape[0]
-        x_sum = self.compress(x) if self.compress is not None else None
+        self, x: torch.Tensor, values: torch.Tensor, offsets: torch.Tensor, seg: torch.Tensor, hist_len: torch.Tensor,
+        target: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        x_sum = self.compress(x)
         starts, ends = offsets[:-1], offsets[1:]
         parts = [values[starts[:, None] + torch.arange(self.n_cls, device=x.device)]]  # CLS [B, n_cls, d]
         if self.pma is not None:
-            parts.append(self.pma(self.ln_seq(values), seg, batch))
+            parts.append(self.pma(self.ln_seq(values), seg, x_sum.flatten(1)))
         if self.n_recent:
             j = torch.arange(self.n_recent, device=x.device)
             pos = ends[:, None] - 1 - j  # most recent first; CLS tokens keep the index valid
             valid = (hist_len[:, None] > j).to(values.dtype)
             parts.append(values[pos] * valid[..., None])
+        if target is not None:
+            parts.append(target)
         return x_sum, self.ln_out(torch.cat(parts, dim=1))
+
+
+class TargetAttention(nn.Module):
+    """DIN-style target attention on raw embeddings of a shared table (ads appear in histories as
+    items): cosine(candidate, history item) with a learnable temperature -> softmax pooling of the
+    history tokens, plus the best match as a learned direction. One token per (feature, column),
+    and two match statistics (best cosine, attention-weighted cosine) that join the dense token."""
+
+    def __init__(self, d: int, temperature: float = 5.0):
+        super().__init__()
+        self.log_t = nn.Parameter(torch.tensor(math.log(temperature)))
+        self.match = nn.Parameter(torch.randn(d) * 0.02)
+        self.ln = nn.LayerNorm(d)
+
+    def forward(
+        self, cand: torch.Tensor, items: torch.Tensor, tokens: torch.Tensor, seg: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = cand.shape[0]
+        cos = F.cosine_similarity(F.normalize(cand, dim=-1)[seg], items, dim=-1)  # [L]
+        w = segment_softmax(cos * self.log_t.exp(), seg, batch)
+        pooled = tokens.new_zeros(batch, tokens.shape[-1]).index_add(0, seg, w[:, None] * tokens)
+        best = cos.new_zeros(batch).scatter_reduce(0, seg, cos, "amax", include_self=True)  # 0 if empty
+        wcos = cos.new_zeros(batch).index_add(0, seg, w * cos)
+        return self.ln(pooled + best[:, None] * self.match), torch.stack([best, wcos], dim=1)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,0 +1,146 @@
+"""The foundation model and its single-surface baselines, trained on the calendar's teacher window.
+
+`run_foundation` is what the `foundation_model` Dagster asset calls: it trains the GEM teacher on
+every surface (window roles().teacher, selection on the validation day E-1, metrics on the
+evaluation day E), then the same architecture on one surface at a time, and writes each model to
+its version directory:
+
+    $GEM_HOME/models/foundation_model/<version>/                       the teacher
+    $GEM_HOME/models/single_surface_baseline/<surface>/<version>/      one baseline per surface
+
+(extra seeds under <version>/seed<k>/). It never writes ACCEPTED: the quality gate does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gem_model.config import CalendarConfig, FeaturesConfig, SurfacesConfig, load_calendar, load_features, load_surfaces
+from gem_model.paths import gem_home, models_dir
+from gem_model.registry import new_version
+from gem_model.tracking import Tracker
+from gem_model.train import train
+
+FOUNDATION_ASSET = "foundation_model"
+BASELINE_ASSET = "single_surface_baseline"
+ROW_KEYS = ("surface", "task", "ne", "auc", "calibration", "oracle_ne", "gap", "n", "positives")
+
+
+def _rows(summary: dict[str, Any], model: str, seed: int) -> list[dict[str, Any]]:
+    return [{"model": model, "seed": seed, **{k: r.get(k) for k in ROW_KEYS}} for r in summary["rows"]]
+
+
+def run_foundation(
+    preset: str,
+    *,
+    seeds: Sequence[int] = (0,),
+    calendar: CalendarConfig | None = None,
+    surfaces: SurfacesConfig | None = None,
+    features: FeaturesConfig | None = None,
+    out_root: str | Path | None = None,
+    init_from: str | Path | None = None,
+    baselines: bool = True,
+    device: str = "auto",
+    overrides: dict[str, Any] | None = None,
+    lake: str | None = None,
+    project: str = "gem",
+) -> dict[str, Any]:
+    """Train the teacher (+ baselines) for every seed; returns version, checkpoint, rows, curves, W&B info.
+
+    overrides: {"model": {...}, "train": {...}} on top of the preset (e.g. {"train": {"epochs": 2}}).
+    out_root: the GEM_HOME whose models/ receives the versions (default: $GEM_HOME).
+    init_from: warm-start the teacher from this checkpoint (e.g. the ACCEPTED version's dir).
+    """
+    calendar = calendar or load_calendar()
+    surfaces = surfaces or load_surfaces()
+    features = features or load_features()
+    home = Path(out_root) if out_root is not None else gem_home()
+    roles = calendar.roles()
+    overrides = overrides or {}
+    data = {
+        "train": [roles.teacher[0].isoformat(), roles.teacher[1].isoformat()],
+        "valid": roles.validation.isoformat(),
+        "eval": roles.evaluation.isoformat(),
+        "lake": lake,
+    }
+
+    def cfg(seed: int, surface_list: list[str] | None, name: str, group: str, job_type: str) -> dict[str, Any]:
+        return {
+            "preset": preset,
+            "model": dict(overrides.get("model") or {}),
+            "train": dict(overrides.get("train") or {}),
+            "data": {**data, "surfaces": surface_list},
+            "seed": seed,
+            "device": device,
+            "tracking": {"project": project, "group": group, "name": name, "job_type": job_type},
+        }
+
+    # One short id names the version and prefixes every W&B run id of this call.
+    version = new_version()
+    short = version.rsplit("-", 1)[1]
+    group = f"foundation-{version}"
+    vdir = models_dir(FOUNDATION_ASSET, home=home) / version
+    rows: list[dict[str, Any]] = []
+    result: dict[str, Any] = {}
+    baseline_out: dict[str, dict[str, Any]] = {}
+    for i, seed in enumerate(seeds):
+        first = i == 0
+        name = f"foundation-s{seed}"
+        tracker = Tracker(project=project, name=name, group=group, job_type="foundation", run_id=f"{short}-{name}",
+                          config={"preset": preset, "seed": seed, "data": data, "version": version})
+        out_dir = vdir if first else vdir / f"seed{seed}"
+        summary = train(
+            cfg(seed, None, name, group, "foundation"),
+            out_dir=out_dir, init_from=init_from, tracker=tracker, features=features, surfaces=surfaces,
+        )
+        tracker.finish()
+        rows += _rows(summary, "foundation", seed)
+        if first:
+            result = {
+                "version": version,
+                "version_dir": str(vdir),
+                "checkpoint": summary["checkpoint"],
+                "loss_curve": summary["loss_curve"],
+                "valid_history": summary["valid_history"],
+                "samples_per_s": summary["samples_per_s"],
+                "train_seconds": summary["train_seconds"],
+                "param_counts": summary["param_counts"],
+                "best_step": summary["best_step"],
+                "wandb": summary["wandb"],
+            }
+        if baselines:
+            for s in surfaces.names:
+                bdir = models_dir(BASELINE_ASSET, s, home=home) / version
+                b_out = bdir if first else bdir / f"seed{seed}"
+                b_name = f"single-{s}-s{seed}"
+                b_tracker = Tracker(project=project, name=b_name, group=group, job_type="single_surface",
+                                    run_id=f"{short}-{b_name}".replace("_", "-"),
+                                    config={"preset": preset, "seed": seed, "surface": s, "data": data, "version": version})
+                b_sum = train(
+                    cfg(seed, [s], b_name, group, "single_surface"),
+                    out_dir=b_out, tracker=b_tracker, features=features, surfaces=surfaces,
+                )
+                b_tracker.finish()
+                rows += _rows(b_sum, "single_surface", seed)
+                if first:
+                    baseline_out[s] = {"checkpoint": b_sum["checkpoint"], "version_dir": str(bdir),
+                                       "samples_per_s": b_sum["samples_per_s"], "wandb": b_sum["wandb"]}
+    result["rows"] = rows
+    result["baselines"] = baseline_out
+    result["seeds"] = list(seeds)
+    write_eval_report(rows, Path(result["version_dir"]) / "eval_rows.json")
+    return result
+
+
+def write_eval_report(rows: list[dict[str, Any]], path: str | Path) -> Path:
+    """{"rows": [...]} written atomically (e.g. reports/foundation_eval.json)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps({"rows": rows}, indent=2, default=str))
+    os.replace(tmp, path)
+    return path
