@@ -36,9 +36,8 @@ def model_stages(dates: list[str]) -> list[tuple[str, list[str | None]]]:
 
     return [
         ("foundation_job", [None]),
-        ("teacher_predictions_job", list(dates[1:])),
         ("domain_models_job", SURFACES.domains),
-        ("domain_teacher_predictions_job", list(dates[1:])),
+        ("teacher_predictions_job", list(dates[1:])),
         ("distillation_report_job", [None]),
         ("students_job", SURFACES.names),
     ]
@@ -47,6 +46,7 @@ def model_stages(dates: list[str]) -> list[tuple[str, list[str | None]]]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--through", choices=["ingest", "features", "all"], default="all")
+    parser.add_argument("--models-only", action="store_true", help="skip ingest and features (already materialized)")
     args = parser.parse_args(argv)
     start = time.time()
     instance = get_instance()
@@ -55,10 +55,10 @@ def main(argv: list[str] | None = None) -> None:
 
     dates = [d.isoformat() for d in CALENDAR.dates()]
     print(f"GEM demo: {len(dates)} days x {len(SURFACES.names)} surfaces, GEM_HOME={gem_home()}", flush=True)
-    for d in dates:
+    for d in dates if not args.models_only else []:
         for s in SURFACES.names:
             _run(defs, "land_and_ingest_job", instance, str(multi_key(d, s)))
-    if args.through in ("features", "all"):
+    if args.through in ("features", "all") and not args.models_only:
         for d in dates:
             _run(defs, "features_job", instance, d)
     if args.through == "all":

@@ -28,6 +28,27 @@ features_job = dg.define_asset_job(
     description="Build training_examples for one date.",
 )
 
+foundation_job = dg.define_asset_job(
+    "foundation_job", selection=dg.AssetSelection.assets("foundation_model"),
+    description="Train, evaluate and gate the GEM teacher (and the single-surface baselines).",
+)
+domain_models_job = dg.define_asset_job(
+    "domain_models_job", selection=dg.AssetSelection.assets("domain_models"),
+    description="Distill one domain foundation model from the ACCEPTED teacher.",
+)
+teacher_predictions_job = dg.define_asset_job(
+    "teacher_predictions_job", selection=dg.AssetSelection.assets("teacher_predictions"),
+    description="Cache every teacher's predictions and embeddings for one date.",
+)
+distillation_report_job = dg.define_asset_job(
+    "distillation_report_job", selection=dg.AssetSelection.assets("distillation_report"),
+    description="Every transfer arm x path x surface, side by side.",
+)
+students_job = dg.define_asset_job(
+    "students_job", selection=dg.AssetSelection.assets("students"),
+    description="Train and export the production student of one surface.",
+)
+
 
 class MaintenanceConfig(dg.Config):
     retention_hours: int = 168

@@ -80,3 +80,60 @@ def loss_curve_plot(curve: list[Any]) -> dg.MetadataValue:
     value = png_markdown(fig)
     plt.close(fig)
     return value
+
+
+def distillation_table(rows: list[dict[str, Any]]) -> dg.MetadataValue:
+    """Click-task rows of the distillation report (seed means) as a markdown table."""
+    import polars as pl
+
+    if not rows:
+        return dg.MetadataValue.md("(no rows)")
+    df = (
+        pl.DataFrame(rows, infer_schema_length=None)
+        .filter(pl.col("task") == "click")
+        .group_by("arm", "path", "split", "surface")
+        .agg(pl.col("ne").mean(), pl.col("ne").std().alias("ne_std"), pl.col("oracle_ne").mean(),
+             pl.col("kd_effectiveness").mean(), pl.len().alias("seeds"))
+        .sort("split", "surface", "arm", "path")
+    )
+    cols = df.columns
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in df.iter_rows()]
+    return dg.MetadataValue.md("\n".join(lines))
+
+
+def distillation_plot(rows: list[dict[str, Any]]) -> dg.MetadataValue:
+    """Bar chart: evaluation-day click NE per surface for each (arm, path), with the oracle floor."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import polars as pl
+
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    if rows:
+        df = (
+            pl.DataFrame(rows, infer_schema_length=None)
+            .filter((pl.col("task") == "click") & (pl.col("split") == "evaluation"))
+            .group_by("arm", "path", "surface")
+            .agg(pl.col("ne").mean(), pl.col("oracle_ne").mean())
+            .sort("surface", "arm", "path")
+        )
+        surfaces = df["surface"].unique(maintain_order=True).to_list()
+        combos = df.select("arm", "path").unique(maintain_order=True).rows()
+        width = 0.8 / max(len(combos), 1)
+        for i, (arm, path) in enumerate(combos):
+            sub = dict(df.filter((pl.col("arm") == arm) & (pl.col("path") == path)).select("surface", "ne").iter_rows())
+            ax.bar([j + i * width for j in range(len(surfaces))], [sub.get(s, 0.0) for s in surfaces], width,
+                   label=f"{arm}/{path}")
+        floor = dict(df.group_by("surface").agg(pl.col("oracle_ne").mean()).iter_rows())
+        for j, s in enumerate(surfaces):
+            ax.hlines(floor[s], j - 0.1, j + 0.9, colors="k", linestyles="dashed")
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(surfaces))], surfaces)
+        ax.set_ylabel("click NE (E)")
+        lo = min(df["oracle_ne"].min(), df["ne"].min())
+        ax.set_ylim(lo - 0.02, max(df["ne"].max(), 1.0) + 0.01)
+        ax.legend(fontsize=7, ncol=2)
+    value = png_markdown(fig)
+    plt.close(fig)
+    return value

@@ -33,23 +33,41 @@ class FoundationConfig(dg.Config):
 
 
 def _accepted_rows() -> list[dict] | None:
+    """Evaluation rows of the last ACCEPTED teacher (same day E), for the regression gate."""
     from gem_model.registry import read_accepted
 
     version_dir = read_accepted(ASSET)
-    if version_dir is None or not (Path(version_dir) / "metrics.json").exists():
+    if version_dir is None or not (version_dir / "eval_rows.json").exists():
         return None
-    metrics = json.loads((Path(version_dir) / "metrics.json").read_text())
-    return [r for r in metrics.get("eval_rows", metrics.get("rows", [])) if r.get("model", "foundation") == "foundation"]
+    rows = json.loads((version_dir / "eval_rows.json").read_text())["rows"]
+    return [r for r in rows if r["model"] == "foundation"]
 
 
-def _run_torchrun(context: dg.AssetExecutionContext, pipes: dg.PipesSubprocessClient, nproc: int, cfg: dict) -> dict:
-    """World size > 1: torchrun launched through Dagster Pipes; results come back via metrics.json."""
+def _run_torchrun(context: dg.AssetExecutionContext, pipes: dg.PipesSubprocessClient, nproc: int, preset: str,
+                  device: str, lake_uri: str, init_from: Path | None) -> dict:
+    """World size > 1: the teacher alone, through `torchrun -m gem_model.train` launched by Dagster Pipes;
+    rank 0 writes the version directory and metrics.json, which is how the results come back."""
+    from gem_model.config import load_calendar
+    from gem_model.registry import new_version
+
+    roles = load_calendar().roles()
+    version = new_version(context.run_id)
+    out_dir = models_dir(ASSET) / version
+    cfg = {
+        "preset": preset, "device": device, "out_dir": str(out_dir),
+        "data": {"train": [roles.teacher[0].isoformat(), roles.teacher[1].isoformat()],
+                 "valid": roles.validation.isoformat(), "eval": roles.evaluation.isoformat(), "lake": lake_uri},
+    }
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(cfg, f)
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "-m", "gem_model.train",
-           "--config", f.name]
+           "--config", f.name] + (["--init-from", str(init_from)] if init_from else [])
     pipes.run(command=cmd, context=context)
-    return json.loads((Path(cfg["out_dir"]) / "metrics.json").read_text())
+    summary = json.loads((out_dir / "metrics.json").read_text())
+    rows = [{"model": "foundation", "seed": 0, **r} for r in summary["rows"]]
+    return {"version": version, "checkpoint": summary["checkpoint"], "rows": rows,
+            "loss_curve": summary["loss_curve"], "samples_per_s": summary["samples_per_s"],
+            "wandb": summary.get("wandb")}
 
 
 @dg.asset(
@@ -81,27 +99,19 @@ def foundation_model(
     from gem_model.registry import read_accepted, write_accepted
 
     wandb.apply()
-    init_from = None
-    if config.warm_start and (accepted := read_accepted(ASSET)) is not None:
-        init_from = accepted
-        context.log.info(f"warm start from {accepted}")
-    result = run_foundation(
-        config.preset,
-        seeds=tuple(config.seeds),
-        baselines=config.baselines,
-        device=accelerator.resolved_device(),
-        init_from=init_from,
-        lake=lake.uri(),
-        train_overrides=accelerator.train_overrides(),
-        nproc_per_node=accelerator.nproc_per_node,
-        launcher=(lambda cfg: _run_torchrun(context, pipes, accelerator.nproc_per_node, cfg))
-        if accelerator.nproc_per_node > 1
-        else None,
-    )
+    init_from = read_accepted(ASSET) if config.warm_start else None
+    if init_from is not None:
+        context.log.info(f"warm start from the ACCEPTED version {init_from.name}")
+    device = accelerator.resolved_device()
+    if accelerator.nproc_per_node > 1:
+        result = _run_torchrun(context, pipes, accelerator.nproc_per_node, config.preset, device, lake.uri(), init_from)
+    else:
+        result = run_foundation(config.preset, seeds=tuple(config.seeds), baselines=config.baselines, device=device,
+                                init_from=init_from, lake=lake.uri(), overrides={"train": accelerator.train_overrides()})
     rows = result["rows"]
-    report = reports_dir() / "foundation_eval.json"
-    write_eval_report(rows, report)
-    teacher_rows = [r for r in result["eval_rows"] if r["surface"] != "__all__"]
+    report = write_eval_report(rows, reports_dir() / "foundation_eval.json")
+    first_seed = config.seeds[0]
+    teacher_rows = [r for r in rows if r["model"] == "foundation" and r["seed"] == first_seed]
     verdict = gate(teacher_rows, _accepted_rows(), QUALITY.model_gate)
     if verdict["passed"]:
         write_accepted(ASSET, result["version"])
@@ -110,7 +120,7 @@ def foundation_model(
             "version": result["version"],
             "checkpoint": dg.MetadataValue.path(str(result["checkpoint"])),
             "accepted": verdict["passed"],
-            "warm_started_from": str(init_from) if init_from else "none",
+            "warm_started_from": init_from.name if init_from else "none",
             "per_surface": metric_table(rows),
             "samples_per_s": float(result["samples_per_s"]),
             "report": dg.MetadataValue.path(str(report)),
