@@ -19,7 +19,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gem_model.config import CalendarConfig, FeaturesConfig, SurfacesConfig, load_calendar, load_features, load_surfaces
+from gem_model.config import (
+    CalendarConfig,
+    FeaturesConfig,
+    SurfacesConfig,
+    load_calendar,
+    load_features,
+    load_surfaces,
+)
 from gem_model.paths import gem_home, models_dir
 from gem_model.registry import new_version
 from gem_model.tracking import Tracker
