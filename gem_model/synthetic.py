@@ -17,7 +17,7 @@ import polars as pl
 import pyarrow as pa
 
 from gem_model.config import SurfacesConfig, load_surfaces
-from gem_pipelines.data.formats import (
+from gem_model.schemas import (
     ACTIONS,
     CREATIVE_FORMATS,
     DEVICES,

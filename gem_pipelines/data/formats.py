@@ -45,15 +45,22 @@ ad clicked in the past appears in histories with the same id it has as a candida
 
 from __future__ import annotations
 
-import polars as pl
-
-OBJECTIVES = ("awareness", "traffic", "app_installs", "conversions")
-CREATIVE_FORMATS = ("image", "video", "carousel", "collection")
-DEVICES = ("ios", "android", "web")
-ORGANIC_ACTIONS = ("view", "like", "comment", "share", "save", "click")
-PAID_ACTIONS = ("click", "conversion")
-ACTIONS = ("view", "like", "comment", "share", "save", "click", "conversion")
-SOURCES = ("organic", "paid")
+from gem_model.schemas import (  # noqa: F401  (re-exported: the lake contract)
+    ACTIONS,
+    CREATIVE_FORMATS,
+    DEVICES,
+    EVENTS_SCHEMA,
+    HISTORY_COLUMNS,
+    OBJECTIVES,
+    ORACLE_SCHEMA,
+    ORGANIC_ACTIONS,
+    PAID_ACTIONS,
+    QUARANTINE_SCHEMA,
+    SOURCES,
+    TRAINING_EXAMPLES_SCHEMA,
+    USER_ACTIVITY_SCHEMA,
+    UTC_US,
+)
 
 LANDING_FILES: dict[str, tuple[str, ...]] = {
     "jsonl_nested": ("feed.jsonl",),
@@ -77,64 +84,3 @@ REASONS: dict[str, str] = {
     "unexpected_label": "a conversion on a surface that does not log conversions",
 }
 REASON_CODES = tuple(REASONS)
-
-UTC_US = pl.Datetime("us", "UTC")
-
-EVENTS_SCHEMA: dict[str, pl.DataType] = {
-    "request_id": pl.String(),
-    "ts": UTC_US,
-    "date": pl.Date(),
-    "surface": pl.String(),
-    "domain": pl.String(),
-    "user_id": pl.Int64(),
-    "ad_id": pl.Int64(),
-    "advertiser_id": pl.Int64(),
-    "objective": pl.String(),
-    "creative_format": pl.String(),
-    "device": pl.String(),
-    "position": pl.Int32(),
-    "bid": pl.Float64(),
-    "user_tenure_days": pl.Float64(),
-    "hour_of_day": pl.Int32(),
-    "click": pl.Int8(),
-    "click_ts": UTC_US,
-    "conversion": pl.Int8(),  # null where the surface does not log conversions
-    "conversion_ts": UTC_US,
-}
-
-USER_ACTIVITY_SCHEMA: dict[str, pl.DataType] = {
-    "user_id": pl.Int64(),
-    "ts": UTC_US,
-    "date": pl.Date(),
-    "surface": pl.String(),
-    "item_id": pl.Int64(),
-    "action": pl.String(),
-    "source": pl.String(),
-}
-
-QUARANTINE_SCHEMA: dict[str, pl.DataType] = {
-    "surface": pl.String(),
-    "date": pl.Date(),
-    "source_file": pl.String(),
-    "line_no": pl.Int64(),
-    "raw": pl.String(),
-    "reason": pl.String(),
-    "detail": pl.String(),
-}
-
-ORACLE_SCHEMA: dict[str, pl.DataType] = {
-    "request_id": pl.String(),
-    "date": pl.Date(),
-    "surface": pl.String(),
-    "p_click": pl.Float64(),
-    "p_conversion": pl.Float64(),
-}
-
-HISTORY_COLUMNS: dict[str, pl.DataType] = {
-    "hist_item_id": pl.List(pl.Int64()),
-    "hist_action": pl.List(pl.String()),
-    "hist_surface": pl.List(pl.String()),
-    "hist_seconds_before": pl.List(pl.Float64()),
-}
-
-TRAINING_EXAMPLES_SCHEMA: dict[str, pl.DataType] = {**EVENTS_SCHEMA, **HISTORY_COLUMNS}

@@ -1,0 +1,79 @@
+"""The lake's data contract: enum domains and the schemas of every Delta table.
+
+It lives in gem_model because the model consumes these tables (training_examples, oracle) and
+imports point gem_pipelines -> gem_model; the ingest side re-exports it from
+gem_pipelines.data.formats next to the raw formats it parses.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+OBJECTIVES = ("awareness", "traffic", "app_installs", "conversions")
+CREATIVE_FORMATS = ("image", "video", "carousel", "collection")
+DEVICES = ("ios", "android", "web")
+ORGANIC_ACTIONS = ("view", "like", "comment", "share", "save", "click")
+PAID_ACTIONS = ("click", "conversion")
+ACTIONS = ("view", "like", "comment", "share", "save", "click", "conversion")
+SOURCES = ("organic", "paid")
+
+UTC_US = pl.Datetime("us", "UTC")
+
+EVENTS_SCHEMA: dict[str, pl.DataType] = {
+    "request_id": pl.String(),
+    "ts": UTC_US,
+    "date": pl.Date(),
+    "surface": pl.String(),
+    "domain": pl.String(),
+    "user_id": pl.Int64(),
+    "ad_id": pl.Int64(),
+    "advertiser_id": pl.Int64(),
+    "objective": pl.String(),
+    "creative_format": pl.String(),
+    "device": pl.String(),
+    "position": pl.Int32(),
+    "bid": pl.Float64(),
+    "user_tenure_days": pl.Float64(),
+    "hour_of_day": pl.Int32(),
+    "click": pl.Int8(),
+    "click_ts": UTC_US,
+    "conversion": pl.Int8(),  # null where the surface does not log conversions
+    "conversion_ts": UTC_US,
+}
+
+USER_ACTIVITY_SCHEMA: dict[str, pl.DataType] = {
+    "user_id": pl.Int64(),
+    "ts": UTC_US,
+    "date": pl.Date(),
+    "surface": pl.String(),
+    "item_id": pl.Int64(),
+    "action": pl.String(),
+    "source": pl.String(),
+}
+
+QUARANTINE_SCHEMA: dict[str, pl.DataType] = {
+    "surface": pl.String(),
+    "date": pl.Date(),
+    "source_file": pl.String(),
+    "line_no": pl.Int64(),
+    "raw": pl.String(),
+    "reason": pl.String(),
+    "detail": pl.String(),
+}
+
+ORACLE_SCHEMA: dict[str, pl.DataType] = {
+    "request_id": pl.String(),
+    "date": pl.Date(),
+    "surface": pl.String(),
+    "p_click": pl.Float64(),
+    "p_conversion": pl.Float64(),
+}
+
+HISTORY_COLUMNS: dict[str, pl.DataType] = {
+    "hist_item_id": pl.List(pl.Int64()),
+    "hist_action": pl.List(pl.String()),
+    "hist_surface": pl.List(pl.String()),
+    "hist_seconds_before": pl.List(pl.Float64()),
+}
+
+TRAINING_EXAMPLES_SCHEMA: dict[str, pl.DataType] = {**EVENTS_SCHEMA, **HISTORY_COLUMNS}
