@@ -1,0 +1,72 @@
+"""`make eval`: the published protocol. 3 seeds of the foundation model and its single-surface
+baselines, and every distillation arm x path with 3 seeds, on the lake `make demo` built.
+
+Writes reports/foundation_eval_3seeds.json and reports/distillation_report_3seeds.json (same row
+format as the one-seed reports) and prints seed means and spreads. Selection and early stopping use
+the validation day E-1 only; E is reported, never tuned on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+from collections import defaultdict
+from typing import Any
+
+from gem_model.paths import reports_dir
+
+
+def mean_spread(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[tuple[tuple, float, float, int]]:
+    groups: dict[tuple, list[float]] = defaultdict(list)
+    for r in rows:
+        if r.get("ne") is not None and math.isfinite(r["ne"]):
+            groups[tuple(r[k] for k in keys)].append(r["ne"])
+    out = []
+    for k, v in sorted(groups.items()):
+        m = sum(v) / len(v)
+        sd = (sum((x - m) ** 2 for x in v) / (len(v) - 1)) ** 0.5 if len(v) > 1 else 0.0
+        out.append((k, m, sd, len(v)))
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--preset", default=os.environ.get("GEM_MODEL_PRESET", "small"))
+    parser.add_argument("--skip-distillation", action="store_true")
+    args = parser.parse_args(argv)
+    from gem_model.distill import ARMS, DEFAULT_PATHS, run_distillation, write_report
+    from gem_model.foundation import run_foundation, write_eval_report
+    from gem_model.registry import read_accepted, resolve_checkpoint
+
+    t0 = time.time()
+    result = run_foundation(args.preset, seeds=tuple(args.seeds), baselines=True)
+    path = write_eval_report(result["rows"], reports_dir() / "foundation_eval_3seeds.json")
+    print(f"\nfoundation ({len(args.seeds)} seeds, click NE on E, mean +- sd)  -> {path}")
+    for (model, surface, task), m, sd, n in mean_spread(result["rows"], ("model", "surface", "task")):
+        if task == "click":
+            print(f"  {model:<15} {surface:<12} {m:.4f} +- {sd:.4f}  (n={n})")
+    oracle = {r["surface"]: r["oracle_ne"] for r in result["rows"] if r["task"] == "click"}
+    print("  oracle floor    " + "  ".join(f"{s}={v:.4f}" for s, v in sorted(oracle.items())))
+    if not args.skip_distillation:
+        teachers = {"foundation": str(resolve_checkpoint(result["version_dir"]))}
+        from gem_pipelines.partitions import SURFACES
+
+        for domain in SURFACES.domains:
+            accepted = read_accepted("domain_models", domain)
+            if accepted is None:
+                raise SystemExit(f"no ACCEPTED domain model for {domain}: run `make demo` first")
+            teachers[f"domain:{domain}"] = str(resolve_checkpoint(accepted))
+        rows = run_distillation(list(ARMS), list(DEFAULT_PATHS), args.seeds, preset=args.preset, teachers=teachers)
+        path = write_report(rows, reports_dir() / "distillation_report_3seeds.json")
+        print(f"\ndistillation (click NE on E, mean +- sd over seeds)  -> {path}")
+        for (arm, p, surface, split, task), m, sd, _n in mean_spread(rows, ("arm", "path", "surface", "split", "task")):
+            if task == "click" and split == "evaluation":
+                print(f"  {arm:<18} {p:<13} {surface:<12} {m:.4f} +- {sd:.4f}")
+    print(f"\nmake eval took {time.time() - t0:.0f}s")
+
+
+if __name__ == "__main__":
+    main()
