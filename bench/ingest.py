@@ -81,9 +81,9 @@ def main() -> None:
             n = norm.raw_records
             normalized = pl.concat([norm.events, norm.organic], how="diagonal_relaxed")
             clean = clean_copy(d, out)
-            t_floor = best_of(lambda: floor(s.format, clean, out, normalized))
-            t_ours = best_of(lambda: ingest_partition(s, date, landing, validate=False))
-            t_gx = best_of(lambda: ingest_partition(s, date, landing, validate=True), repeat=2)
+            t_floor = best_of(lambda s=s, clean=clean, normalized=normalized: floor(s.format, clean, out, normalized))
+            t_ours = best_of(lambda s=s: ingest_partition(s, date, landing, validate=False))
+            t_gx = best_of(lambda s=s: ingest_partition(s, date, landing, validate=True), repeat=2)
             print(f"{s.name:<12} {s.format:<13} {n:>8} {n / t_floor:>11,.0f} {n / t_ours:>10,.0f} "
                   f"{n / t_gx:>12,.0f} {t_floor / t_ours:>10.2f} {t_floor / t_gx:>16.2f}")
 

@@ -12,7 +12,6 @@ import dagster as dg
 from gem_model.paths import gem_home, lake_root, reports_dir
 from gem_pipelines.instance import get_instance
 
-
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 

@@ -3,8 +3,8 @@
 
 import dagster as dg
 
-from gem_pipelines.data import lake as lake_io
 from gem_pipelines.checks import freshness_checks
+from gem_pipelines.data import lake as lake_io
 from gem_pipelines.resources import LakeResource
 
 # Freshness checks run on their own sensor, not inside every materialization run.

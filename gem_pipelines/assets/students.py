@@ -11,7 +11,13 @@ from gem_model.paths import models_dir, reports_dir
 from gem_pipelines.assets.foundation import ASSET as FOUNDATION_ASSET
 from gem_pipelines.assets.foundation import GPU_TAGS
 from gem_pipelines.metadata import distillation_plot, distillation_table
-from gem_pipelines.partitions import CALENDAR, SURFACES, date_partitions_def, domain_partitions_def, surface_partitions_def
+from gem_pipelines.partitions import (
+    CALENDAR,
+    SURFACES,
+    date_partitions_def,
+    domain_partitions_def,
+    surface_partitions_def,
+)
 from gem_pipelines.resources import AcceleratorResource, LakeResource, WandbResource
 
 GROUP_FOUNDATION, GROUP_STUDENTS = "foundation", "students"
