@@ -81,6 +81,7 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
     """A domain foundation model: the teacher's weights, distilled from its predictions on the domain's surfaces."""
     from gem_model.distill import predict_teacher, save_domain_model, train_domain_model
     from gem_model.registry import load_model, write_accepted
+    from gem_model.tracking import Tracker
 
     wandb.apply()
     domain = context.partition_key
@@ -92,11 +93,17 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
     # this domain model's own pass) is downstream of domain_models, so reading it would be a cycle.
     targets = predict_teacher(foundation, roles.student, "foundation", teacher_version, surfaces=surfaces,
                               uri=lake.table("training_examples"), device=accelerator.resolved_device())
+    version = version_for(context)
+    # grouped with its teacher's W&B runs (foundation runs are grouped as foundation-<version>)
+    tracker = Tracker(name=f"domain-{domain}", group=f"foundation-{teacher_version}", job_type="domain_model",
+                      config={"domain": domain, "teacher_version": teacher_version, "version": version})
     model, info = train_domain_model(domain, foundation, teacher_predictions=targets, dates=roles.student,
                                      preset=os.environ.get("GEM_MODEL_PRESET", "small"),
-                                     uri=lake.table("training_examples"), log=context.log.info)
-    version = version_for(context)
+                                     uri=lake.table("training_examples"), log=tracker.log)
     path = save_domain_model(model, info, version=version)
+    tracker.log_artifact(path, name=f"domain-{domain}", metadata={"version": version})
+    run_info = tracker.info()
+    tracker.finish()
     write_accepted("domain_models", version, domain)
     return dg.MaterializeResult(
         metadata={
@@ -106,6 +113,7 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
             "surfaces": surfaces,
             "train_days": f"{roles.student[0]}..{roles.student[1]}",
             "steps": int(info.get("steps", 0)),
+            **{f"wandb_{k}": str(v) for k, v in run_info.items() if v},
         }
     )
 

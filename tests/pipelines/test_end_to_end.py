@@ -3,6 +3,7 @@ same driver as `make demo`), then assert on the tables and on the recorded check
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,12 +17,13 @@ from gem_model.config import load_surfaces
 
 pytestmark = pytest.mark.slow
 
-INGEST_CHECKS = [
+CHECKS = [
     ("events", "gx_suite"),
     ("user_activity", "gx_suite"),
     ("events", "row_conservation"),
     ("events_quarantine", "quarantine_rate"),
     ("training_examples", "no_leakage"),
+    ("foundation_model", "quality_gate"),
 ]
 
 
@@ -48,9 +50,34 @@ def test_demo_materializes_the_graph_with_green_checks(e2e_env: dict[str, str]) 
     oracle = pl.read_delta(str(lake / "oracle"))
     assert set(events["request_id"]) <= set(oracle["request_id"])
 
+    home = Path(e2e_env["GEM_HOME"])
+    # the foundation model: gated, ACCEPTED, evaluated against the oracle with baselines for every surface
+    accepted = (home / "models" / "foundation_model" / "ACCEPTED").read_text().strip()
+    assert (home / "models" / "foundation_model" / accepted / "model.pt").exists()
+    report = json.loads((home / "reports" / "foundation_eval.json").read_text())["rows"]
+    assert {(r["model"], r["surface"]) for r in report if r["task"] == "click"} == {
+        (m, s) for m in ("foundation", "single_surface") for s in surfaces
+    }
+    assert all(r["oracle_ne"] is not None and r["n"] > 0 for r in report)
+    # every teacher's predictions cached once, keyed by (request_id, teacher)
+    tp = pl.read_delta(str(lake / "teacher_predictions"))
+    assert {"foundation", "domain:social", "domain:commerce"} <= set(tp["teacher"])
+    assert tp.select("request_id", "teacher").is_unique().all()
+    # the distillation report has every arm x path x surface x split, and each surface a served student
+    rows = json.loads((home / "reports" / "distillation_report.json").read_text())["rows"]
+    cells = {(r["arm"], r["path"], r["surface"], r["split"]) for r in rows}
+    for s in surfaces:
+        for split in ("validation", "evaluation"):
+            assert ("labels_only", "none", s, split) in cells
+            for arm in ("standard_kd", "parameter_sharing"):
+                assert {(arm, p, s, split) for p in ("direct", "hierarchical")} <= cells
+        student = home / "models" / "students" / s
+        version = (student / "ACCEPTED").read_text().strip()
+        assert (student / version / "student.pt2").exists()
+
     os.environ["DAGSTER_HOME"] = e2e_env["DAGSTER_HOME"]
     with dg.DagsterInstance.get() as instance:
-        for asset, check in INGEST_CHECKS:
+        for asset, check in CHECKS:
             records = instance.event_log_storage.get_asset_check_execution_history(
                 dg.AssetCheckKey(dg.AssetKey(asset), check), limit=1000
             )
