@@ -58,6 +58,7 @@ DEFAULT_TRAIN: dict[str, Any] = {
     "eval_batch_size": 4096,
     "lr": 0.004,
     "emb_lr": 0.05,
+    "emb_weight_decay": 0.0,  # row-wise Adagrad: L2 on the rows a batch touches
     "weight_decay": 0.0,
     "epochs": 1,
     "max_steps": None,
@@ -274,7 +275,7 @@ def train(
         fwd = torch.compile(model, dynamic=True)
 
     opt_dense = torch.optim.AdamW(core.dense_parameters(), lr=tcfg["lr"], weight_decay=tcfg["weight_decay"], betas=(0.9, 0.98))
-    opt_emb = RowWiseAdagrad(core.embedding_parameters(), lr=tcfg["emb_lr"])
+    opt_emb = RowWiseAdagrad(core.embedding_parameters(), lr=tcfg["emb_lr"], weight_decay=tcfg["emb_weight_decay"])
     amp = device.type == "cuda"
 
     # -- data ---------------------------------------------------------------------------------------

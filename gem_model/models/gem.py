@@ -13,7 +13,8 @@
         (the two arches read the block's input: they are independent within a block)
 
     summary h = MLP(flatten([X || S_sum]))      <- `summary_embedding`, used for distillation
-    logits[b, t] = head[surface_b, t](h_b) + wide[surface_b, t](dense_b)   one head per (surface, task)
+    logits[b, t] = head[surface_b, t](h_b) + wide[surface_b, t](dense_b) + sum_j w_t[id_bj]
+                   (one deep head per (surface, task), plus a wide linear path: Wide & Deep)
     loss = sum_t w_t * sum_b w_surface(b) * mask[b, t] * BCE(logits, labels) / sum_b mask[b, t]
 """
 
@@ -104,10 +105,13 @@ class GEM(nn.Module):
         self.summary_ln = nn.LayerNorm(cfg.summary_dim)
         # -- heads: one per (surface, task) ---------------------------------------------------
         n_s = len(cfg.surfaces)
-        self.head_w = nn.Parameter(torch.randn(n_s, len(TASKS), cfg.summary_dim) / cfg.summary_dim**0.5)
+        self.head_w = nn.Parameter(torch.randn(n_s, len(TASKS), cfg.summary_dim) * 0.01)  # deep starts quiet
         self.head_b = nn.Parameter(torch.full((n_s, len(TASKS)), -3.0))
         n_wide = len(cfg.dense_features) + 2 * len(cfg.target_pairs)
         self.wide = nn.Parameter(torch.zeros(n_s, len(TASKS), n_wide))  # a linear path, as in Wide & Deep
+        # ... and a per-id logit offset per task for every sparse feature (a logistic regression on ids)
+        wide_tables = dict.fromkeys(t for _, t in cfg.sparse_features)
+        self.wide_tables = nn.ModuleDict({t: nn.Embedding(cfg.tables[t], len(TASKS)) for t in wide_tables})
         allowed = torch.tensor([[t in tasks for t in TASKS] for tasks in cfg.surface_tasks], dtype=torch.bool)
         self.register_buffer("task_allowed", allowed.reshape(n_s, len(TASKS)), persistent=False)
         w_s = torch.tensor([cfg.surface_loss_weights.get(s, 1.0) for s in cfg.surfaces], dtype=torch.float32)
@@ -116,10 +120,12 @@ class GEM(nn.Module):
         self.register_buffer("task_w", w_t, persistent=False)
         self.apply(self._init)
 
-    @staticmethod
-    def _init(m: nn.Module) -> None:
+    def _init(self, m: nn.Module) -> None:
         if isinstance(m, nn.Embedding):
-            nn.init.normal_(m.weight, std=0.05)
+            if any(m is e for e in self.wide_tables.values()):
+                nn.init.zeros_(m.weight)
+            else:
+                nn.init.normal_(m.weight, std=0.05)
 
     # -- inputs ---------------------------------------------------------------------------------
     def embed(self, batch: Batch) -> Inputs:
@@ -171,9 +177,13 @@ class GEM(nn.Module):
         """The trunk's pooled representation h [B, summary_dim] (distillation reads this)."""
         return self.trunk(self.embed(batch))
 
-    def head_logits(self, h: torch.Tensor, surface_idx: torch.Tensor, wide_in: torch.Tensor) -> torch.Tensor:
+    def head_logits(
+        self, h: torch.Tensor, surface_idx: torch.Tensor, wide_in: torch.Tensor, sparse: torch.Tensor
+    ) -> torch.Tensor:
         deep = torch.einsum("bd,btd->bt", h, self.head_w[surface_idx])
         wide = torch.einsum("bk,btk->bt", wide_in, self.wide[surface_idx])
+        for j, (_, table) in enumerate(self.cfg.sparse_features):
+            wide = wide + self.wide_tables[table](sparse[:, j])
         return deep + wide + self.head_b[surface_idx]
 
     def forward(self, batch: Batch) -> torch.Tensor:
@@ -184,7 +194,7 @@ class GEM(nn.Module):
         """(logits [B, 2], summary h [B, summary_dim]) in one pass."""
         inp = self.embed(batch)
         h = self.trunk(inp)
-        return self.head_logits(h, batch.surface_idx, inp.wide), h
+        return self.head_logits(h, batch.surface_idx, inp.wide, batch.sparse), h
 
     # -- loss -----------------------------------------------------------------------------------
     def loss(self, logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -197,12 +207,13 @@ class GEM(nn.Module):
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def param_counts(self) -> dict[str, int]:
-        sparse = sum(p.numel() for p in self.tables.parameters())
+        sparse = sum(p.numel() for p in self.embedding_parameters())
         total = sum(p.numel() for p in self.parameters())
         return {"sparse": sparse, "dense": total - sparse, "total": total}
 
     def embedding_parameters(self) -> list[nn.Parameter]:
-        return list(self.tables.parameters())
+        """Embedding tables (row-wise Adagrad); everything else is dense (AdamW)."""
+        return list(self.tables.parameters()) + list(self.wide_tables.parameters())
 
     def dense_parameters(self) -> list[nn.Parameter]:
         emb = {id(p) for p in self.embedding_parameters()}

@@ -33,6 +33,7 @@ AFTER_CHECKS = dg.AutomationCondition.eager() & dg.AutomationCondition.all_deps_
             asset="training_examples",
             blocking=True,
             description="every hist_seconds_before > 0, histories oldest first, empty lists not nulls",
+            partitions_def=date_partitions_def,
         )
     ],
 )

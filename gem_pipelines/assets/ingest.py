@@ -61,21 +61,26 @@ def raw_logs(context: dg.AssetExecutionContext, lake: LakeResource, simulator: S
     )
 
 
+_P = {"partitions_def": date_surface_partitions_def}  # results recorded per partition, as the UI shows them
 INGEST_CHECKS = [
-    dg.AssetCheckSpec("gx_suite", asset="events", blocking=True, description="GX suite assets/expectations/events.json"),
+    dg.AssetCheckSpec("gx_suite", asset="events", blocking=True, description="GX suite assets/expectations/events.json",
+                      **_P),
     dg.AssetCheckSpec(
-        "gx_suite", asset="user_activity", blocking=True, description="GX suite assets/expectations/user_activity.json"
+        "gx_suite", asset="user_activity", blocking=True, description="GX suite assets/expectations/user_activity.json",
+        **_P,
     ),
     dg.AssetCheckSpec(
         "row_conservation",
         asset="events",
         blocking=True,
+        **_P,
         description="raw records = impressions + merged click/conversion events + organic activity + quarantined",
     ),
     dg.AssetCheckSpec(
         "quarantine_rate",
         asset="events_quarantine",
         description=f"warn above {QUARANTINE_WARN_RATE:.0%}, fail above {QUARANTINE_FAIL_RATE:.0%} of raw records",
+        **_P,
     ),
 ]
 

@@ -53,7 +53,7 @@ def test_rowwise_adagrad_touches_only_rows_with_gradient():
 
 def test_train_learns_and_writes_artifacts(lake, tmp_path):
     out = tmp_path / "run"
-    cfg = tiny_config(out, epochs=3, lr=0.01)
+    cfg = tiny_config(out, epochs=3, lr=0.02, emb_lr=0.1)
     cfg["data"]["train"] = ["2026-11-01", "2026-11-03"]
     summary = train(cfg)
     curve = [loss for _, loss in summary["loss_curve"]]
