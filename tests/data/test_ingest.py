@@ -251,3 +251,20 @@ def test_simulated_partition_quarantines_exactly_the_injected_corruption(landing
     assert len(result.normalized.reasons) >= 4
     counts = conservation(surfaces.get(surface), D, landing)
     assert counts["missing"] == 0 and counts["raw_records"] == result.normalized.raw_records
+
+
+def test_failing_blocking_suite_commits_nothing(landing: Path) -> None:
+    from gem_pipelines.data.ingest import SuiteFailed
+
+    make_feed(landing)
+    ingest_partition(FEED, D, landing, validate=False)
+    versions = {t: DeltaTable(table_uri(t)).version() for t in ("events", "user_activity", "events_quarantine")}
+    # every impression clicked: row rules accept each record, the table-level suite (click rate <= 20%) must not
+    lines = [json.dumps(feed_ad(i, engagement={"click": True, "click_ts": iso(T0 + dt.timedelta(minutes=i, seconds=3)),
+                                                "conversion": False, "conversion_ts": None})) for i in range(20)]
+    write(landing / "feed" / D.isoformat() / "feed.jsonl", lines)
+    with pytest.raises(SuiteFailed, match="click") as failed:
+        ingest_partition(FEED, D, landing, docs_dir=landing.parent / "docs")
+    assert not failed.value.results["events"].success
+    assert {t: DeltaTable(table_uri(t)).version() for t in versions} == versions
+    assert pl.read_delta(table_uri("events"))["click"].to_list() == [1, 0, 1, 0, 1, 0]
