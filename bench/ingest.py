@@ -74,6 +74,7 @@ def main() -> None:
         # warm up GX import and the world cache outside the timings
         simulate_partition(cfg, surfaces, surfaces.surfaces[0].name, date, landing)
         ingest_partition(surfaces.surfaces[0], date, landing, validate=True)
+        totals = {"n": 0, "floor": 0.0, "ours": 0.0, "gx": 0.0}
         for s in surfaces.surfaces:
             simulate_partition(cfg, surfaces, s.name, date, landing)
             d = landing / s.name / date.isoformat()
@@ -86,6 +87,11 @@ def main() -> None:
             t_gx = best_of(lambda s=s: ingest_partition(s, date, landing, validate=True), repeat=2)
             print(f"{s.name:<12} {s.format:<13} {n:>8} {n / t_floor:>11,.0f} {n / t_ours:>10,.0f} "
                   f"{n / t_gx:>12,.0f} {t_floor / t_ours:>10.2f} {t_floor / t_gx:>16.2f}")
+            for k, v in (("n", n), ("floor", t_floor), ("ours", t_ours), ("gx", t_gx)):
+                totals[k] += v
+        n, f, o, g = totals["n"], totals["floor"], totals["ours"], totals["gx"]
+        print(f"{'whole day':<12} {'all':<13} {n:>8} {n / f:>11,.0f} {n / o:>10,.0f} {n / g:>12,.0f} "
+              f"{f / o:>10.2f} {f / g:>16.2f}")
 
 
 if __name__ == "__main__":
