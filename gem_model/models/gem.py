@@ -93,7 +93,7 @@ class GEM(nn.Module):
         # -- inputs ---------------------------------------------------------------------------
         self.tables = nn.ModuleDict({t: nn.Embedding(rows, d) for t, rows in cfg.tables.items()})
         self.dense = MLP(len(cfg.dense_features) + 2 * len(cfg.target_pairs), 2 * d, d)
-        self.dense_ln = nn.LayerNorm(len(cfg.dense_features))
+        self.dense_norm = nn.BatchNorm1d(len(cfg.dense_features), momentum=0.01)  # per-feature scale
         self.time = TimeGapEncoding(cfg.time_buckets, d)
         self.seq_ln = nn.LayerNorm(d)
         self.cls = nn.Parameter(torch.randn(cfg.n_cls, d) * 0.02)
@@ -147,7 +147,7 @@ class GEM(nn.Module):
         h = self.seq_ln(h)
         seg_h = segment_ids(offsets, total)
         target = None
-        dense_in = [self.dense_ln(batch.dense)]
+        dense_in = [self.dense_norm(batch.dense.float())]
         if self.target:
             outs = [ta(tokens[j], raw[col], h, seg_h) for ta, (j, col) in zip(self.target, cfg.target_pairs, strict=True)]
             target = torch.stack([o[0] for o in outs], dim=1)
