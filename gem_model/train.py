@@ -428,6 +428,9 @@ def train(
     if dcfg["valid"] and (not valid_history or valid_history[-1][0] != step):
         validate()
     wall = time.perf_counter() - t0
+    if world > 1:  # DDP syncs buffers (BatchNorm statistics) from rank 0 before each forward: finish that
+        for buf in core.buffers():
+            torch_dist.broadcast(buf, 0)
     if tcfg.get("dump_rank_weights"):  # tests: every rank's final weights, before selection
         atomic_save(core.state_dict(), out / f"rank{rank}.pt")
 
