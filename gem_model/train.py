@@ -267,12 +267,12 @@ def train(
     model = GEM(mcfg).to(device)
     warm = warm_start(model, init_from) if init_from else None
     core = model
+    if tcfg["compile"]:  # the inductor cache lives under GEM_HOME: warm starts compile in seconds
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(gem_home() / "torch_compile_cache"))
+        core.compile_dense()
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     fwd = model
-    if tcfg["compile"]:
-        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(gem_home() / "torch_compile_cache"))
-        fwd = torch.compile(model, dynamic=True)
 
     opt_dense = torch.optim.AdamW(core.dense_parameters(), lr=tcfg["lr"], weight_decay=tcfg["weight_decay"], betas=(0.9, 0.98))
     opt_emb = RowWiseAdagrad(core.embedding_parameters(), lr=tcfg["emb_lr"], weight_decay=tcfg["emb_weight_decay"])

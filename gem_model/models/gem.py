@@ -205,6 +205,17 @@ class GEM(nn.Module):
         total = (per_task * self.task_w).sum()
         return total, {t: per_task[i].detach() for i, t in enumerate(TASKS)}
 
+    # -- compilation ----------------------------------------------------------------------------
+    def compile_dense(self, **kw: Any) -> GEM:
+        """torch.compile the fixed-shape dense parts (Wukong interaction arches, summary MLP, dense
+        token). The jagged index plumbing stays eager: it is cheap, and inductor's dynamic-shape
+        codegen mishandles some of its ops (repeat_interleave with output_size)."""
+        for block in self.blocks:
+            block.interaction.compile(**kw)
+        self.summary.compile(**kw)
+        self.dense.compile(**kw)
+        return self
+
     # -- bookkeeping ----------------------------------------------------------------------------
     def param_counts(self) -> dict[str, int]:
         sparse = sum(p.numel() for p in self.embedding_parameters())
