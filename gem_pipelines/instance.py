@@ -9,7 +9,8 @@ import dagster as dg
 
 from gem_model.paths import gem_home
 
-# Concurrency pools: one training job per GPU at a time; ingest can run wider.
+# Concurrency pools: dagster.yaml caps every pool at 1 (the gpu pool: one training step per GPU);
+# ingest is set wider here, since named limits live in the instance's storage, not its yaml.
 POOL_LIMITS = {"gpu": 1, "ingest": 4}
 
 DAGSTER_YAML = """\
@@ -18,6 +19,7 @@ telemetry:
 concurrency:
   pools:
     granularity: op
+    default_limit: 1   # any pool without an explicit limit (e.g. gpu): one step at a time
 """
 
 
