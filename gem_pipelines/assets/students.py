@@ -55,6 +55,11 @@ def _accepted_domains() -> dict[str, tuple[str, str]]:
     return out
 
 
+def _accepted_teachers() -> dict[str, tuple[str, str]]:
+    """Teacher name ("foundation", "domain:<name>") -> (checkpoint, version) of every ACCEPTED teacher."""
+    return {"foundation": _accepted_foundation()} | {f"domain:{d}": found for d, found in _accepted_domains().items()}
+
+
 def _tp_uri(lake: LakeResource) -> str:
     return lake.table("teacher_predictions")
 
@@ -128,13 +133,11 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
 )
 def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, accelerator: AcceleratorResource):
     """One batched pass of every teacher over the day's examples: predictions + summary embeddings."""
-    from gem_model.distill import domain_teacher, predict_teacher, write_teacher_predictions
+    from gem_model.distill import predict_teacher, write_teacher_predictions
     from gem_model.registry import load_model
 
     date = dt.date.fromisoformat(context.partition_key)
-    teachers = {"foundation": _accepted_foundation()} | {
-        domain_teacher(d): found for d, found in _accepted_domains().items()
-    }
+    teachers = _accepted_teachers()
     rows, versions, delta_version = {}, {}, None
     for name, (ckpt, version) in teachers.items():
         model, _ = load_model(ckpt)
@@ -162,9 +165,7 @@ def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfi
     from gem_model.distill import run_distillation, write_report
 
     wandb.apply()
-    teachers = {"foundation": _accepted_foundation()[0]} | {
-        f"domain:{d}": ckpt for d, (ckpt, _) in _accepted_domains().items()
-    }
+    teachers = {name: ckpt for name, (ckpt, _) in _accepted_teachers().items()}
     rows = run_distillation(config.arms, config.paths, config.seeds, preset=config.preset, teachers=teachers,
                             uri=lake.table("training_examples"), tp_uri=_tp_uri(lake),
                             oracle_uri=lake.table("oracle"), tracking_group=_accepted_foundation()[1])
@@ -192,9 +193,7 @@ def students(context: dg.AssetExecutionContext, lake: LakeResource, wandb: Wandb
     surface = context.partition_key
     report = json.loads((reports_dir() / "distillation_report.json").read_text())
     arm, path = select_student(report["rows"], surface)
-    teachers = {"foundation": _accepted_foundation()[0]} | {
-        f"domain:{d}": ckpt for d, (ckpt, _) in _accepted_domains().items()
-    }
+    teachers = {name: ckpt for name, (ckpt, _) in _accepted_teachers().items()}
     version = version_for(context)
     out = train_production_student(surface, arm, path, version=version, teachers=teachers,
                                    uri=lake.table("training_examples"), tp_uri=_tp_uri(lake),
