@@ -24,7 +24,7 @@ test: .venv
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: treating as a failure"; exit 1; fi; exit $$rc
 
 ui: .venv
-	mkdir -p $(DAGSTER_HOME)
+	$(PY) -c "from gem_pipelines.instance import dagster_home; dagster_home()"
 	.venv/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 bench: .venv
