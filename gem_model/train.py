@@ -211,9 +211,12 @@ def lr_factor(step: int, warmup: int, total: int, min_frac: float) -> float:
 
 
 def _score(rows: list[dict[str, Any]]) -> float:
-    """Model-selection score: mean NE over the (surface, task) pairs with positives (lower is better)."""
-    vals = [r["ne"] for r in rows if r["positives"] > 0 and math.isfinite(r["ne"])]
-    return float(np.mean(vals)) if vals else float("inf")
+    """Model-selection score: NE over the (surface, task) pairs with positives, weighted by positives
+    (lower is better), so a pair with a handful of positives cannot swing early stopping."""
+    kept = [r for r in rows if r["positives"] > 0 and math.isfinite(r["ne"])]
+    if not kept:
+        return float("inf")
+    return float(np.average([r["ne"] for r in kept], weights=[r["positives"] for r in kept]))
 
 
 def _say(rank: int, msg: str) -> None:
