@@ -22,32 +22,24 @@ ingest_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets("events", "user_activity", "events_quarantine") - _FRESHNESS,
     description="Ingest raw files already in landing/ for one date x surface partition.",
 )
-features_job = dg.define_asset_job(
-    "features_job",
-    selection=dg.AssetSelection.assets("training_examples") - _FRESHNESS,
-    description="Build training_examples for one date.",
-)
-
-foundation_job = dg.define_asset_job(
-    "foundation_job", selection=dg.AssetSelection.assets("foundation_model"),
-    description="Train, evaluate and gate the GEM teacher (and the single-surface baselines).",
-)
-domain_models_job = dg.define_asset_job(
-    "domain_models_job", selection=dg.AssetSelection.assets("domain_models"),
-    description="Distill one domain foundation model from the ACCEPTED teacher.",
-)
-teacher_predictions_job = dg.define_asset_job(
-    "teacher_predictions_job", selection=dg.AssetSelection.assets("teacher_predictions"),
-    description="Cache every teacher's predictions and embeddings for one date.",
-)
-distillation_report_job = dg.define_asset_job(
-    "distillation_report_job", selection=dg.AssetSelection.assets("distillation_report"),
-    description="Every transfer arm x path x surface, side by side.",
-)
-students_job = dg.define_asset_job(
-    "students_job", selection=dg.AssetSelection.assets("students"),
-    description="Train and export the production student of one surface.",
-)
+# One job per asset for the date-, domain-, surface- and un-partitioned stages the demo drives in order.
+_SINGLE_ASSET_JOBS = {
+    "training_examples": "Build training_examples for one date.",
+    "foundation_model": "Train, evaluate and gate the GEM teacher (and the single-surface baselines).",
+    "domain_models": "Distill one domain foundation model from the ACCEPTED teacher.",
+    "teacher_predictions": "Cache every teacher's predictions and embeddings for one date.",
+    "distillation_report": "Every transfer arm x path x surface, side by side.",
+    "students": "Train and export the production student of one surface.",
+}
+_JOB_NAMES = {"training_examples": "features_job"}
+single_asset_jobs = [
+    dg.define_asset_job(
+        _JOB_NAMES.get(asset, f"{asset.removesuffix('_model')}_job"),
+        selection=dg.AssetSelection.assets(asset) - _FRESHNESS,
+        description=description,
+    )
+    for asset, description in _SINGLE_ASSET_JOBS.items()
+]
 
 
 class MaintenanceConfig(dg.Config):
@@ -58,19 +50,11 @@ class MaintenanceConfig(dg.Config):
 def compact_and_vacuum(context: dg.OpExecutionContext, config: MaintenanceConfig, lake: LakeResource) -> None:
     """OPTIMIZE (compact small files) then VACUUM with a retention of at least 7 days."""
     for table in LAKE_TABLES:
-        if not lake_table_exists(table, lake):
+        if not lake_io.table_exists(table, root=lake.uri()):
             context.log.info(f"{table}: not created yet, skipped")
             continue
-        result = lake_optimize(table, lake, config.retention_hours)
+        result = lake_io.optimize_and_vacuum(table, retention_hours=config.retention_hours, root=lake.uri())
         context.log.info(f"{table}: {result}")
-
-
-def lake_table_exists(table: str, res: LakeResource) -> bool:
-    return lake_io.table_exists(table, root=res.uri())
-
-
-def lake_optimize(table: str, res: LakeResource, retention_hours: int) -> dict[str, object]:
-    return lake_io.optimize_and_vacuum(table, retention_hours=retention_hours, root=res.uri())
 
 
 @dg.job(description="Weekly Delta maintenance: compact and vacuum every lake table.")

@@ -3,7 +3,6 @@
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import dagster as dg
@@ -58,10 +57,11 @@ def _run_torchrun(context: dg.AssetExecutionContext, pipes: dg.PipesSubprocessCl
         "data": {"train": [roles.teacher[0].isoformat(), roles.teacher[1].isoformat()],
                  "valid": roles.validation.isoformat(), "eval": roles.evaluation.isoformat(), "lake": lake_uri},
     }
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(cfg, f)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    launch = out_dir / "launch.json"
+    launch.write_text(json.dumps(cfg, indent=2))
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "-m", "gem_model.train",
-           "--config", f.name] + (["--init-from", str(init_from)] if init_from else [])
+           "--config", str(launch)] + (["--init-from", str(init_from)] if init_from else [])
     pipes.run(command=cmd, context=context)
     summary = json.loads((out_dir / "metrics.json").read_text())
     rows = [{"model": "foundation", "seed": 0, **r} for r in summary["rows"]]

@@ -107,7 +107,7 @@ def ingest(context: dg.AssetExecutionContext, lake: LakeResource, simulator: Sim
     date, surface_name = split_key(context)
     surface = SURFACES.get(surface_name)
     docs = reports_dir() / "data_docs"
-    before = {t: lake_version for t in ("events", "user_activity") if (lake_version := lake_table_version(t, lake))}
+    before = {t: lake_io.table_version(t, root=lake.uri()) for t in ("events", "user_activity", "events_quarantine")}
     try:
         result = ingest_partition(surface, date, simulator.landing_root(), docs_dir=docs, lake_root=lake.uri())
     except SuiteFailed as failed:
@@ -118,36 +118,17 @@ def ingest(context: dg.AssetExecutionContext, lake: LakeResource, simulator: Sim
                 )
         raise dg.Failure(str(failed), metadata={"previous_versions": dg.MetadataValue.json(before)}) from failed
     norm = result.normalized
-    yield dg.MaterializeResult(
-        asset_key="events",
-        metadata={
-            "rows": norm.events.height,
-            "quarantined_rows": norm.quarantine.height,
-            "delta_version": result.versions["events"],
-            "click_rate": float(norm.events["click"].mean() or 0.0),
-            "preview": preview(norm.events),
-        },
-    )
-    yield dg.MaterializeResult(
-        asset_key="user_activity",
-        metadata={
-            "rows": norm.user_activity.height,
-            "organic_rows": norm.organic.height,
-            "quarantined_rows": norm.quarantine.height,
-            "delta_version": result.versions["user_activity"],
-            "preview": preview(norm.user_activity),
-        },
-    )
-    yield dg.MaterializeResult(
-        asset_key="events_quarantine",
-        metadata={
-            "rows": norm.quarantine.height,
-            "quarantined_rows": norm.quarantine.height,
-            "by_reason": dg.MetadataValue.json(norm.reasons),
-            "delta_version": result.versions["events_quarantine"],
-            "preview": preview(norm.quarantine),
-        },
-    )
+    per_table = {
+        "events": (norm.events, {"click_rate": float(norm.events["click"].mean() or 0.0)}),
+        "user_activity": (norm.user_activity, {"organic_rows": norm.organic.height}),
+        "events_quarantine": (norm.quarantine, {"by_reason": dg.MetadataValue.json(norm.reasons)}),
+    }
+    for table, (df, extra) in per_table.items():
+        yield dg.MaterializeResult(
+            asset_key=table,
+            metadata={"rows": df.height, "quarantined_rows": norm.quarantine.height,
+                      "delta_version": result.versions[table], **extra, "preview": preview(df)},
+        )
     for table in ("events", "user_activity"):
         suite = result.suites.get(table)
         yield dg.AssetCheckResult(
@@ -173,6 +154,3 @@ def ingest(context: dg.AssetExecutionContext, lake: LakeResource, simulator: Sim
         metadata={"rate": rate, "status": status, "warn_above": QUARANTINE_WARN_RATE, "fail_above": QUARANTINE_FAIL_RATE},
     )
 
-
-def lake_table_version(table: str, lake_res: LakeResource) -> int | None:
-    return lake_io.table_version(table, root=lake_res.uri())

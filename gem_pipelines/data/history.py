@@ -66,7 +66,7 @@ def attach_history(events: pl.DataFrame, activity: pl.DataFrame, max_len: int) -
         "hist_surface": lst(act["surface"].to_arrow().take(pa.array(take))),
         "hist_seconds_before": lst(seconds.astype(np.float64)),
     }
-    out = ev.select(list(EVENTS_SCHEMA)).with_columns(**{k: v for k, v in hist.items()})
+    out = ev.select(list(EVENTS_SCHEMA)).with_columns(**hist)
     return out.cast(TRAINING_EXAMPLES_SCHEMA)  # type: ignore[arg-type]
 
 

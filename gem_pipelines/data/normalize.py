@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import polars as pl
 
@@ -40,11 +41,11 @@ class NormalizedPartition:
     merged_label_events: int
     reasons: dict[str, int] = field(default_factory=dict)
 
-    @property
+    @cached_property
     def paid(self) -> pl.DataFrame:
         return paid_activity(self.events)
 
-    @property
+    @cached_property
     def user_activity(self) -> pl.DataFrame:
         return pl.concat([self.organic, self.paid]).select(list(USER_ACTIVITY_SCHEMA))
 
