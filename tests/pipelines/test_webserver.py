@@ -73,4 +73,3 @@ def test_webserver_serves_asset_graph_and_checks(tmp_path: Path) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
-    assert proc.poll() is not None
