@@ -34,14 +34,14 @@ def table_uri(table: str, root: str | None = None) -> str:
     return f"{(root or lake_root()).rstrip('/')}/{table}"
 
 
-def storage_options() -> dict[str, str] | None:
-    """Object-store credentials come only from the environment (AWS_*, AZURE_*, GOOGLE_*)."""
-    opts = {
-        k: v
-        for k, v in os.environ.items()
-        if k.startswith(("AWS_", "AZURE_", "GOOGLE_")) and v
-    }
-    return opts or None
+def storage_options(uri: str | None = None) -> dict[str, str] | None:
+    """Object-store options for `uri` (default: the lake), credentials only from the environment.
+
+    The logic (and Delta's S3 commit protocol) lives in gem_model/object_store.py.
+    """
+    from gem_model.object_store import storage_options as resolve
+
+    return resolve(uri)
 
 
 def landing_dir(surface: str, date: str, home: Path | None = None) -> Path:

@@ -17,6 +17,7 @@ import polars as pl
 import pyarrow as pa
 
 from gem_model.config import SurfacesConfig, load_surfaces
+from gem_model.paths import storage_options
 from gem_model.schemas import (
     ACTIONS,
     CREATIVE_FORMATS,
@@ -157,9 +158,12 @@ def write_synthetic_lake(
     seed: int = 0,
     **kw: int,
 ) -> None:
-    """Write `training_examples` (by date) and `oracle` (by date, surface) under `lake_root`."""
+    """Write `training_examples` (by date) and `oracle` (by date, surface) under `lake_root` (a path or URI)."""
+    so = storage_options(lake_root)
     for i, d in enumerate(dates):
         ex, orc = synthetic_day(d, rows_per_day, surfaces=surfaces, seed=seed, **kw)
         mode = "overwrite" if i == 0 else "append"
-        ex.write_delta(f"{lake_root}/training_examples", mode=mode, delta_write_options={"partition_by": ["date"]})
-        orc.write_delta(f"{lake_root}/oracle", mode=mode, delta_write_options={"partition_by": ["date", "surface"]})
+        ex.write_delta(f"{lake_root}/training_examples", mode=mode, storage_options=so,
+                       delta_write_options={"partition_by": ["date"]})
+        orc.write_delta(f"{lake_root}/oracle", mode=mode, storage_options=so,
+                        delta_write_options={"partition_by": ["date", "surface"]})
