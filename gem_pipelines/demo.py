@@ -15,10 +15,12 @@ from gem_pipelines.instance import get_instance
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
-def _run(defs: dg.Definitions, job: str, instance: dg.DagsterInstance, partition_key: str | None = None) -> None:
+def _run(defs: dg.Definitions, job: str, instance: dg.DagsterInstance, partition_key: str | None = None,
+         ops: dict | None = None) -> None:
+    """One run of `job` (ops: per-op run config, e.g. {"foundation_model": {"config": {...}}})."""
     t = time.time()
     result = defs.resolve_job_def(job).execute_in_process(
-        instance=instance, partition_key=partition_key, raise_on_error=False, run_config=QUIET
+        instance=instance, partition_key=partition_key, raise_on_error=False, run_config={**QUIET, "ops": ops or {}}
     )
     status = "ok" if result.success else "FAILED"
     print(f"  {job:<24} {partition_key or '':<24} {status} ({time.time() - t:.1f}s)", flush=True)

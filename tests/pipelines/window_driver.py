@@ -1,0 +1,36 @@
+"""Drive a short window through the Dagster instance, as `make demo` does, against whatever lake
+GEM_LAKE_URI names: ingest every (date, surface), training_examples, the teacher without baselines,
+the domain models, teacher predictions and a two-arm distillation report (which reads every table).
+
+Run as a script by tests/pipelines/test_s3_end_to_end.py (the calendar and surfaces come from
+GEM_ASSETS_DIR, read at import, hence a fresh process)."""
+
+from __future__ import annotations
+
+from gem_pipelines.demo import _run
+from gem_pipelines.instance import get_instance
+
+REPORT_ARMS = {"arms": ["labels_only", "standard_kd"], "paths": ["direct"]}
+
+
+def main() -> None:
+    from gem_pipelines.definitions import defs
+    from gem_pipelines.partitions import CALENDAR, SURFACES, multi_key
+
+    instance = get_instance()
+    dates = [d.isoformat() for d in CALENDAR.dates()]
+    for d in dates:
+        for s in SURFACES.names:
+            _run(defs, "land_and_ingest_job", instance, str(multi_key(d, s)))
+    for d in dates:
+        _run(defs, "features_job", instance, d)
+    _run(defs, "foundation_job", instance, ops={"foundation_model": {"config": {"baselines": False}}})
+    for domain in SURFACES.domains:
+        _run(defs, "domain_models_job", instance, domain)
+    for d in dates[1:]:
+        _run(defs, "teacher_predictions_job", instance, d)
+    _run(defs, "distillation_report_job", instance, ops={"distillation_report": {"config": REPORT_ARMS}})
+
+
+if __name__ == "__main__":
+    main()
