@@ -10,6 +10,7 @@ from gem_pipelines.assets.ingest import ingest, raw_logs
 from gem_pipelines.assets.students import distillation_report, domain_models, students, teacher_predictions
 from gem_pipelines.checks import freshness_checks, freshness_sensor
 from gem_pipelines.jobs import ingest_job, lake_maintenance_job, land_and_ingest_job, single_asset_jobs
+from gem_pipelines.k8s import executor_for
 from gem_pipelines.resources import resources_for
 from gem_pipelines.schedules import daily_ingest_schedule, weekly_maintenance_schedule
 from gem_pipelines.sensors import landing_sensor
@@ -22,4 +23,5 @@ defs = dg.Definitions(
     schedules=[daily_ingest_schedule, weekly_maintenance_schedule],
     sensors=[landing_sensor, freshness_sensor],
     resources=resources_for(),
+    executor=executor_for(),  # GEM_EXECUTOR=k8s: one pod per step (docs/deploy_kubernetes.md)
 )

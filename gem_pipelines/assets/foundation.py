@@ -8,18 +8,16 @@ from pathlib import Path
 import dagster as dg
 
 from gem_model.paths import models_dir, reports_dir
+from gem_pipelines.k8s import GPU_POOL, gpu_step_tags, training_gpus
 from gem_pipelines.metadata import loss_curve_plot, metric_table
 from gem_pipelines.quality_gate import gate
 from gem_pipelines.resources import AcceleratorResource, LakeResource, WandbResource
 from gem_pipelines.settings import QUALITY
 
 ASSET = "foundation_model"
-# Under the Kubernetes executor each training step gets a GPU; everywhere, one training per GPU.
-GPU_TAGS = {
-    "dagster-k8s/config": {
-        "container_config": {"resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}}
-    }
-}
+# Under the Kubernetes executor each training step gets its GPUs on the GPU node pool (assets/kubernetes.yaml);
+# everywhere, the `gpu` pool allows one training step per GPU.
+GPU_TAGS = gpu_step_tags()
 
 
 class FoundationConfig(dg.Config):
@@ -73,8 +71,8 @@ def _run_torchrun(context: dg.AssetExecutionContext, pipes: dg.PipesSubprocessCl
 @dg.asset(
     group_name="foundation",
     deps=["training_examples", "oracle"],
-    op_tags=GPU_TAGS,
-    pool="gpu",
+    op_tags=gpu_step_tags(training_gpus()),  # the teacher's torchrun world: GEM_NPROC GPUs of one node
+    pool=GPU_POOL,
     check_specs=[
         dg.AssetCheckSpec(
             "quality_gate",

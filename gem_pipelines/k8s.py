@@ -1,0 +1,61 @@
+"""Kubernetes placement of the training steps, from assets/kubernetes.yaml.
+
+Under dagster-k8s's `k8s_job_executor` (GEM_EXECUTOR=k8s) every step is its own pod and takes its
+`dagster-k8s/config` op tags: GPU steps ask for `nvidia.com/gpu` and land on the GPU node pool, the
+rest (ingest, features) stay on CPU nodes. Elsewhere the tags are inert. The `gpu` concurrency pool
+caps training steps at one per GPU (see gem_pipelines/instance.py)."""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import Field
+
+from gem_model.config import ASSETS_DIR, _load, _Strict
+
+TAG = "dagster-k8s/config"
+GPU_POOL = "gpu"
+
+
+class KubernetesConfig(_Strict):
+    gpu_resource: str = "nvidia.com/gpu"
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict[str, str]] = Field(default_factory=list)
+
+
+def load_kubernetes() -> KubernetesConfig:
+    return _load(KubernetesConfig, ASSETS_DIR / "kubernetes.yaml")
+
+
+def gpu_step_tags(gpus: int = 1, cfg: KubernetesConfig | None = None) -> dict[str, object]:
+    """Op tags of a step that needs `gpus` GPUs of one node (limits = requests: GPUs are not overcommitted)."""
+    if gpus < 1:
+        raise ValueError(f"a GPU step needs at least one GPU, got {gpus}")
+    cfg = cfg or load_kubernetes()
+    gpu = {cfg.gpu_resource: str(gpus)}
+    pod_spec: dict[str, object] = {}
+    if cfg.node_selector:
+        pod_spec["node_selector"] = dict(cfg.node_selector)
+    if cfg.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in cfg.tolerations]
+    config: dict[str, object] = {"container_config": {"resources": {"limits": gpu, "requests": dict(gpu)}}}
+    if pod_spec:
+        config["pod_spec_config"] = pod_spec
+    return {TAG: config}
+
+
+def training_gpus() -> int:
+    """GPUs of the foundation step: its torchrun world on one node (GEM_NPROC, as the prod accelerator)."""
+    return int(os.environ.get("GEM_NPROC", "1"))
+
+
+def executor_for(name: str | None = None):
+    """The executor of every job: Dagster's default, or `k8s` for one pod per step (GEM_EXECUTOR)."""
+    name = name or os.environ.get("GEM_EXECUTOR", "default")
+    if name == "default":
+        return None
+    if name == "k8s":
+        from dagster_k8s import k8s_job_executor  # the `k8s` extra: only the cluster image needs it
+
+        return k8s_job_executor
+    raise ValueError(f"GEM_EXECUTOR must be default or k8s, got {name!r}")
