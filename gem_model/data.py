@@ -287,7 +287,7 @@ class ExampleStream:
             raise ValueError(f"unknown surfaces {sorted(unknown)}; known: {self.surfaces_config.names}")
         self.encoder = Encoder(self.features, self.surfaces_config, max_len)
         self.uri = uri or table_uri("training_examples")
-        self.storage_options = storage_options if storage_options is not None else env_storage_options(self.uri)
+        self.storage_options = storage_options if storage_options is not None else env_storage_options()
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.shuffle_buffer = max(shuffle_buffer, batch_size)

@@ -179,8 +179,7 @@ def read_oracle(
     from gem_model.paths import table_uri
 
     days = [d if isinstance(d, dt.date) else dt.date.fromisoformat(str(d)) for d in dates]
-    uri = uri or table_uri("oracle")
-    lf = pl.scan_delta(uri, storage_options=storage_options or env_so(uri))
+    lf = pl.scan_delta(uri or table_uri("oracle"), storage_options=storage_options or env_so())
     lf = lf.filter(pl.col("date").is_in(days))
     if surfaces is not None:
         lf = lf.filter(pl.col("surface").is_in(list(surfaces)))

@@ -284,7 +284,7 @@ def train(
     # -- data ---------------------------------------------------------------------------------------
     lake = dcfg["lake"]
     uri = table_uri("training_examples", lake) if lake else table_uri("training_examples")
-    so = storage_options(uri)
+    so = storage_options()
     common = {"features": features, "surfaces_config": surfaces, "uri": uri, "storage_options": so,
               "max_len": mcfg.seq_len, "chunk_rows": tcfg["chunk_rows"]}
     stream = ExampleStream(dcfg["train"][0], dcfg["train"][1], dcfg["surfaces"], batch_size=tcfg["batch_size"],

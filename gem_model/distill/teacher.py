@@ -128,7 +128,7 @@ def write_teacher_predictions(
     """Replace exactly the (date, teacher) slices present in `df` (idempotent, one atomic commit;
     other teachers of the same date are kept). Returns the new Delta version."""
     uri = uri or table_uri(TABLE)
-    so = storage_options if storage_options is not None else env_storage_options(uri)
+    so = storage_options if storage_options is not None else env_storage_options()
     df = df.cast(TEACHER_PREDICTIONS_SCHEMA).select(list(TEACHER_PREDICTIONS_SCHEMA))
     if df.height == 0:
         raise ValueError("no teacher predictions to write")
@@ -151,7 +151,7 @@ def read_teacher_predictions(
 ) -> pl.DataFrame:
     """Rows of `teacher_predictions` for `dates` (default all) and `teachers` (default all)."""
     uri = uri or table_uri(TABLE)
-    so = storage_options if storage_options is not None else env_storage_options(uri)
+    so = storage_options if storage_options is not None else env_storage_options()
     lf = pl.scan_delta(uri, storage_options=so)
     if dates is not None:
         lf = lf.filter(pl.col("date").is_in([d for d in _dates(list(dates))]))

@@ -72,16 +72,15 @@ def write_partition(
     df.write_delta(
         uri,
         mode="overwrite",
-        storage_options=storage_options(uri),
+        storage_options=storage_options(),
         delta_write_options={"partition_by": list(columns), "predicate": predicate},
     )
-    return DeltaTable(uri, storage_options=storage_options(uri)).version()
+    return DeltaTable(uri, storage_options=storage_options()).version()
 
 
 def table_version(table: str, *, root: str | None = None) -> int | None:
-    uri = table_uri(table, root)
     try:
-        return DeltaTable(uri, storage_options=storage_options(uri)).version()
+        return DeltaTable(table_uri(table, root), storage_options=storage_options()).version()
     except TableNotFoundError:
         return None
 
@@ -91,8 +90,7 @@ def table_exists(table: str, *, root: str | None = None) -> bool:
 
 
 def scan(table: str, *, root: str | None = None, version: int | None = None) -> pl.LazyFrame:
-    uri = table_uri(table, root)
-    return pl.scan_delta(uri, version=version, storage_options=storage_options(uri))
+    return pl.scan_delta(table_uri(table, root), version=version, storage_options=storage_options())
 
 
 def read_partition(
@@ -120,8 +118,7 @@ def optimize_and_vacuum(table: str, *, retention_hours: int = 168, root: str | N
     """
     if retention_hours < 168:
         raise ValueError("retention_hours below 168 (7 days) is unsafe for concurrent readers")
-    uri = table_uri(table, root)
-    dt_ = DeltaTable(uri, storage_options=storage_options(uri))
+    dt_ = DeltaTable(table_uri(table, root), storage_options=storage_options())
     compacted = dt_.optimize.compact()
     removed = dt_.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=True)
     return {
