@@ -115,3 +115,19 @@ def test_lake_io_round_trip_on_s3(s3_env):
     assert lake.read_partition("oracle", d, "feed").sort("request_id").equals(df)
     assert lake.optimize_and_vacuum("oracle")["version"] >= 1
     assert any(k.startswith("lake/oracle/date=2026-11-02/surface=feed/") for k in s3_env.keys("lake/oracle/"))
+
+
+def test_store_errors_do_not_carry_the_secret(s3_env):
+    """Failures that end up in Dagster's logs (missing bucket, missing table) name the place, not the key."""
+    from s3_server import SECRET
+
+    so = storage_options()
+    failures = [
+        lambda: pl.DataFrame({"x": [1]}).write_delta("s3://no-such-bucket/lake/t", storage_options=so),
+        lambda: pl.scan_delta(f"{s3_env.lake_uri}/missing", storage_options=so).collect(),
+        lambda: lake.read_partition("events", dt.date(2026, 11, 2)),
+    ]
+    for fail in failures:
+        with pytest.raises(Exception) as err:
+            fail()
+        assert SECRET not in repr(err.value) and SECRET not in str(err.getrepr(showlocals=False))
