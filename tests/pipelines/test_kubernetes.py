@@ -94,15 +94,18 @@ def test_a_typo_in_the_tags_fails(mutate) -> None:
         _pod_spec(_as_step_tags(tags))
 
 
-def test_k8s_executor_is_selected_by_env() -> None:
+def test_k8s_executor_and_teacher_gpus_come_from_env() -> None:
     assert executor_for("default") is None
     assert executor_for("k8s") is k8s_job_executor
     with pytest.raises(ValueError, match="GEM_EXECUTOR"):
         executor_for("kubernetes")
-    # the code location itself, loaded as the cluster loads it
-    probe = "from gem_pipelines.definitions import defs; print(defs.resolve_job_def('foundation_job').executor_def.name)"
-    env = {**os.environ, "GEM_EXECUTOR": "k8s", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    # the code location itself, loaded as the cluster loads it (GEM_NPROC: the teacher's GPUs)
+    probe = ("import json; from gem_pipelines.definitions import defs; job = defs.resolve_job_def('foundation_job'); "
+             "print(json.dumps([job.executor_def.name, dict(job.graph.node_dict['foundation_model'].tags)]))")
+    env = {**os.environ, "GEM_EXECUTOR": "k8s", "GEM_NPROC": "8", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     out = subprocess.run([sys.executable, "-W", "ignore", "-c", probe], env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == [k8s_job_executor.name]
+    executor, tags = json.loads(out.stdout.strip().splitlines()[-1])
+    assert executor == k8s_job_executor.name
+    assert _pod_spec(tags).containers[0].resources.limits[load_kubernetes().gpu_resource] == "8"
