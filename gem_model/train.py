@@ -44,6 +44,7 @@ import yaml
 
 from gem_model.config import ASSETS_DIR, FeaturesConfig, SurfacesConfig, load_features, load_surfaces
 from gem_model.data import ExampleStream
+from gem_model.distributed import resume_step
 from gem_model.metrics import metric_rows, predict, read_oracle
 from gem_model.models import GEM, GEMConfig
 from gem_model.optim import RowWiseAdagrad
@@ -312,14 +313,17 @@ def train(
         core.load_state_dict(ck["model"])
         opt_dense.load_state_dict(ck["opt_dense"])
         opt_emb.load_state_dict(ck["opt_emb"])
-        step, epoch = int(ck["step"]), int(ck["epoch"])
-        stream.load_state_dict({"epoch": epoch, "position": int(ck["data_position"])})
+        # world-size independent: the data position is global, a step is one batch per rank
+        saved_world = int(ck.get("world_size", world))
+        step, epoch = resume_step(int(ck["step"]), saved_world, world), int(ck["epoch"])
+        stream.load_state_dict({"epoch": epoch, "global_position": int(ck.get("global_position", int(ck["data_position"]) * saved_world))})
         _set_rng_state(ck["rng"])
         best = json.loads(ck["best"])
         loss_curve = ck["loss_curve"].tolist()
         valid_history = ck["valid_history"].tolist()
         resumed_from = step
-        _say(rank, f"resumed from {ckpt_path} at step {step} (epoch {epoch}, batch {ck['data_position']})")
+        _say(rank, f"resumed from {ckpt_path} at step {step} (epoch {epoch}, global batch {stream.global_position}, "
+                   f"saved by world size {saved_world})")
     else:
         stream.set_epoch(0)
 
@@ -338,6 +342,8 @@ def train(
             "step": step,
             "epoch": stream.epoch,
             "data_position": stream.position,
+            "global_position": stream.global_position,
+            "world_size": world,
             "rng": _rng_state(),
             "best": json.dumps(best),
             "loss_curve": torch.tensor(loss_curve, dtype=torch.float64).reshape(-1, 2),
