@@ -7,7 +7,6 @@ import itertools
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 import torch

@@ -1,0 +1,188 @@
+"""Row-wise sharded embedding tables across ranks, dense parameters under FSDP2.
+
+Why: the `large` preset is mostly embedding rows; replicated on every rank (DDP) a table bigger than
+one GPU cannot train. Here rank r holds rows [r*c, (r+1)*c) of each table, c = ceil(rows / world)
+(the last rank's shard is padded to c rows that are never looked up), so per-rank embedding memory is
+1/world of the replicated layout plus at most one padding row per table.
+
+A lookup is the TorchRec row-wise scheme, on plain torch.distributed collectives (TorchRec itself needs
+fbgemm-gpu, whose wheels do not load beside torch 2.13):
+    ids -> owner rank = id // c -> all-to-all ids to their owners -> owners gather their local rows
+        -> all-to-all rows back -> original order.
+Autograd runs the same route backwards, so each owner receives the (dense) gradient of its rows from
+every rank and sums it; a hook divides by the world size, the mean that FSDP2 takes of the dense
+gradients. Embedding gradients stay dense (no sparse tensors: they do not mix with FSDP2 under NCCL),
+and `gem_model.optim.RowWiseAdagrad` updates the local shard alone: its state is sharded too.
+
+The rest of the model goes under FSDP2 (`fully_shard`, the sharded tables as `ignored_params`).
+`full_state_dict` gathers a state dict with the unsharded model's names and shapes (what checkpoints
+hold), `load_full_state_dict` scatters one back: checkpoints are world-size independent. Build the
+optimisers after `shard_model` and before the first forward (FSDP2 swaps in unsharded parameters
+between a forward and its backward).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.distributed as torch_dist
+import torch.distributed._functional_collectives as funcol
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor, distribute_tensor
+
+
+def rows_per_rank(rows: int, world_size: int) -> int:
+    """Rows of every shard: ceil(rows / world) (the last one padded)."""
+    return math.ceil(rows / world_size)
+
+
+class _ScaleGrad(torch.autograd.Function):
+    """Identity forward; gradient times `scale` backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.scale = scale
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad * ctx.scale, None
+
+
+class RowShardedEmbedding(nn.Module):
+    """An `nn.Embedding` whose rows are split across the ranks of `group`; same call, same output."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, *, group: torch_dist.ProcessGroup | None = None,
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+        super().__init__()
+        self.group = group or torch_dist.group.WORLD
+        self.rank, self.world_size = torch_dist.get_rank(self.group), torch_dist.get_world_size(self.group)
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.shard_rows = rows_per_rank(num_embeddings, self.world_size)
+        self.start = self.rank * self.shard_rows  # first global row held here
+        self.weight = nn.Parameter(torch.zeros(self.shard_rows, embedding_dim, device=device, dtype=dtype))
+
+    @property
+    def local_rows(self) -> int:
+        """Real (non-padding) rows held by this rank."""
+        return max(0, min(self.num_embeddings - self.start, self.shard_rows))
+
+    @classmethod
+    def from_embedding(cls, emb: nn.Embedding, group: torch_dist.ProcessGroup | None = None) -> RowShardedEmbedding:
+        """This rank's rows of an existing table (same init as the unsharded model)."""
+        out = cls(emb.num_embeddings, emb.embedding_dim, group=group, device=emb.weight.device, dtype=emb.weight.dtype)
+        with torch.no_grad():
+            out.load_full(emb.weight)
+        return out
+
+    def load_full(self, full: torch.Tensor) -> None:
+        """Copy this rank's rows out of the full [num_embeddings, dim] table."""
+        n = self.local_rows
+        self.weight.detach().zero_()
+        self.weight.detach()[:n].copy_(full[self.start : self.start + n])
+
+    def full_weight(self) -> torch.Tensor:
+        """The whole table, gathered on every rank (checkpoints; tests)."""
+        parts = [torch.empty_like(self.weight) for _ in range(self.world_size)]
+        torch_dist.all_gather(parts, self.weight.detach().contiguous(), group=self.group)
+        return torch.cat(parts)[: self.num_embeddings]
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        flat = ids.reshape(-1)
+        owner = torch.div(flat, self.shard_rows, rounding_mode="floor")
+        order = torch.argsort(owner, stable=True)
+        send = torch.bincount(owner, minlength=self.world_size)
+        recv = torch.empty_like(send)
+        torch_dist.all_to_all_single(recv, send, group=self.group)
+        send_splits, recv_splits = send.tolist(), recv.tolist()  # split sizes must be on the host
+        wanted = flat.new_empty(sum(recv_splits))
+        torch_dist.all_to_all_single(wanted, flat[order].contiguous(), recv_splits, send_splits, group=self.group)
+        # every rank's loss reaches a row's gradient: take the mean over ranks, as FSDP2 does for dense grads
+        rows = F.embedding(wanted - self.start, _ScaleGrad.apply(self.weight, 1.0 / self.world_size))
+        back = funcol.all_to_all_single_autograd(rows, send_splits, recv_splits, self.group)
+        back = funcol.wait_tensor(back) if isinstance(back, funcol.AsyncCollectiveTensor) else back
+        out = back.new_empty(back.shape).index_copy(0, order, back)  # undo the sort by owner
+        return out.reshape(*ids.shape, self.embedding_dim)
+
+
+def shard_embeddings(model: nn.Module, group: torch_dist.ProcessGroup | None = None) -> list[RowShardedEmbedding]:
+    """Replace every `nn.Embedding` of `model` by its row-wise sharded version, in place; returns them."""
+    sharded: list[RowShardedEmbedding] = []
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Embedding):
+                if child.sparse or child.padding_idx is not None or child.max_norm is not None:
+                    raise ValueError(f"{name}: only plain dense-gradient embeddings can be sharded row-wise")
+                new = RowShardedEmbedding.from_embedding(child, group)
+                setattr(parent, name, new)
+                sharded.append(new)
+    return sharded
+
+
+def shard_model(model: nn.Module, group: torch_dist.ProcessGroup | None = None) -> nn.Module:
+    """Embedding tables row-wise across ranks, every other parameter under FSDP2 (in place).
+
+    FSDP2 cannot shard 0-d parameters (e.g. a learned temperature): those stay replicated and
+    `sync_replicated_grads` averages their gradients (call it after every backward)."""
+    tables = shard_embeddings(model, group)
+    scalars = [p for p in model.parameters() if p.dim() == 0]
+    model._replicated_params = scalars  # type: ignore[assignment]
+    model._shard_group = group or torch_dist.group.WORLD  # type: ignore[assignment]
+    mesh = None if group is None else init_device_mesh_for(group)
+    fully_shard(model, mesh=mesh, ignored_params={t.weight for t in tables} | set(scalars))
+    return model
+
+
+def init_device_mesh_for(group: torch_dist.ProcessGroup) -> DeviceMesh:
+    return DeviceMesh.from_group(group, "cuda" if torch.cuda.is_available() else "cpu")
+
+
+def sync_replicated_grads(model: nn.Module) -> None:
+    """Mean over ranks of the gradients of the replicated (non-FSDP2, non-sharded) parameters."""
+    group = getattr(model, "_shard_group", None)
+    for p in getattr(model, "_replicated_params", []):
+        if p.grad is not None:
+            torch_dist.all_reduce(p.grad, group=group)
+            p.grad /= torch_dist.get_world_size(group)
+
+
+def embedding_bytes(model: nn.Module) -> int:
+    """Bytes of embedding rows this rank holds (sharded tables count their local shard, padding included)."""
+    total = 0
+    for m in model.modules():
+        if isinstance(m, RowShardedEmbedding | nn.Embedding):
+            total += m.weight.numel() * m.weight.element_size()
+    return total
+
+
+def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The unsharded model's state dict (names and shapes), gathered on every rank. Collective."""
+    tables = {f"{name}.weight": m for name, m in model.named_modules() if isinstance(m, RowShardedEmbedding)}
+    out: dict[str, torch.Tensor] = {}
+    for k, v in model.state_dict().items():
+        if k in tables:
+            out[k] = tables[k].full_weight()
+        elif isinstance(v, DTensor):
+            out[k] = v.full_tensor()
+        else:
+            out[k] = v.detach().clone()
+    return out
+
+
+def load_full_state_dict(model: nn.Module, state: dict[str, Any]) -> None:
+    """Load an unsharded state dict (e.g. a checkpoint of any world size) into a sharded model."""
+    tables = {f"{name}.weight": m for name, m in model.named_modules() if isinstance(m, RowShardedEmbedding)}
+    own = model.state_dict()
+    with torch.no_grad():
+        for k, v in own.items():
+            if k in tables:
+                tables[k].load_full(state[k])
+            elif isinstance(v, DTensor):
+                v.copy_(distribute_tensor(state[k].to(v.dtype), v.device_mesh, v.placements))
+            else:
+                v.copy_(state[k])
