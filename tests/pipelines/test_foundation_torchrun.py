@@ -12,8 +12,10 @@ import pytest
 
 from gem_model.config import load_calendar, load_surfaces
 from gem_model.synthetic import write_synthetic_lake
+from gem_pipelines.assets import foundation as foundation_module
 from gem_pipelines.assets.foundation import ASSET, FoundationConfig, foundation_model, launch_args
 from gem_pipelines.resources import AcceleratorResource, LakeResource, WandbResource
+from gem_pipelines.settings import ModelGate, QualityConfig
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -51,6 +53,9 @@ def test_launch_args_are_the_config_verbatim(gem_home):
 
 def test_foundation_asset_two_gloo_ranks_through_pipes(gem_home, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "disabled")
+    # the gate has its own tests; a tiny model on a tiny window only has to be sane (as in conftest.small_assets)
+    monkeypatch.setattr(foundation_module, "QUALITY",
+                        QualityConfig(model_gate=ModelGate(min_positives=5, max_ne=2.0, max_regression=1.0)))
     lake = _window_lake(gem_home)
     surfaces = load_surfaces().names
     models = gem_home / "models"
