@@ -125,7 +125,8 @@ def shard_embeddings(model: nn.Module, group: torch_dist.ProcessGroup | None = N
 
 
 def shard_model(model: nn.Module, group: torch_dist.ProcessGroup | None = None) -> nn.Module:
-    """Embedding tables row-wise across ranks, every other parameter under FSDP2 (in place).
+    """Embedding tables row-wise across ranks, every other parameter under FSDP2 (in place): one unit per
+    trunk block (`model.blocks`) and the root for the rest.
 
     FSDP2 cannot shard 0-d parameters (e.g. a learned temperature): those stay replicated and
     `sync_replicated_grads` averages their gradients (call it after every backward)."""
@@ -134,7 +135,10 @@ def shard_model(model: nn.Module, group: torch_dist.ProcessGroup | None = None) 
     model._replicated_params = scalars  # type: ignore[assignment]
     model._shard_group = group or torch_dist.group.WORLD  # type: ignore[assignment]
     mesh = None if group is None else init_device_mesh_for(group)
-    fully_shard(model, mesh=mesh, ignored_params={t.weight for t in tables} | set(scalars))
+    ignored = {t.weight for t in tables} | set(scalars)
+    for block in getattr(model, "blocks", []):  # one FSDP2 unit per trunk block: one gathered at a time
+        fully_shard(block, mesh=mesh, ignored_params=ignored)
+    fully_shard(model, mesh=mesh, ignored_params=ignored)
     return model
 
 
