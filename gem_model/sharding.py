@@ -32,7 +32,7 @@ import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 
@@ -66,6 +66,7 @@ class RowShardedEmbedding(nn.Module):
         self.shard_rows = rows_per_rank(num_embeddings, self.world_size)
         self.start = self.rank * self.shard_rows  # first global row held here
         self.weight = nn.Parameter(torch.zeros(self.shard_rows, embedding_dim, device=device, dtype=dtype))
+        self.weight._row_sharded_table = self  # optimiser state of this parameter is per row: gather/scatter rows
 
     @property
     def local_rows(self) -> int:
@@ -139,6 +140,8 @@ def shard_model(model: nn.Module, group: torch_dist.ProcessGroup | None = None) 
     for block in getattr(model, "blocks", []):  # one FSDP2 unit per trunk block: one gathered at a time
         fully_shard(block, mesh=mesh, ignored_params=ignored)
     fully_shard(model, mesh=mesh, ignored_params=ignored)
+    if hasattr(model, "forward_with_summary"):  # predict() calls it instead of forward
+        register_fsdp_forward_method(model, "forward_with_summary")
     return model
 
 
@@ -190,3 +193,110 @@ def load_full_state_dict(model: nn.Module, state: dict[str, Any]) -> None:
                 v.copy_(distribute_tensor(state[k].to(v.dtype), v.device_mesh, v.placements))
             else:
                 v.copy_(state[k])
+
+
+# ------------------------------------------------------------------------------------------------
+# Training layouts: what the train loop asks of the parallelism, so that one loop serves both.
+
+
+class ReplicatedLayout:
+    """World size 1 or DDP: every rank holds the whole model; rank 0's state is the full state."""
+
+    collective = False  # state calls need no other rank
+
+    def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        return model.state_dict()
+
+    def load_model_state(self, model: nn.Module, state: dict[str, Any]) -> None:
+        model.load_state_dict(state)
+
+    def optim_state(self, opt: torch.optim.Optimizer) -> dict[str, Any]:
+        return opt.state_dict()
+
+    def load_optim_state(self, opt: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        opt.load_state_dict(state)
+
+    def after_backward(self, model: nn.Module) -> None:
+        pass
+
+    def clip_grad_norm_(self, params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+
+
+class RowShardedLayout(ReplicatedLayout):
+    """Embedding rows sharded across ranks, dense parameters under FSDP2. State calls are collective
+    (every rank takes part) and return the unsharded layout, so checkpoints load under any world size
+    and into an unsharded model."""
+
+    collective = True
+
+    def model_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        return full_state_dict(model)
+
+    def load_model_state(self, model: nn.Module, state: dict[str, Any]) -> None:
+        load_full_state_dict(model, state)
+
+    def optim_state(self, opt: torch.optim.Optimizer) -> dict[str, Any]:
+        sd = opt.state_dict()
+        params = [p for g in opt.param_groups for p in g["params"]]
+        tables = _table_of(params)
+        state = {}
+        for i, s in sd["state"].items():
+            p = params[i]
+            state[i] = {k: _full_state_tensor(v, p, tables.get(id(p))) for k, v in s.items()}
+        return {**sd, "state": state}
+
+    def load_optim_state(self, opt: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        params = [p for g in opt.param_groups for p in g["params"]]
+        tables = _table_of(params)
+        local = {}
+        for i, s in state["state"].items():
+            p = params[int(i)]
+            local[i] = {k: _local_state_tensor(v, p, tables.get(id(p))) for k, v in s.items()}
+        opt.load_state_dict({**state, "state": local})
+
+    def after_backward(self, model: nn.Module) -> None:
+        sync_replicated_grads(model)
+
+    def clip_grad_norm_(self, params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
+        """The norm over FSDP2 shards (DTensor) and replicated parameters together, then one scale."""
+        grads = [p.grad for p in params if p.grad is not None]
+        sharded = [g for g in grads if isinstance(g, DTensor)]
+        plain = [g for g in grads if not isinstance(g, DTensor)]
+        norms = [torch.nn.utils.get_total_norm(sharded).full_tensor()] if sharded else []
+        norms += [torch.nn.utils.get_total_norm(plain)] if plain else []
+        total = torch.linalg.vector_norm(torch.stack(norms)) if norms else torch.zeros(())
+        for group in (sharded, plain):
+            if group:
+                torch.nn.utils.clip_grads_with_norm_(group, max_norm, total)
+        return total
+
+
+def _table_of(params: list[nn.Parameter]) -> dict[int, RowShardedEmbedding]:
+    """Sharded table of each parameter that is one (found through the module that owns it)."""
+    out: dict[int, RowShardedEmbedding] = {}
+    for p in params:
+        table = getattr(p, "_row_sharded_table", None)
+        if table is not None:
+            out[id(p)] = table
+    return out
+
+
+def _full_state_tensor(v: Any, p: nn.Parameter, table: RowShardedEmbedding | None) -> Any:
+    if isinstance(v, DTensor):
+        return v.full_tensor()
+    if table is not None and isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == table.shard_rows:
+        parts = [torch.empty_like(v) for _ in range(table.world_size)]  # per-row state: gather the rows
+        torch_dist.all_gather(parts, v.contiguous(), group=table.group)
+        return torch.cat(parts)[: table.num_embeddings]
+    return v
+
+
+def _local_state_tensor(v: Any, p: nn.Parameter, table: RowShardedEmbedding | None) -> Any:
+    if isinstance(p, DTensor) and isinstance(v, torch.Tensor) and v.shape == p.shape:
+        return distribute_tensor(v.to(p.device), p.device_mesh, p.placements)
+    if table is not None and isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == table.num_embeddings:
+        out = v.new_zeros((table.shard_rows, *v.shape[1:]))
+        out[: table.local_rows] = v[table.start : table.start + table.local_rows]
+        return out
+    return v

@@ -95,3 +95,30 @@ def test_checkpoint_resumes_under_either_world_size(lake, tmp_path):
     assert done["step"] == per_epoch  # the remaining global batches 12.. were each taken once
     final = json.loads((out / "metrics.json").read_text())
     assert final["step"] == per_epoch
+
+
+def test_row_sharded_training_writes_an_unsharded_checkpoint(lake, tmp_path):
+    """2 ranks with row-sharded tables + FSDP2 train, validate, evaluate and save through rank 0 a
+    consolidated checkpoint; one process without sharding resumes it."""
+    out = tmp_path / "sharded"
+    cfg = tiny_config(out, max_steps=4, checkpoint_every=2, embedding_sharding="row")
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    res = subprocess.run(torchrun_command("gem_model.train", 2, ["--config", str(cfg_path)]),
+                         env=env, capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["step"] == 4 and metrics["rows"]  # evaluated on day E
+
+    from gem_model.models import GEM, GEMConfig
+
+    ck = torch.load(out / CHECKPOINT, weights_only=True)
+    full = GEM(GEMConfig.from_dict(ck["model_config"])).state_dict()
+    assert {k: tuple(v.shape) for k, v in ck["model"].items()} == {k: tuple(v.shape) for k, v in full.items()}
+    rows = [p.shape[0] for p in GEM(GEMConfig.from_dict(ck["model_config"])).embedding_parameters()]
+    assert [s["sum"].shape[0] for s in ck["opt_emb"]["state"].values()] == rows  # Adagrad state of every row
+
+    resumed = train({**cfg, "train": {**cfg["train"], "max_steps": 10, "embedding_sharding": "replicated"}},
+                    resume=True)
+    assert resumed["resumed_from_step"] == 8 and resumed["step"] == 10 and resumed["world_size"] == 1
