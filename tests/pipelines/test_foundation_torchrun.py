@@ -46,9 +46,10 @@ def _materialize(instance, lake: str, nproc: int, **config) -> dg.ExecuteInProce
 def test_launch_args_are_the_config_verbatim(gem_home):
     """Both launchers receive these: nothing of the config is dropped on the torchrun path."""
     args = launch_args(FoundationConfig(preset="tiny", seeds=[3, 4], baselines=False),
-                       AcceleratorResource(device="cpu", nproc_per_node=2, compile=True), "/lake", None, "v")
+                       AcceleratorResource(device="cpu", nproc_per_node=2, compile=True, embedding_sharding="row"), "/lake", None, "v")
     assert args == {"preset": "tiny", "seeds": [3, 4], "baselines": False, "device": "cpu", "init_from": None,
-                    "lake": "/lake", "overrides": {"train": {"compile": True}}, "version": "v"}
+                    "lake": "/lake", "overrides": {"train": {"compile": True, "embedding_sharding": "row"}},
+                    "version": "v"}
 
 
 def test_foundation_asset_two_gloo_ranks_through_pipes(gem_home, monkeypatch):
@@ -76,7 +77,7 @@ def test_foundation_asset_two_gloo_ranks_through_pipes(gem_home, monkeypatch):
     # launched with exactly the arguments the in-process path would get
     launch = json.loads((models / ASSET / version / "launch.json").read_text())
     assert launch["seeds"] == [1] and launch["baselines"] is True and launch["version"] == version
-    assert launch["init_from"].endswith(accepted) and launch["overrides"] == {"train": {"compile": False}}
+    assert launch["init_from"].endswith(accepted) and launch["overrides"] == {"train": {"compile": False, "embedding_sharding": "replicated"}}
 
     # the teacher trained on 2 ranks, with seed 1, warm-started from the accepted version
     teacher = json.loads((models / ASSET / version / "metrics.json").read_text())
