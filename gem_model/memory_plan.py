@@ -122,7 +122,8 @@ def plan(preset: str, gpus: int, gpu_gb: float, *, batch_per_rank: int | None = 
         cfg.tables = {**cfg.tables, **rows}
     with torch.device("meta"):  # shapes only: the large preset needs no memory to be counted
         model = GEM(cfg)
-    emb = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Embedding)}
+    tables = {id(p) for p in model.embedding_parameters()}  # what gem_model.sharding shards
+    emb = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Embedding) and id(m.weight) in tables}
     sparse = sum(m.weight.numel() for m in emb.values())
     dense = sum(p.numel() for p in model.parameters()) - sparse
     replicated = sum(m.num_embeddings * m.embedding_dim for m in emb.values()) * FP32

@@ -112,11 +112,15 @@ class RowShardedEmbedding(nn.Module):
 
 
 def shard_embeddings(model: nn.Module, group: torch_dist.ProcessGroup | None = None) -> list[RowShardedEmbedding]:
-    """Replace every `nn.Embedding` of `model` by its row-wise sharded version, in place; returns them."""
+    """Replace the embedding tables of `model` by their row-wise sharded versions, in place; returns them.
+    Tables = the `nn.Embedding`s whose weight `model.embedding_parameters()` lists (the row-wise optimised
+    ones; small lookup tables such as the time-gap encoding stay dense, under FSDP2), or every one."""
+    listed = getattr(model, "embedding_parameters", None)
+    wanted = {id(p) for p in listed()} if callable(listed) else None
     sharded: list[RowShardedEmbedding] = []
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if isinstance(child, nn.Embedding):
+            if isinstance(child, nn.Embedding) and (wanted is None or id(child.weight) in wanted):
                 if child.sparse or child.padding_idx is not None or child.max_norm is not None:
                     raise ValueError(f"{name}: only plain dense-gradient embeddings can be sharded row-wise")
                 new = RowShardedEmbedding.from_embedding(child, group)
@@ -159,12 +163,12 @@ def sync_replicated_grads(model: nn.Module) -> None:
 
 
 def embedding_bytes(model: nn.Module) -> int:
-    """Bytes of embedding rows this rank holds (sharded tables count their local shard, padding included)."""
-    total = 0
-    for m in model.modules():
-        if isinstance(m, RowShardedEmbedding | nn.Embedding):
-            total += m.weight.numel() * m.weight.element_size()
-    return total
+    """Bytes of embedding-table rows this rank holds (a sharded table counts its local shard, padding
+    included); tables as in `shard_embeddings`."""
+    listed = getattr(model, "embedding_parameters", None)
+    wanted = {id(p) for p in listed()} if callable(listed) else None
+    return sum(m.weight.numel() * m.weight.element_size() for m in model.modules()
+               if isinstance(m, RowShardedEmbedding | nn.Embedding) and (wanted is None or id(m.weight) in wanted))
 
 
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -260,14 +264,14 @@ class RowShardedLayout(ReplicatedLayout):
 
     def clip_grad_norm_(self, params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
         """The norm over FSDP2 shards (DTensor) and replicated parameters together, then one scale."""
-        grads = [p.grad for p in params if p.grad is not None]
-        sharded = [g for g in grads if isinstance(g, DTensor)]
-        plain = [g for g in grads if not isinstance(g, DTensor)]
-        norms = [torch.nn.utils.get_total_norm(sharded).full_tensor()] if sharded else []
-        norms += [torch.nn.utils.get_total_norm(plain)] if plain else []
+        with_grad = [p for p in params if p.grad is not None]
+        sharded = [p for p in with_grad if isinstance(p.grad, DTensor)]
+        plain = [p for p in with_grad if not isinstance(p.grad, DTensor)]
+        norms = [torch.nn.utils.get_total_norm([p.grad for p in sharded]).full_tensor()] if sharded else []
+        norms += [torch.nn.utils.get_total_norm([p.grad for p in plain])] if plain else []
         total = torch.linalg.vector_norm(torch.stack(norms)) if norms else torch.zeros(())
         for group in (sharded, plain):
-            if group:
+            if group:  # takes the parameters, scales their .grad
                 torch.nn.utils.clip_grads_with_norm_(group, max_norm, total)
         return total
 

@@ -22,11 +22,11 @@ from gem_model.models import GEM, GEMConfig
 from gem_model.optim import RowWiseAdagrad
 from gem_model.sharding import (
     RowShardedEmbedding,
+    RowShardedLayout,
     embedding_bytes,
     full_state_dict,
     load_full_state_dict,
     shard_model,
-    sync_replicated_grads,
 )
 from gem_model.synthetic import synthetic_day
 from gem_model.train import load_preset
@@ -70,7 +70,8 @@ def _worker(rank: int, port: int, out: str) -> None:
         initial = copy.deepcopy(reference.state_dict())
         sharded = shard_model(copy.deepcopy(reference))
         tables = {n: m for n, m in sharded.named_modules() if isinstance(m, RowShardedEmbedding)}
-        ref_tables = {n: m for n, m in reference.named_modules() if isinstance(m, torch.nn.Embedding)}
+        emb = {id(p) for p in reference.embedding_parameters()}
+        ref_tables = {n: m for n, m in reference.named_modules() if isinstance(m, torch.nn.Embedding) and id(m.weight) in emb}
         assert tables.keys() == ref_tables.keys() and tables
 
         # each rank holds only its rows: ceil(rows / 2), the rows [start, start + local_rows) of the table
@@ -94,11 +95,14 @@ def _worker(rank: int, port: int, out: str) -> None:
         # one step: data-parallel mean of the rank losses == the single-process loss of that mean
         loss = sharded.loss(logits, batches[rank])[0]
         loss.backward()
-        sync_replicated_grads(sharded)
+        layout = RowShardedLayout()
+        layout.after_backward(sharded)  # the replicated scalars' gradient mean
+        norm = float(layout.clip_grad_norm_(sharded.dense_parameters(), 0.05))  # clips
         opt_s.step()
         opt_se.step()
         ref_loss = sum(reference.loss(reference(b), b)[0] for b in batches) / WORLD
         ref_loss.backward()
+        ref_norm = float(torch.nn.utils.clip_grad_norm_(reference.dense_parameters(), 0.05))
         opt_r.step()
         opt_re.step()
         after = full_state_dict(sharded)
@@ -107,6 +111,15 @@ def _worker(rank: int, port: int, out: str) -> None:
         step_diff = max(float((after[k] - ref_after[k]).abs().max()) for k in params)
         moved = max(float((ref_after[k] - initial[k]).abs().max()) for k in params)
         worst = sorted(((float((after[k] - ref_after[k]).abs().max()), k) for k in params), reverse=True)[:5]
+        # the optimiser states gather to the single-process ones (AdamW moments, Adagrad row sums)
+        state_diff = 0.0
+        for opt, ref_opt in ((opt_s, opt_r), (opt_se, opt_re)):
+            got, want = layout.optim_state(opt)["state"], ref_opt.state_dict()["state"]
+            assert got.keys() == want.keys()
+            for i in want:
+                for k in want[i]:
+                    assert got[i][k].shape == want[i][k].shape, (i, k)
+                    state_diff = max(state_diff, float((got[i][k] - want[i][k]).abs().max()))
 
         # a full (world-size independent) state dict loads back into a sharded model of any world size
         fresh = shard_model(GEM(mcfg))
@@ -116,6 +129,7 @@ def _worker(rank: int, port: int, out: str) -> None:
             "logit_diff": logit_diff, "step_diff": step_diff, "reload_diff": reload_diff, "moved": moved,
             "emb_bytes": embedding_bytes(sharded), "replicated_bytes": replicated, "row_bytes": row_bytes,
             "loss": float(loss), "n_tables": len(tables), "worst": worst,
+            "norm": norm, "ref_norm": ref_norm, "state_diff": state_diff,
         }))
     finally:
         torch_dist.destroy_process_group()
@@ -127,7 +141,8 @@ def test_row_sharded_model_equals_single_process(tmp_path):
     for r in res:
         assert r["logit_diff"] <= TOL, r
         assert r["step_diff"] <= TOL and r["moved"] > 100 * TOL, r  # the step did move the weights
-        assert r["reload_diff"] <= TOL, r
+        assert r["reload_diff"] <= TOL and r["state_diff"] <= TOL, r
+        assert abs(r["norm"] - r["ref_norm"]) <= TOL * r["ref_norm"] and r["ref_norm"] > 0.05, r  # it clipped
         # per-rank embedding memory: half the replicated layout + at most one padding row per table
         assert r["emb_bytes"] <= r["replicated_bytes"] / WORLD + r["row_bytes"], r
         assert r["emb_bytes"] < 0.6 * r["replicated_bytes"], r
