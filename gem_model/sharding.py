@@ -74,9 +74,11 @@ class RowShardedEmbedding(nn.Module):
         return max(0, min(self.num_embeddings - self.start, self.shard_rows))
 
     @classmethod
-    def from_embedding(cls, emb: nn.Embedding, group: torch_dist.ProcessGroup | None = None) -> RowShardedEmbedding:
-        """This rank's rows of an existing table (same init as the unsharded model)."""
-        out = cls(emb.num_embeddings, emb.embedding_dim, group=group, device=emb.weight.device, dtype=emb.weight.dtype)
+    def from_embedding(cls, emb: nn.Embedding, group: torch_dist.ProcessGroup | None = None,
+                       device: torch.device | str | None = None) -> RowShardedEmbedding:
+        """This rank's rows of an existing table (same init as the unsharded model), on `device`."""
+        out = cls(emb.num_embeddings, emb.embedding_dim, group=group, device=device or emb.weight.device,
+                  dtype=emb.weight.dtype)
         with torch.no_grad():
             out.load_full(emb.weight)
         return out
@@ -85,7 +87,7 @@ class RowShardedEmbedding(nn.Module):
         """Copy this rank's rows out of the full [num_embeddings, dim] table."""
         n = self.local_rows
         self.weight.detach().zero_()
-        self.weight.detach()[:n].copy_(full[self.start : self.start + n])
+        self.weight.detach()[:n].copy_(full[self.start : self.start + n].to(self.weight.device))
 
     def full_weight(self) -> torch.Tensor:
         """The whole table, gathered on every rank (checkpoints; tests)."""
@@ -111,7 +113,8 @@ class RowShardedEmbedding(nn.Module):
         return out.reshape(*ids.shape, self.embedding_dim)
 
 
-def shard_embeddings(model: nn.Module, group: torch_dist.ProcessGroup | None = None) -> list[RowShardedEmbedding]:
+def shard_embeddings(model: nn.Module, group: torch_dist.ProcessGroup | None = None,
+                     device: torch.device | str | None = None) -> list[RowShardedEmbedding]:
     """Replace the embedding tables of `model` by their row-wise sharded versions, in place; returns them.
     Tables = the `nn.Embedding`s whose weight `model.embedding_parameters()` lists (the row-wise optimised
     ones; small lookup tables such as the time-gap encoding stay dense, under FSDP2), or every one."""
@@ -123,23 +126,30 @@ def shard_embeddings(model: nn.Module, group: torch_dist.ProcessGroup | None = N
             if isinstance(child, nn.Embedding) and (wanted is None or id(child.weight) in wanted):
                 if child.sparse or child.padding_idx is not None or child.max_norm is not None:
                     raise ValueError(f"{name}: only plain dense-gradient embeddings can be sharded row-wise")
-                new = RowShardedEmbedding.from_embedding(child, group)
+                new = RowShardedEmbedding.from_embedding(child, group, device)
                 setattr(parent, name, new)
                 sharded.append(new)
     return sharded
 
 
-def shard_model(model: nn.Module, group: torch_dist.ProcessGroup | None = None) -> nn.Module:
+def shard_model(model: nn.Module, group: torch_dist.ProcessGroup | None = None,
+                device: torch.device | str | None = None) -> nn.Module:
     """Embedding tables row-wise across ranks, every other parameter under FSDP2 (in place): one unit per
-    trunk block (`model.blocks`) and the root for the rest.
+    trunk block (`model.blocks`) and the root for the rest. `device`: where this rank's part goes (the
+    model may arrive on the CPU, so that no device ever holds a whole table); FSDP2 moves the dense part
+    to its mesh's device.
 
     FSDP2 cannot shard 0-d parameters (e.g. a learned temperature): those stay replicated and
     `sync_replicated_grads` averages their gradients (call it after every backward)."""
-    tables = shard_embeddings(model, group)
+    tables = shard_embeddings(model, group, device)
     scalars = [p for p in model.parameters() if p.dim() == 0]
+    if device is not None:  # what FSDP2 leaves alone: the replicated scalars and the unmanaged buffers
+        for p in scalars:
+            p.data = p.data.to(device)
     model._replicated_params = scalars  # type: ignore[assignment]
     model._shard_group = group or torch_dist.group.WORLD  # type: ignore[assignment]
-    mesh = None if group is None else init_device_mesh_for(group)
+    kind = torch.device(device).type if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
+    mesh = DeviceMesh.from_group(group or torch_dist.group.WORLD, kind)  # FSDP2 shards over these ranks, on `kind`
     ignored = {t.weight for t in tables} | set(scalars)
     for block in getattr(model, "blocks", []):  # one FSDP2 unit per trunk block: one gathered at a time
         fully_shard(block, mesh=mesh, ignored_params=ignored)
@@ -147,10 +157,6 @@ def shard_model(model: nn.Module, group: torch_dist.ProcessGroup | None = None) 
     if hasattr(model, "forward_with_summary"):  # predict() calls it instead of forward
         register_fsdp_forward_method(model, "forward_with_summary")
     return model
-
-
-def init_device_mesh_for(group: torch_dist.ProcessGroup) -> DeviceMesh:
-    return DeviceMesh.from_group(group, "cuda" if torch.cuda.is_available() else "cpu")
 
 
 def sync_replicated_grads(model: nn.Module) -> None:

@@ -270,18 +270,18 @@ def train(
 
     # -- model ------------------------------------------------------------------------------------
     mcfg = GEMConfig.from_specs(cfg["model"], features=features, surfaces=surfaces, surface_names=dcfg["surfaces"])
-    model = GEM(mcfg).to(device)
+    if tcfg["embedding_sharding"] not in ("replicated", "row"):
+        raise ValueError(f"train.embedding_sharding must be 'replicated' or 'row', not {tcfg['embedding_sharding']!r}")
+    sharded = world > 1 and tcfg["embedding_sharding"] == "row"
+    layout = RowShardedLayout() if sharded else ReplicatedLayout()  # state calls: full (unsharded) layout
+    model = GEM(mcfg) if sharded else GEM(mcfg).to(device)  # sharded: only this rank's part reaches the device
     warm = warm_start(model, init_from) if init_from else None
     core = model
     if tcfg["compile"]:  # the inductor cache lives under GEM_HOME: warm starts compile in seconds
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(gem_home() / "torch_compile_cache"))
         core.compile_dense()
-    sharded = world > 1 and tcfg["embedding_sharding"] == "row"
-    layout = RowShardedLayout() if sharded else ReplicatedLayout()  # state calls: full (unsharded) layout
-    if tcfg["embedding_sharding"] not in ("replicated", "row"):
-        raise ValueError(f"train.embedding_sharding must be 'replicated' or 'row', not {tcfg['embedding_sharding']!r}")
     if sharded:
-        shard_model(model)
+        shard_model(model, device=device)
     elif world > 1:
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     fwd = model
