@@ -12,7 +12,8 @@ features.yaml (`--rows TABLE=N` plans for a production vocabulary). Bytes per ra
 - dense parameters: fp32 weights, fp32 gradients and AdamW's two fp32 moments, each 1/N under FSDP2,
   plus the largest FSDP2 unit gathered unsharded (weights + gradient) while it runs;
 - activations: an estimate of what autograd keeps in bf16 for one per-rank batch of the preset's
-  batch_size, every history at its maximum length (formula in `activation_bytes`);
+  batch_size, every history at its maximum length (formula in `activation_bytes`), or with
+  `--measure` the bytes autograd saved in one fp32 CPU forward (`measured_activation_bytes`);
 - fits: total <= `--headroom` (default 0.9) x GPU memory (the rest: CUDA context, allocator slack).
 """
 
@@ -26,6 +27,7 @@ from typing import Any
 import torch
 
 from gem_model.config import ASSETS_DIR
+from gem_model.data import TASKS, Batch
 from gem_model.models import GEM, GEMConfig
 from gem_model.sharding import rows_per_rank
 from gem_model.train import load_preset
@@ -81,14 +83,14 @@ class Plan:
             "emb GB/rank replicated": _gb(self.embedding_replicated), "emb GB/rank sharded": _gb(self.embedding_sharded),
             "emb grad+Adagrad GB": _gb(self.embedding_state), "dense GB (FSDP2)": _gb(self.dense_weights),
             "dense grads GB": _gb(self.dense_grads), "AdamW GB": _gb(self.optimizer),
-            "unsharded unit GB": _gb(self.unsharded_unit), "activations GB (est.)": _gb(self.activations),
+            "unsharded unit GB": _gb(self.unsharded_unit), "activations GB": _gb(self.activations),
             "total GB/rank": _gb(self.total), "DDP total GB/rank": _gb(self.total_replicated),
             "fits": "yes" if self.fits else "NO", "max batch/rank": f"{self.max_batch_per_rank:,}",
         }
 
 
 def _gb(b: float) -> str:
-    return f"{b / GB:,.2f}"
+    return f"{b / GB:,.3f}"
 
 
 def activation_bytes(cfg: GEMConfig, batch: int) -> float:
@@ -109,8 +111,47 @@ def activation_bytes(cfg: GEMConfig, batch: int) -> float:
     return float(per_sample * batch * BF16)
 
 
+def full_history_batch(cfg: GEMConfig, batch: int, seed: int = 0) -> Batch:
+    """A batch of random ids in which every history has the maximum length (the worst case)."""
+    g = torch.Generator().manual_seed(seed)
+    length = cfg.seq_len
+    history: dict[str, torch.Tensor] = {}
+    for name, source, table in cfg.history_columns:
+        if source == "ts":
+            history[name] = torch.rand(batch * length, generator=g) * 86400 + 1
+        else:
+            history[name] = torch.randint(1, cfg.tables[table], (batch * length,), generator=g)
+    sparse = torch.stack([torch.randint(1, cfg.tables[t], (batch,), generator=g) for _, t in cfg.sparse_features], 1)
+    return Batch(dense=torch.randn(batch, len(cfg.dense_features), generator=g), sparse=sparse,
+                 offsets=torch.arange(batch + 1) * length, history=history,
+                 surface_idx=torch.randint(0, len(cfg.surfaces), (batch,), generator=g),
+                 labels=torch.zeros(batch, len(TASKS)), label_mask=torch.ones(batch, len(TASKS), dtype=torch.bool),
+                 request_ids=[str(i) for i in range(batch)])
+
+
+def measured_activation_bytes(preset: str, batch: int = 4) -> float:
+    """Bytes autograd saves for backward per sample, measured: one fp32 forward of the preset's model on
+    the CPU over a full-history batch, every saved tensor's storage counted once (parameters excluded).
+    Builds the whole model in host memory (2.4 GB for `large`). An upper bound for a bf16 GPU step: the
+    CPU attention reference keeps each sequence's L x L probabilities, which the Triton kernel does not."""
+    cfg = GEMConfig.from_specs(load_preset(preset)["model"])
+    model = GEM(cfg)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    b = full_history_batch(cfg, batch)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model.loss(model(b), b)
+    return sum(v for k, v in saved.items() if k not in params) / batch
+
+
 def plan(preset: str, gpus: int, gpu_gb: float, *, batch_per_rank: int | None = None,
-         rows: dict[str, int] | None = None, headroom: float = 0.9) -> Plan:
+         rows: dict[str, int] | None = None, headroom: float = 0.9,
+         activations_per_sample: float | None = None) -> Plan:
     if gpus < 1 or gpu_gb <= 0:
         raise ValueError("--gpus must be >= 1 and --gpu-gb > 0")
     spec = load_preset(preset)
@@ -140,7 +181,8 @@ def plan(preset: str, gpus: int, gpu_gb: float, *, batch_per_rank: int | None = 
         dense_weights=math.ceil(dense / gpus) * FP32, dense_grads=math.ceil(dense / gpus) * FP32,
         optimizer=2 * math.ceil(dense / gpus) * FP32,
         unsharded_unit=0.0 if gpus == 1 else 2 * max(units + [root]) * FP32,
-        activations=activation_bytes(cfg, batch), headroom=headroom,
+        activations=activations_per_sample * batch if activations_per_sample else activation_bytes(cfg, batch),
+        headroom=headroom,
     )
 
 
@@ -176,11 +218,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=None, help="per-rank batch (default: the preset's)")
     ap.add_argument("--rows", nargs="*", default=[], help="TABLE=N: plan for a bigger vocabulary")
     ap.add_argument("--headroom", type=float, default=0.9, help="usable fraction of GPU memory")
+    ap.add_argument("--measure", action="store_true",
+                    help="activations measured on the CPU (fp32 saved tensors, an upper bound) instead of estimated")
     a = ap.parse_args(argv)
     presets = sorted(p.stem for p in (ASSETS_DIR / "models").glob("*.yaml") if p.stem != "students") \
         if a.preset == "all" else [a.preset]
-    plans = [plan(p, g, a.gpu_gb, batch_per_rank=a.batch_size, rows=_rows_arg(a.rows), headroom=a.headroom)
-             for p in presets for g in a.gpus]
+    measured = {p: measured_activation_bytes(p) for p in presets} if a.measure else {}
+    plans = [plan(p, g, a.gpu_gb, batch_per_rank=a.batch_size, rows=_rows_arg(a.rows), headroom=a.headroom,
+                  activations_per_sample=measured.get(p)) for p in presets for g in a.gpus]
+    if a.measure:
+        print("activations: measured (fp32 saved tensors per sample, CPU reference attention: an upper bound)")
     print(format_table(plans))
     return 0
 

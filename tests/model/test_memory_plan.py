@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gem_model.memory_plan import FP32, main, plan
+from gem_model.memory_plan import FP32, main, measured_activation_bytes, plan
 from gem_model.models import GEMConfig
 from gem_model.train import load_preset
 
@@ -38,3 +38,12 @@ def test_cli_prints_the_table(capsys):
     assert main(["--preset", "large", "--gpus", "8", "64", "--gpu-gb", "80"]) == 0
     out = capsys.readouterr().out
     assert "emb GB/rank sharded" in out and "fits" in out and out.count("large") == 2
+
+
+def test_measured_activations_feed_the_plan():
+    per_sample = measured_activation_bytes("tiny", batch=2)
+    # at least the tokens every block keeps: each history entry of d_model floats, for each block
+    cfg = GEMConfig.from_specs(load_preset("tiny")["model"])
+    assert per_sample > cfg.seq_len * cfg.d_model * FP32 * cfg.n_blocks
+    p = plan("tiny", 2, 80, batch_per_rank=100, activations_per_sample=per_sample)
+    assert p.activations == per_sample * 100
