@@ -19,8 +19,10 @@ The config is a plain dict (JSON or YAML file):
     out_dir: /path/to/run         # checkpoint.pt, best.pt, model.pt, metrics.json, config.json
     tracking: {project: gem, group: null, name: null, job_type: train}
 
-Under torchrun (WORLD_SIZE > 1) the model is wrapped in DDP (gloo on CPU, NCCL on GPU); every rank
-reads its shard of the stream; rank 0 alone logs, checkpoints and writes files.
+Under torchrun (WORLD_SIZE > 1) the model is wrapped in DDP (gloo on CPU, NCCL on GPU), or with
+`train.embedding_sharding: row` its tables are sharded row-wise and the rest goes under FSDP2
+(gem_model.sharding); every rank reads its shard of the stream; rank 0 alone logs, checkpoints and
+writes files. Checkpoints hold the unsharded state and a global data position: any world size resumes them.
 """
 
 from __future__ import annotations
