@@ -11,7 +11,9 @@ Sharding: every rank reads the same deterministic stream and keeps global batch 
 the same number of steps (DDP needs that). Only the kept batches are converted to tensors.
 
 Resuming: `position` counts the batches this rank has yielded in the current epoch; a new iterator
-skips that many (cheaply: skipped batches are never materialised).
+skips that many (cheaply: skipped batches are never materialised). `global_position` counts global
+batches (every rank's), so a checkpoint written under one world size resumes under another: the new
+ranks start their rounds at that global batch.
 
 Loading happens in the main process (polars under `fork` can hang).
 """
@@ -297,16 +299,27 @@ class ExampleStream:
         self.drop_last = shuffle if drop_last is None else drop_last
         self.epoch = 0
         self.position = 0  # batches yielded by this rank in the current epoch
+        self.offset = 0  # global batches skipped before this rank's rounds start (resume across world sizes)
 
     # -- resumable position --------------------------------------------------------------------
+    @property
+    def global_position(self) -> int:
+        """Global batches (all ranks together) consumed in the current epoch: independent of world size."""
+        return self.offset + self.position * self.world_size
+
     def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "position": self.position}
+        return {"epoch": self.epoch, "position": self.position, "global_position": self.global_position}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        """Resume at `global_position` when given (any world size), else at this rank's `position`."""
+        self.epoch = int(state["epoch"])
+        if "global_position" in state:
+            self.offset, self.position = int(state["global_position"]), 0
+        else:
+            self.offset, self.position = 0, int(state["position"])
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch, self.position = epoch, 0
+        self.epoch, self.position, self.offset = epoch, 0, 0
 
     # -- reading ---------------------------------------------------------------------------------
     def _scan(self, day: dt.date) -> pl.LazyFrame:
@@ -361,6 +374,9 @@ class ExampleStream:
         mine = 0  # batches of this rank seen so far in the epoch
         pending: tuple[Chunk, np.ndarray] | None = None
         for g, (pool, idx) in enumerate(self._global_batches()):
+            if g < self.offset:
+                continue
+            g -= self.offset  # rounds of world_size batches start at the resumed global position
             if g % self.world_size == self.rank:
                 pending = (pool, idx)
             if g % self.world_size == self.world_size - 1 or self.world_size == 1:

@@ -9,12 +9,18 @@ its version directory:
     $GEM_HOME/models/single_surface_baseline/<surface>/<version>/      one baseline per surface
 
 (extra seeds under <version>/seed<k>/). It never writes ACCEPTED: the quality gate does.
+
+One code path for every world size: the asset calls `run_foundation(**args)` in process, or launches
+`torchrun ... -m gem_model.foundation --args args.json` whose every rank calls `run_foundation(**args)`
+with the same arguments (`main` below); rank 0 alone tracks, writes and reports (gem_model.distributed).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,8 +33,16 @@ from gem_model.config import (
     load_features,
     load_surfaces,
 )
+from gem_model.distributed import (
+    ProgressFn,
+    broadcast_from_rank0,
+    destroy_process_group,
+    init_process_group,
+    pipes_reporter,
+    world,
+)
 from gem_model.paths import gem_home, models_dir
-from gem_model.registry import new_version
+from gem_model.registry import new_version, version_dir
 from gem_model.tracking import Tracker
 from gem_model.train import train
 
@@ -55,12 +69,16 @@ def run_foundation(
     overrides: dict[str, Any] | None = None,
     lake: str | None = None,
     project: str = "gem",
+    version: str | None = None,
+    progress: ProgressFn | None = None,
 ) -> dict[str, Any]:
     """Train the teacher (+ baselines) for every seed; returns version, checkpoint, rows, curves, W&B info.
 
     overrides: {"model": {...}, "train": {...}} on top of the preset (e.g. {"train": {"epochs": 2}}).
     out_root: the GEM_HOME whose models/ receives the versions (default: $GEM_HOME).
     init_from: warm-start the teacher from this checkpoint (e.g. the ACCEPTED version's dir).
+    version: the version name (default: a new one; under torchrun rank 0's, so every rank agrees).
+    progress: told every tracker log call (rank 0), e.g. the Dagster Pipes reporter of a launched run.
     """
     calendar = calendar or load_calendar()
     surfaces = surfaces or load_surfaces()
@@ -87,24 +105,34 @@ def run_foundation(
         }
 
     # One short id names the version and prefixes every W&B run id of this call.
-    version = new_version()
+    version = broadcast_from_rank0(version or new_version())
+    rank0 = world()[0] == 0
+
     short = version.rsplit("-", 1)[1]
     group = f"foundation-{version}"
-    vdir = models_dir(FOUNDATION_ASSET, home=home) / version
+    vdir = version_dir(FOUNDATION_ASSET, version, home=home)  # validates the name (it may come from a launch file)
+
+    def tracker(name: str, job_type: str, config: dict[str, Any]) -> Tracker | None:
+        """Rank 0 alone tracks (train() then leaves the other ranks silent)."""
+        if not rank0:
+            return None
+        return Tracker(project=project, name=name, group=group, job_type=job_type,
+                       run_id=f"{short}-{name}".replace("_", "-"), config=config, on_log=progress)
+
     rows: list[dict[str, Any]] = []
     result: dict[str, Any] = {}
     baseline_out: dict[str, dict[str, Any]] = {}
     for i, seed in enumerate(seeds):
         first = i == 0
         name = f"foundation-s{seed}"
-        tracker = Tracker(project=project, name=name, group=group, job_type="foundation", run_id=f"{short}-{name}",
-                          config={"preset": preset, "seed": seed, "data": data, "version": version})
+        run = tracker(name, "foundation", {"preset": preset, "seed": seed, "data": data, "version": version})
         out_dir = vdir if first else vdir / f"seed{seed}"
         summary = train(
             cfg(seed, None, name, group, "foundation"),
-            out_dir=out_dir, init_from=init_from, tracker=tracker, features=features, surfaces=surfaces,
+            out_dir=out_dir, init_from=init_from, tracker=run, features=features, surfaces=surfaces,
         )
-        tracker.finish()
+        if run is not None:
+            run.finish()
         rows += _rows(summary, "foundation", seed)
         if first:
             result = {
@@ -124,14 +152,14 @@ def run_foundation(
                 bdir = models_dir(BASELINE_ASSET, s, home=home) / version
                 b_out = bdir if first else bdir / f"seed{seed}"
                 b_name = f"single-{s}-s{seed}"
-                b_tracker = Tracker(project=project, name=b_name, group=group, job_type="single_surface",
-                                    run_id=f"{short}-{b_name}".replace("_", "-"),
-                                    config={"preset": preset, "seed": seed, "surface": s, "data": data, "version": version})
+                b_tracker = tracker(b_name, "single_surface",
+                                    {"preset": preset, "seed": seed, "surface": s, "data": data, "version": version})
                 b_sum = train(
                     cfg(seed, [s], b_name, group, "single_surface"),
                     out_dir=b_out, tracker=b_tracker, features=features, surfaces=surfaces,
                 )
-                b_tracker.finish()
+                if b_tracker is not None:
+                    b_tracker.finish()
                 rows += _rows(b_sum, "single_surface", seed)
                 if first:
                     baseline_out[s] = {"checkpoint": b_sum["checkpoint"], "version_dir": str(bdir),
@@ -139,7 +167,8 @@ def run_foundation(
     result["rows"] = rows
     result["baselines"] = baseline_out
     result["seeds"] = list(seeds)
-    write_eval_report(rows, Path(result["version_dir"]) / "eval_rows.json")
+    if rank0:
+        write_eval_report(rows, Path(result["version_dir"]) / "eval_rows.json")
     return result
 
 
@@ -151,3 +180,21 @@ def write_eval_report(rows: list[dict[str, Any]], path: str | Path) -> Path:
     tmp.write_text(json.dumps({"rows": rows}, indent=2, default=str))
     os.replace(tmp, path)
     return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """torchrun entry point: every rank runs `run_foundation(**args)`; rank 0 reports through Dagster Pipes."""
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("--args", required=True, help="JSON file with run_foundation's keyword arguments")
+    args = json.loads(Path(p.parse_args(argv).args).read_text())
+    own_pg = init_process_group(args.get("device", "auto"))
+    with pipes_reporter() as reporter:  # a failure propagates: torchrun then stops the other ranks
+        result = run_foundation(**args, progress=reporter.progress if reporter.active else None)
+        reporter.result({**result, "world_size": world()[1]})
+    if own_pg:
+        destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,9 +59,11 @@ class Tracker:
         tags: list[str] | None = None,
         mode: str | None = None,
         run_id: str | None = None,
+        on_log: Callable[[dict[str, Any]], None] | None = None,
     ):
         self.mode = mode or wandb_mode()
         self.project, self.group, self.name = project, group, name
+        self.on_log = on_log  # also told every `log` (W&B on or off): e.g. Dagster Pipes progress
         self._run: Any = None
         if self.mode == "disabled":
             return
@@ -107,6 +110,8 @@ class Tracker:
     def log(self, data: dict[str, Any], step: int | None = None) -> None:
         if self._run is not None:
             self._run.log(data, step=step)
+        if self.on_log is not None:
+            self.on_log({"run": self.name, "step": step, **data})
 
     def log_metric_rows(self, rows: list[dict[str, Any]], prefix: str = "eval", step: int | None = None) -> None:
         flat: dict[str, Any] = {}

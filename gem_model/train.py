@@ -19,8 +19,10 @@ The config is a plain dict (JSON or YAML file):
     out_dir: /path/to/run         # checkpoint.pt, best.pt, model.pt, metrics.json, config.json
     tracking: {project: gem, group: null, name: null, job_type: train}
 
-Under torchrun (WORLD_SIZE > 1) the model is wrapped in DDP (gloo on CPU, NCCL on GPU); every rank
-reads its shard of the stream; rank 0 alone logs, checkpoints and writes files.
+Under torchrun (WORLD_SIZE > 1) the model is wrapped in DDP (gloo on CPU, NCCL on GPU), or with
+`train.embedding_sharding: row` its tables are sharded row-wise and the rest goes under FSDP2
+(gem_model.sharding); every rank reads its shard of the stream; rank 0 alone logs, checkpoints and
+writes files. Checkpoints hold the unsharded state and a global data position: any world size resumes them.
 """
 
 from __future__ import annotations
@@ -44,10 +46,12 @@ import yaml
 
 from gem_model.config import ASSETS_DIR, FeaturesConfig, SurfacesConfig, load_features, load_surfaces
 from gem_model.data import ExampleStream
+from gem_model.distributed import resume_step
 from gem_model.metrics import metric_rows, predict, read_oracle
 from gem_model.models import GEM, GEMConfig
 from gem_model.optim import RowWiseAdagrad
 from gem_model.paths import gem_home, storage_options, table_uri
+from gem_model.sharding import ReplicatedLayout, RowShardedLayout, shard_model
 from gem_model.tracking import Tracker
 
 CHECKPOINT = "checkpoint.pt"  # full resumable state, rewritten every `checkpoint_every` steps
@@ -72,6 +76,7 @@ DEFAULT_TRAIN: dict[str, Any] = {
     "shuffle_buffer": 65536,
     "chunk_rows": 16384,
     "compile": False,
+    "embedding_sharding": "replicated",  # or "row": tables row-wise across ranks, dense params FSDP2 (gem_model.sharding)
     "torch_threads": None,
     "fail_at_step": None,  # tests: raise after this step (after its checkpoint, if any)
     "dump_rank_weights": False,  # tests: write rank<r>.pt with each rank's final weights
@@ -267,13 +272,19 @@ def train(
 
     # -- model ------------------------------------------------------------------------------------
     mcfg = GEMConfig.from_specs(cfg["model"], features=features, surfaces=surfaces, surface_names=dcfg["surfaces"])
-    model = GEM(mcfg).to(device)
+    if tcfg["embedding_sharding"] not in ("replicated", "row"):
+        raise ValueError(f"train.embedding_sharding must be 'replicated' or 'row', not {tcfg['embedding_sharding']!r}")
+    sharded = world > 1 and tcfg["embedding_sharding"] == "row"
+    layout = RowShardedLayout() if sharded else ReplicatedLayout()  # state calls: full (unsharded) layout
+    model = GEM(mcfg) if sharded else GEM(mcfg).to(device)  # sharded: only this rank's part reaches the device
     warm = warm_start(model, init_from) if init_from else None
     core = model
     if tcfg["compile"]:  # the inductor cache lives under GEM_HOME: warm starts compile in seconds
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(gem_home() / "torch_compile_cache"))
         core.compile_dense()
-    if world > 1:
+    if sharded:
+        shard_model(model, device=device)
+    elif world > 1:
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     fwd = model
 
@@ -309,17 +320,20 @@ def train(
     ckpt_path = out / CHECKPOINT
     if resume and ckpt_path.exists():
         ck = torch.load(ckpt_path, map_location="cpu", weights_only=True)
-        core.load_state_dict(ck["model"])
-        opt_dense.load_state_dict(ck["opt_dense"])
-        opt_emb.load_state_dict(ck["opt_emb"])
-        step, epoch = int(ck["step"]), int(ck["epoch"])
-        stream.load_state_dict({"epoch": epoch, "position": int(ck["data_position"])})
+        layout.load_model_state(core, ck["model"])
+        layout.load_optim_state(opt_dense, ck["opt_dense"])
+        layout.load_optim_state(opt_emb, ck["opt_emb"])
+        # world-size independent: the data position is global, a step is one batch per rank
+        saved_world = int(ck.get("world_size", world))
+        step, epoch = resume_step(int(ck["step"]), saved_world, world), int(ck["epoch"])
+        stream.load_state_dict({"epoch": epoch, "global_position": int(ck.get("global_position", int(ck["data_position"]) * saved_world))})
         _set_rng_state(ck["rng"])
         best = json.loads(ck["best"])
         loss_curve = ck["loss_curve"].tolist()
         valid_history = ck["valid_history"].tolist()
         resumed_from = step
-        _say(rank, f"resumed from {ckpt_path} at step {step} (epoch {epoch}, batch {ck['data_position']})")
+        _say(rank, f"resumed from {ckpt_path} at step {step} (epoch {epoch}, global batch {stream.global_position}, "
+                   f"saved by world size {saved_world})")
     else:
         stream.set_epoch(0)
 
@@ -332,12 +346,14 @@ def train(
 
     def state_dict_ckpt() -> dict[str, Any]:
         return {
-            "model": core.state_dict(),
-            "opt_dense": opt_dense.state_dict(),
-            "opt_emb": opt_emb.state_dict(),
+            "model": layout.model_state(core),
+            "opt_dense": layout.optim_state(opt_dense),
+            "opt_emb": layout.optim_state(opt_emb),
             "step": step,
             "epoch": stream.epoch,
             "data_position": stream.position,
+            "global_position": stream.global_position,
+            "world_size": world,
             "rng": _rng_state(),
             "best": json.dumps(best),
             "loss_curve": torch.tensor(loss_curve, dtype=torch.float64).reshape(-1, 2),
@@ -345,6 +361,13 @@ def train(
             "config": cfg,
             "model_config": mcfg.to_dict(),
         }
+
+    def save_checkpoint() -> None:
+        """Rank 0 writes; under a sharded layout every rank takes part in gathering the state."""
+        if rank == 0 or layout.collective:
+            ck = state_dict_ckpt()
+            if rank == 0:
+                atomic_save(ck, ckpt_path)
 
     def validate() -> None:
         if not dcfg["valid"]:
@@ -358,8 +381,9 @@ def train(
             tracker.log_metric_rows(rows, "valid", step=step)
         if score < best["score"]:
             best.update(score=score, step=step, evals_since=0, rows=rows)
+            state = layout.model_state(core) if rank == 0 or layout.collective else None
             if rank == 0:
-                atomic_save({"model": core.state_dict(), "model_config": mcfg.to_dict(), "config": cfg, "step": step}, out / BEST)
+                atomic_save({"model": state, "model_config": mcfg.to_dict(), "config": cfg, "step": step}, out / BEST)
         else:
             best["evals_since"] += 1
         _say(rank, f"valid step {step}: mean NE {score:.4f} (best {best['score']:.4f} at step {best['step']})")
@@ -386,8 +410,9 @@ def train(
             opt_dense.zero_grad(set_to_none=True)
             opt_emb.zero_grad(set_to_none=True)
             loss.backward()
+            layout.after_backward(core)
             if tcfg["grad_clip"]:
-                torch.nn.utils.clip_grad_norm_(core.dense_parameters(), float(tcfg["grad_clip"]))
+                layout.clip_grad_norm_(core.dense_parameters(), float(tcfg["grad_clip"]))
             opt_dense.step()
             opt_emb.step()
             step += 1
@@ -409,8 +434,8 @@ def train(
                 t_train += time.perf_counter() - tick
                 validate()
                 tick = time.perf_counter()
-            if step % int(tcfg["checkpoint_every"]) == 0 and rank == 0:
-                atomic_save(state_dict_ckpt(), ckpt_path)
+            if step % int(tcfg["checkpoint_every"]) == 0:
+                save_checkpoint()
             if tcfg["fail_at_step"] and step == int(tcfg["fail_at_step"]):
                 raise RuntimeError(f"simulated failure at step {step} (train.fail_at_step)")
             if step >= total_steps or (best["evals_since"] > int(tcfg["patience"])):
@@ -426,8 +451,7 @@ def train(
                 _say(rank, f"early stopping after epoch {epoch}")
                 stop = True
         stream.set_epoch(epoch)
-        if rank == 0:
-            atomic_save(state_dict_ckpt(), ckpt_path)
+        save_checkpoint()
     if dcfg["valid"] and (not valid_history or valid_history[-1][0] != step):
         validate()
     wall = time.perf_counter() - t0
@@ -435,13 +459,13 @@ def train(
         for buf in core.buffers():
             torch_dist.broadcast(buf, 0)
     if tcfg.get("dump_rank_weights"):  # tests: every rank's final weights, before selection
-        atomic_save(core.state_dict(), out / f"rank{rank}.pt")
+        atomic_save(layout.model_state(core), out / f"rank{rank}.pt")
 
     # -- select, evaluate, write -----------------------------------------------------------------------
-    if rank == 0 and dcfg["valid"] and (out / BEST).exists():
-        core.load_state_dict(torch.load(out / BEST, map_location="cpu", weights_only=True)["model"])
+    if (rank == 0 or layout.collective) and dcfg["valid"] and (out / BEST).exists():
+        layout.load_model_state(core, torch.load(out / BEST, map_location="cpu", weights_only=True)["model"])
     rows: list[dict[str, Any]] = []
-    if rank == 0 and dcfg["eval"]:
+    if (rank == 0 or layout.collective) and dcfg["eval"]:  # sharded: every rank takes part in the forward
         oracle_df = None
         if dcfg["oracle"]:
             try:
@@ -471,10 +495,11 @@ def train(
         "checkpoint": str(out / MODEL),
         "wandb": tracker.info() if tracker is not None else None,
     }
+    final = layout.model_state(core) if rank == 0 or layout.collective else None
+    save_checkpoint()
     if rank == 0:
-        atomic_save({"model": core.state_dict(), "model_config": mcfg.to_dict(), "config": cfg,
+        atomic_save({"model": final, "model_config": mcfg.to_dict(), "config": cfg,
                      "step": summary["best_step"], "rows": json.dumps(rows)}, out / MODEL)
-        atomic_save(state_dict_ckpt(), ckpt_path)
         atomic_write_json(cfg, out / "config.json")
         atomic_write_json({**summary, "config": cfg}, out / "metrics.json")
         if tracker is not None:

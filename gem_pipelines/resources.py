@@ -89,6 +89,7 @@ class AcceleratorResource(dg.ConfigurableResource):
     nproc_per_node: int = 1
     precision: str = "bf16"  # bf16 autocast on CUDA; CPU always trains in fp32
     compile: bool = False
+    embedding_sharding: str = "replicated"  # "row": tables row-wise across the ranks, dense params FSDP2
 
     def resolved_device(self) -> str:
         if self.device not in ("auto", "cpu", "cuda"):
@@ -100,7 +101,7 @@ class AcceleratorResource(dg.ConfigurableResource):
         return "cuda" if torch.cuda.is_available() else "cpu"
 
     def train_overrides(self) -> dict[str, object]:
-        return {"compile": self.compile}
+        return {"compile": self.compile, "embedding_sharding": self.embedding_sharding}
 
 
 class WandbResource(dg.ConfigurableResource):

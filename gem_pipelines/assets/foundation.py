@@ -2,7 +2,6 @@
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import dagster as dg
@@ -40,32 +39,29 @@ def _accepted_rows() -> list[dict] | None:
     return [r for r in rows if r["model"] == "foundation"]
 
 
-def _run_torchrun(context: dg.AssetExecutionContext, pipes: dg.PipesSubprocessClient, nproc: int, preset: str,
-                  device: str, lake_uri: str, init_from: Path | None) -> dict:
-    """World size > 1: the teacher alone, through `torchrun -m gem_model.train` launched by Dagster Pipes;
-    rank 0 writes the version directory and metrics.json, which is how the results come back."""
-    from gem_model.config import load_calendar
-    from gem_model.registry import new_version
+def launch_args(config: FoundationConfig, accelerator: AcceleratorResource, lake_uri: str | None,
+                init_from: Path | None, version: str) -> dict:
+    """`run_foundation`'s keyword arguments: the same for the in-process and the torchrun launcher."""
+    return {"preset": config.preset, "seeds": list(config.seeds), "baselines": config.baselines,
+            "device": accelerator.resolved_device(), "init_from": str(init_from) if init_from else None,
+            "lake": lake_uri, "overrides": {"train": accelerator.train_overrides()}, "version": version}
 
-    roles = load_calendar().roles()
-    version = new_version(context.run_id)
-    out_dir = models_dir(ASSET) / version
-    cfg = {
-        "preset": preset, "device": device, "out_dir": str(out_dir),
-        "data": {"train": [roles.teacher[0].isoformat(), roles.teacher[1].isoformat()],
-                 "valid": roles.validation.isoformat(), "eval": roles.evaluation.isoformat(), "lake": lake_uri},
-    }
-    out_dir.mkdir(parents=True, exist_ok=True)
-    launch = out_dir / "launch.json"
-    launch.write_text(json.dumps(cfg, indent=2))
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "-m", "gem_model.train",
-           "--config", str(launch)] + (["--init-from", str(init_from)] if init_from else [])
-    pipes.run(command=cmd, context=context)
-    summary = json.loads((out_dir / "metrics.json").read_text())
-    rows = [{"model": "foundation", "seed": 0, **r} for r in summary["rows"]]
-    return {"version": version, "checkpoint": summary["checkpoint"], "rows": rows,
-            "loss_curve": summary["loss_curve"], "samples_per_s": summary["samples_per_s"],
-            "wandb": summary.get("wandb")}
+
+def _run_torchrun(context: dg.AssetExecutionContext, pipes: dg.PipesSubprocessClient, nproc: int, args: dict) -> dict:
+    """World size > 1: `torchrun -m gem_model.foundation` launched by Dagster Pipes; every rank runs
+    `run_foundation(**args)`, rank 0 streams progress as Pipes log lines and sends the result as a message."""
+    from gem_model.distributed import pipes_result, progress_messages, torchrun_command
+    from gem_model.registry import version_dir
+
+    launch = version_dir(ASSET, args["version"]) / "launch.json"  # the launch config beside its version
+    launch.parent.mkdir(parents=True, exist_ok=True)
+    launch.write_text(json.dumps(args, indent=2))
+    invocation = pipes.run(command=torchrun_command("gem_model.foundation", nproc, ["--args", str(launch)]),
+                           context=context)
+    messages = invocation.get_custom_messages()
+    result = pipes_result(messages)
+    result["progress_messages"] = len(progress_messages(messages))
+    return result
 
 
 @dg.asset(
@@ -94,18 +90,15 @@ def foundation_model(
 ):
     """Train the GEM teacher on the calendar's teacher window, evaluate on E against the oracle floor."""
     from gem_model.foundation import run_foundation, write_eval_report
-    from gem_model.registry import read_accepted, write_accepted
+    from gem_model.registry import new_version, read_accepted, write_accepted
 
     wandb.apply()
     init_from = read_accepted(ASSET) if config.warm_start else None
     if init_from is not None:
         context.log.info(f"warm start from the ACCEPTED version {init_from.name}")
-    device = accelerator.resolved_device()
-    if accelerator.nproc_per_node > 1:
-        result = _run_torchrun(context, pipes, accelerator.nproc_per_node, config.preset, device, lake.uri(), init_from)
-    else:
-        result = run_foundation(config.preset, seeds=tuple(config.seeds), baselines=config.baselines, device=device,
-                                init_from=init_from, lake=lake.uri(), overrides={"train": accelerator.train_overrides()})
+    args = launch_args(config, accelerator, lake.uri(), init_from, new_version(context.run_id))
+    nproc = accelerator.nproc_per_node
+    result = _run_torchrun(context, pipes, nproc, args) if nproc > 1 else run_foundation(**args)
     rows = result["rows"]
     report = write_eval_report(rows, reports_dir() / "foundation_eval.json")
     first_seed = config.seeds[0]
@@ -119,6 +112,9 @@ def foundation_model(
             "checkpoint": dg.MetadataValue.path(str(result["checkpoint"])),
             "accepted": verdict["passed"],
             "warm_started_from": init_from.name if init_from else "none",
+            "world_size": nproc,
+            "seeds": dg.MetadataValue.json(list(config.seeds)),
+            **({"pipes_progress_messages": result["progress_messages"]} if "progress_messages" in result else {}),
             "per_surface": metric_table(rows),
             "samples_per_s": float(result["samples_per_s"]),
             "report": dg.MetadataValue.path(str(report)),

@@ -152,7 +152,7 @@ def test_resume_position(lake):
     it = iter(s)
     first = [next(it).request_ids for _ in range(3)]
     state = s.state_dict()
-    assert state == {"epoch": 0, "position": 3}
+    assert state == {"epoch": 0, "position": 3, "global_position": 3}  # global: any world size resumes it
     rest = [b.request_ids for b in it]
     s2 = _stream(seed=5)
     s2.load_state_dict(state)
