@@ -72,6 +72,7 @@ DEFAULT_TRAIN: dict[str, Any] = {
     "shuffle_buffer": 65536,
     "chunk_rows": 16384,
     "compile": False,
+    "precision": "auto",  # auto (bf16 autocast on CUDA, fp32 elsewhere) | bf16 (autocast on any device) | fp32
     "torch_threads": None,
     "fail_at_step": None,  # tests: raise after this step (after its checkpoint, if any)
     "dump_rank_weights": False,  # tests: write rank<r>.pt with each rank's final weights
@@ -210,6 +211,15 @@ def lr_factor(step: int, warmup: int, total: int, min_frac: float) -> float:
     return min_frac + (1 - min_frac) * 0.5 * (1 + math.cos(math.pi * t))
 
 
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype of a run (None: fp32). Heads, loss and segment accumulators stay fp32."""
+    if precision not in ("auto", "bf16", "fp32"):
+        raise ValueError(f"train.precision must be auto, bf16 or fp32, got {precision!r}")
+    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+        return torch.bfloat16
+    return None
+
+
 def _score(rows: list[dict[str, Any]]) -> float:
     """Model-selection score: NE over the (surface, task) pairs with positives, weighted by positives
     (lower is better), so a pair with a handful of positives cannot swing early stopping."""
@@ -279,7 +289,8 @@ def train(
 
     opt_dense = torch.optim.AdamW(core.dense_parameters(), lr=tcfg["lr"], weight_decay=tcfg["weight_decay"], betas=(0.9, 0.98))
     opt_emb = RowWiseAdagrad(core.embedding_parameters(), lr=tcfg["emb_lr"], weight_decay=tcfg["emb_weight_decay"])
-    amp = device.type == "cuda"
+    amp_dtype = autocast_dtype(str(tcfg["precision"]), device)
+    amp = amp_dtype is not None
 
     # -- data ---------------------------------------------------------------------------------------
     lake = dcfg["lake"]
@@ -350,7 +361,7 @@ def train(
         if not dcfg["valid"]:
             return
         rows = metric_rows(predict(core, eval_stream(dcfg["valid"]), device=device,
-                                   amp_dtype=torch.bfloat16 if amp else None))
+                                   amp_dtype=amp_dtype))
         score = _score(rows)
         valid_history.append([float(step), score])
         if tracker is not None:
@@ -380,7 +391,7 @@ def train(
                 g["lr"] = tcfg["lr"] * f
             for g in opt_emb.param_groups:
                 g["lr"] = tcfg["emb_lr"] * f
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            with torch.autocast(device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp):
                 logits = fwd(batch)
             loss, parts = core.loss(logits, batch)
             opt_dense.zero_grad(set_to_none=True)
@@ -450,7 +461,7 @@ def train(
             except Exception as e:  # no oracle table (real logs): metrics without the floor
                 _say(rank, f"no oracle for {dcfg['eval']}: {type(e).__name__}: {e}")
         rows = metric_rows(predict(core, eval_stream(dcfg["eval"]), device=device,
-                                   amp_dtype=torch.bfloat16 if amp else None), oracle_df)
+                                   amp_dtype=amp_dtype), oracle_df)
     summary = {
         "step": step,
         "best_step": best["step"] if dcfg["valid"] else step,

@@ -180,11 +180,12 @@ class GEM(nn.Module):
     def head_logits(
         self, h: torch.Tensor, surface_idx: torch.Tensor, wide_in: torch.Tensor, sparse: torch.Tensor
     ) -> torch.Tensor:
-        deep = torch.einsum("bd,btd->bt", h, self.head_w[surface_idx])
-        wide = torch.einsum("bk,btk->bt", wide_in, self.wide[surface_idx])
-        for j, (_, table) in enumerate(self.cfg.sparse_features):
-            wide = wide + self.wide_tables[table](sparse[:, j])
-        return deep + wide + self.head_b[surface_idx]
+        with torch.autocast(h.device.type, enabled=False):  # heads in fp32, whatever the autocast dtype
+            deep = torch.einsum("bd,btd->bt", h.float(), self.head_w[surface_idx].float())
+            wide = torch.einsum("bk,btk->bt", wide_in.float(), self.wide[surface_idx].float())
+            for j, (_, table) in enumerate(self.cfg.sparse_features):
+                wide = wide + self.wide_tables[table](sparse[:, j]).float()
+            return deep + wide + self.head_b[surface_idx].float()
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """Logits [B, 2] (click, conversion) of each row's surface heads."""
@@ -199,7 +200,8 @@ class GEM(nn.Module):
     # -- loss -----------------------------------------------------------------------------------
     def loss(self, logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         mask = batch.label_mask & self.task_allowed[batch.surface_idx]
-        bce = F.binary_cross_entropy_with_logits(logits.float(), batch.labels.float(), reduction="none")
+        with torch.autocast(logits.device.type, enabled=False):  # the loss in fp32, also when called under autocast
+            bce = F.binary_cross_entropy_with_logits(logits.float(), batch.labels.float(), reduction="none")
         w = mask.float() * self.surface_w[batch.surface_idx][:, None]
         per_task = (bce * w).sum(0) / mask.float().sum(0).clamp_min(1.0)
         total = (per_task * self.task_w).sum()
