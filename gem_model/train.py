@@ -48,6 +48,7 @@ from gem_model.metrics import metric_rows, predict, read_oracle
 from gem_model.models import GEM, GEMConfig
 from gem_model.optim import RowWiseAdagrad
 from gem_model.paths import gem_home, storage_options, table_uri
+from gem_model.precision import autocast_dtype
 from gem_model.tracking import Tracker
 
 CHECKPOINT = "checkpoint.pt"  # full resumable state, rewritten every `checkpoint_every` steps
@@ -211,15 +212,6 @@ def lr_factor(step: int, warmup: int, total: int, min_frac: float) -> float:
     return min_frac + (1 - min_frac) * 0.5 * (1 + math.cos(math.pi * t))
 
 
-def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype of a run (None: fp32). Heads, loss and segment accumulators stay fp32."""
-    if precision not in ("auto", "bf16", "fp32"):
-        raise ValueError(f"train.precision must be auto, bf16 or fp32, got {precision!r}")
-    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
-        return torch.bfloat16
-    return None
-
-
 def _score(rows: list[dict[str, Any]]) -> float:
     """Model-selection score: NE over the (surface, task) pairs with positives, weighted by positives
     (lower is better), so a pair with a handful of positives cannot swing early stopping."""
@@ -259,6 +251,8 @@ def train(
 
     rank, world, local_rank = dist_env()
     device = pick_device(cfg["device"], local_rank)
+    if device.type == "cuda":  # TF32 for fp32 matmuls (cuBLAS and the Triton kernels' dots)
+        torch.set_float32_matmul_precision("high")
     own_pg = False
     if world > 1 and not torch_dist.is_initialized():
         if device.type == "cuda":
@@ -297,7 +291,7 @@ def train(
     uri = table_uri("training_examples", lake) if lake else table_uri("training_examples")
     so = storage_options()
     common = {"features": features, "surfaces_config": surfaces, "uri": uri, "storage_options": so,
-              "max_len": mcfg.seq_len, "chunk_rows": tcfg["chunk_rows"]}
+              "max_len": mcfg.seq_len, "chunk_rows": tcfg["chunk_rows"], "pin_memory": device.type == "cuda"}
     stream = ExampleStream(dcfg["train"][0], dcfg["train"][1], dcfg["surfaces"], batch_size=tcfg["batch_size"],
                            shuffle=True, shuffle_buffer=tcfg["shuffle_buffer"], seed=seed, rank=rank,
                            world_size=world, **common)
@@ -378,7 +372,8 @@ def train(
     # -- loop -----------------------------------------------------------------------------------------
     model.train()
     t_train, n_samples, stop = 0.0, 0, False
-    log_loss_sum, log_n = 0.0, 0
+    log_loss_sum: torch.Tensor | float = 0.0  # summed on the device, read back every log_every steps
+    log_n = 0
     epochs = int(tcfg["epochs"]) if not tcfg["max_steps"] else 10**9
     t0 = time.perf_counter()
     _say(rank, f"{core.param_counts()} params; {total_steps} steps; device {device}; world {world}")
@@ -403,12 +398,12 @@ def train(
             opt_emb.step()
             step += 1
             n_samples += len(batch) * world
-            log_loss_sum += float(loss.detach())
+            log_loss_sum = log_loss_sum + loss.detach()
             log_n += 1
             if step % int(tcfg["log_every"]) == 0 or step == total_steps:
                 t_train += time.perf_counter() - tick
                 tick = time.perf_counter()
-                avg = log_loss_sum / max(1, log_n)
+                avg = float(log_loss_sum) / max(1, log_n)
                 loss_curve.append([float(step), avg])
                 sps = n_samples / max(t_train, 1e-9)
                 _say(rank, f"step {step}/{total_steps} epoch {stream.epoch} loss {avg:.4f} lr {tcfg['lr'] * f:.2e} {sps:,.0f} samples/s")

@@ -247,9 +247,10 @@ class SequenceMHA(nn.Module):
         self.qkv = nn.Linear(d, 3 * d)
         self.out = nn.Linear(d, d)
 
-    def forward_jagged(self, s: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    def forward_jagged(self, s: torch.Tensor, offsets: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
+        """`max_len` (longest sequence, from the loader) spares the kernel a read-back of the offsets."""
         q, k, v = self.qkv(self.ln(s)).view(-1, 3, self.h, self.dh).unbind(1)  # [L, H, Dh]
-        o = kernels.jagged_attention(q.contiguous(), k.contiguous(), v.contiguous(), offsets)
+        o = kernels.jagged_attention(q.contiguous(), k.contiguous(), v.contiguous(), offsets, max_len=max_len)
         return self.out(o.reshape(-1, self.h * self.dh))
 
     def forward_padded(self, s: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:

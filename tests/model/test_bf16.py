@@ -19,7 +19,8 @@ from gem_model.models.layers import (
     segment_softmax,
     segment_sum,
 )
-from gem_model.train import autocast_dtype, train
+from gem_model.precision import autocast_dtype
+from gem_model.train import train
 from tests.model.conftest import tiny_config
 from tests.model.helpers import make_batch, tiny_model_config
 
