@@ -281,7 +281,8 @@ def train(
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     fwd = model
 
-    opt_dense = torch.optim.AdamW(core.dense_parameters(), lr=tcfg["lr"], weight_decay=tcfg["weight_decay"], betas=(0.9, 0.98))
+    opt_dense = torch.optim.AdamW(core.dense_parameters(), lr=tcfg["lr"], weight_decay=tcfg["weight_decay"], betas=(0.9, 0.98),
+                                  fused=device.type == "cuda" or None)  # one kernel for every parameter on CUDA
     opt_emb = RowWiseAdagrad(core.embedding_parameters(), lr=tcfg["emb_lr"], weight_decay=tcfg["emb_weight_decay"])
     amp_dtype = autocast_dtype(str(tcfg["precision"]), device)
     amp = amp_dtype is not None
