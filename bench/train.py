@@ -235,6 +235,26 @@ def ops_only(preset: str = "tiny", batch_size: int = 256, compile_model: bool = 
     return count_ops_per_step(make_step(model, torch.device("cpu"), "fp32"), batch, "cpu")
 
 
+def graph_breaks(preset: str = "tiny", batch_size: int = 64) -> dict:
+    """torch._dynamo.explain of the model's forward + loss (same batch helper as ops_only)."""
+    import torch
+
+    from gem_model.models import GEM, GEMConfig
+    from gem_model.train import load_preset
+    from tests.model.helpers import make_batch
+
+    cfg = GEMConfig.from_specs(load_preset(preset)["model"])
+    g = torch.Generator().manual_seed(0)
+    batch = make_batch(cfg, torch.randint(0, cfg.seq_len + 1, (batch_size,), generator=g).tolist())
+    model = GEM(cfg)
+
+    def fwd_loss(m, b):
+        return m.loss(m(b), b)[0]
+
+    ex = torch._dynamo.explain(fwd_loss)(model, batch)
+    return {"graph_breaks": ex.graph_break_count, "graphs": ex.graph_count}
+
+
 def attention_flops(cfg, batch) -> float:
     """Real-token FLOPs of the jagged attention of one fwd+bwd step (QK^T and PV, 2 FLOPs per MAC;
     backward 2x forward), summed over blocks: FlopCounterMode does not see the custom op."""
@@ -378,7 +398,11 @@ def main() -> None:
     ap.add_argument("--compile-model", action="store_true", help="torch.compile the whole model (no graph break)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (CPU)")
     ap.add_argument("--ops-only", action="store_true", help="print aten operators per CPU step of `tiny` and exit")
+    ap.add_argument("--graph-breaks", action="store_true", help="print dynamo graph breaks of `tiny` fwd+loss and exit")
     a = ap.parse_args()
+    if a.graph_breaks:
+        print(json.dumps(graph_breaks(a.preset or "tiny")))
+        return
     if a.ops_only:
         print(json.dumps(ops_only(a.preset or "tiny", compile_model=a.compile_model)))
         return
