@@ -45,9 +45,13 @@ TORCH = {"bf16": torch.bfloat16, "fp32": torch.float32}
 KERNELS = ((m._jagged_attn_fwd, False, False), (m._jagged_attn_bwd_dkdv, True, False),
            (m._jagged_attn_bwd_dq, True, False), (m._jagged_attn_fwd_short, False, True),
            (m._jagged_attn_bwd_short, True, True))
-# the model's shapes (D=32 bf16, one-tile kernels with 128 rows), and both ends of the grid
-for dtype, dim, causal in (("bf16", 32, False), ("bf16", 64, True), ("fp32", 128, False)):
+# the model's shape (D=32 bf16: one-tile kernels, 128 rows), both ends of the tiled grid, and the
+# largest one-tile tile (D=64 bf16, 128 rows)
+CASES = (("bf16", 32, False, (True,)), ("bf16", 64, True, (False, True)), ("fp32", 128, False, (False,)))
+for dtype, dim, causal, paths in CASES:
     for fn, backward, short in KERNELS:
+        if short not in paths:
+            continue
         if short:  # the largest tile the one-tile path launches for this head dim / dtype
             cfg = dict(m._short_config(m.short_rows(dim, TORCH[dtype]), dim, TORCH[dtype], backward))
         else:
@@ -69,4 +73,4 @@ def test_kernels_compile_for_sm90():
     if proc.returncode != 0 and ("ptxas" in proc.stderr.lower() and "not found" in proc.stderr.lower()):
         pytest.skip("no ptxas available to compile for an NVIDIA target")
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert proc.stdout.count("OK") == 15, proc.stdout
+    assert proc.stdout.count("OK") == 10, proc.stdout
