@@ -35,7 +35,7 @@ else
   TESTS=(tests/kernels tests/model/test_cuda.py tests/model/test_compile.py tests/model/test_synthetic_batches.py)
   TRAIN_ARGS=(--synthetic --device cuda --preset base --precision bf16 --batch-size 4096 --steps 30 --smoke-steps 100)
   KERNEL_ARGS=()
-  T_TESTS=170; T_TRAIN=170; T_KERNELS=200
+  T_TESTS=220; T_TRAIN=150; T_KERNELS=160  # under the 600 s a device call may run
 fi
 
 ROWS=()
@@ -55,7 +55,7 @@ status() { if [ "$RC" = 0 ]; then echo ok; elif [ "$RC" = 124 ]; then echo "TIME
 grab() { grep -F "| $1" "$WORK/$2.log" | head -1 | awk -F'|' '{gsub(/^ +| +$/, "", $3); print $3}'; }
 
 # 1. environment: what the model path imports, and what the machine has
-run env 60 "$PY" -c "
+run env 30 "$PY" -c "
 import importlib, platform, torch
 def has(m):
     try:
@@ -68,10 +68,10 @@ import kernels, gem_model.models, gem_model.synthetic_batches  # the GPU path: t
 dev = torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu'
 print(f'python {platform.python_version()}; torch {torch.__version__}; {dev}; ' + ', '.join(f'{k}={\"yes\" if v else \"no\"}' for k, v in mods.items()))
 "
-row "environment (model path imports without polars/deltalake/pydantic)" "$(status 60)" "$(tail -1 "$WORK/env.log" | tr '|' '/')" "$SECS"
+row "environment (model path imports without polars/deltalake/pydantic)" "$(status 30)" "$(tail -1 "$WORK/env.log" | tr '|' '/')" "$SECS"
 
 # 2. CUDA kernel and model tests (pytest-timeout / strict markers may be absent: addopts dropped)
-run tests "$T_TESTS" "$PY" -m pytest -q -o addopts="" -p no:cacheprovider "${TESTS[@]}"
+run tests "$T_TESTS" "$PY" -m pytest -q -o addopts="" -p no:cacheprovider --continue-on-collection-errors "${TESTS[@]}"
 row "tests: ${TESTS[*]}" "$(status "$T_TESTS")" "$(grep -E '(passed|failed|error)' "$WORK/tests.log" | tail -1 | tr '|' '/')" "$SECS"
 
 # 3. training step on the in-memory synthetic stream + bf16 vs fp32 smoke run
