@@ -51,6 +51,7 @@ from gem_model.metrics import metric_rows, predict, read_oracle
 from gem_model.models import GEM, GEMConfig
 from gem_model.optim import RowWiseAdagrad
 from gem_model.paths import gem_home, storage_options, table_uri
+from gem_model.precision import autocast_dtype
 from gem_model.sharding import ReplicatedLayout, RowShardedLayout, shard_model
 from gem_model.tracking import Tracker
 
@@ -77,6 +78,7 @@ DEFAULT_TRAIN: dict[str, Any] = {
     "chunk_rows": 16384,
     "compile": False,
     "embedding_sharding": "replicated",  # or "row": tables row-wise across ranks, dense params FSDP2 (gem_model.sharding)
+    "precision": "auto",  # auto (bf16 autocast on CUDA, fp32 elsewhere) | bf16 (autocast on any device) | fp32
     "torch_threads": None,
     "fail_at_step": None,  # tests: raise after this step (after its checkpoint, if any)
     "dump_rank_weights": False,  # tests: write rank<r>.pt with each rank's final weights
@@ -254,6 +256,8 @@ def train(
 
     rank, world, local_rank = dist_env()
     device = pick_device(cfg["device"], local_rank)
+    if device.type == "cuda":  # TF32 for fp32 matmuls (cuBLAS and the Triton kernels' dots)
+        torch.set_float32_matmul_precision("high")
     own_pg = False
     if world > 1 and not torch_dist.is_initialized():
         if device.type == "cuda":
@@ -288,16 +292,18 @@ def train(
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     fwd = model
 
-    opt_dense = torch.optim.AdamW(core.dense_parameters(), lr=tcfg["lr"], weight_decay=tcfg["weight_decay"], betas=(0.9, 0.98))
+    opt_dense = torch.optim.AdamW(core.dense_parameters(), lr=tcfg["lr"], weight_decay=tcfg["weight_decay"], betas=(0.9, 0.98),
+                                  fused=device.type == "cuda" or None)  # one kernel for every parameter on CUDA
     opt_emb = RowWiseAdagrad(core.embedding_parameters(), lr=tcfg["emb_lr"], weight_decay=tcfg["emb_weight_decay"])
-    amp = device.type == "cuda"
+    amp_dtype = autocast_dtype(str(tcfg["precision"]), device)
+    amp = amp_dtype is not None
 
     # -- data ---------------------------------------------------------------------------------------
     lake = dcfg["lake"]
     uri = table_uri("training_examples", lake) if lake else table_uri("training_examples")
     so = storage_options()
     common = {"features": features, "surfaces_config": surfaces, "uri": uri, "storage_options": so,
-              "max_len": mcfg.seq_len, "chunk_rows": tcfg["chunk_rows"]}
+              "max_len": mcfg.seq_len, "chunk_rows": tcfg["chunk_rows"], "pin_memory": device.type == "cuda"}
     stream = ExampleStream(dcfg["train"][0], dcfg["train"][1], dcfg["surfaces"], batch_size=tcfg["batch_size"],
                            shuffle=True, shuffle_buffer=tcfg["shuffle_buffer"], seed=seed, rank=rank,
                            world_size=world, **common)
@@ -373,7 +379,7 @@ def train(
         if not dcfg["valid"]:
             return
         rows = metric_rows(predict(core, eval_stream(dcfg["valid"]), device=device,
-                                   amp_dtype=torch.bfloat16 if amp else None))
+                                   amp_dtype=amp_dtype))
         score = _score(rows)
         valid_history.append([float(step), score])
         if tracker is not None:
@@ -391,7 +397,8 @@ def train(
     # -- loop -----------------------------------------------------------------------------------------
     model.train()
     t_train, n_samples, stop = 0.0, 0, False
-    log_loss_sum, log_n = 0.0, 0
+    log_loss_sum: torch.Tensor | float = 0.0  # summed on the device, read back every log_every steps
+    log_n = 0
     epochs = int(tcfg["epochs"]) if not tcfg["max_steps"] else 10**9
     t0 = time.perf_counter()
     _say(rank, f"{core.param_counts()} params; {total_steps} steps; device {device}; world {world}")
@@ -404,7 +411,7 @@ def train(
                 g["lr"] = tcfg["lr"] * f
             for g in opt_emb.param_groups:
                 g["lr"] = tcfg["emb_lr"] * f
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            with torch.autocast(device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp):
                 logits = fwd(batch)
             loss, parts = core.loss(logits, batch)
             opt_dense.zero_grad(set_to_none=True)
@@ -417,12 +424,12 @@ def train(
             opt_emb.step()
             step += 1
             n_samples += len(batch) * world
-            log_loss_sum += float(loss.detach())
+            log_loss_sum = log_loss_sum + loss.detach()
             log_n += 1
             if step % int(tcfg["log_every"]) == 0 or step == total_steps:
                 t_train += time.perf_counter() - tick
                 tick = time.perf_counter()
-                avg = log_loss_sum / max(1, log_n)
+                avg = float(log_loss_sum) / max(1, log_n)
                 loss_curve.append([float(step), avg])
                 sps = n_samples / max(t_train, 1e-9)
                 _say(rank, f"step {step}/{total_steps} epoch {stream.epoch} loss {avg:.4f} lr {tcfg['lr'] * f:.2e} {sps:,.0f} samples/s")
@@ -474,7 +481,7 @@ def train(
             except Exception as e:  # no oracle table (real logs): metrics without the floor
                 _say(rank, f"no oracle for {dcfg['eval']}: {type(e).__name__}: {e}")
         rows = metric_rows(predict(core, eval_stream(dcfg["eval"]), device=device,
-                                   amp_dtype=torch.bfloat16 if amp else None), oracle_df)
+                                   amp_dtype=amp_dtype), oracle_df)
     summary = {
         "step": step,
         "best_step": best["step"] if dcfg["valid"] else step,
