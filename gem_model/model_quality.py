@@ -25,10 +25,6 @@ MODELS = ("foundation", "single_surface", "logistic_regression", "base_rate")
 N_BOOT = 1000
 
 
-def _seed_dir(vdir: Path, seed: int, first: bool) -> Path:
-    return vdir if first else vdir / f"seed{seed}"
-
-
 def run_lr_baselines(result: dict[str, Any], seeds: list[int]) -> list[dict[str, Any]]:
     """Base rate and logistic regression per seed, beside the foundation version; their rows."""
     from gem_model.baselines import run_baselines
@@ -45,15 +41,13 @@ def run_lr_baselines(result: dict[str, Any], seeds: list[int]) -> list[dict[str,
     return rows
 
 
-def _predictions(result: dict[str, Any], seeds: list[int]) -> dict[tuple[str, int], pl.DataFrame]:
-    """(model, seed) -> request_id, surface, click, p_click on E."""
-    vdir = Path(result["version_dir"])
-    version = vdir.name
+def _predictions(results: list[dict[str, Any]], seeds: list[int]) -> dict[tuple[str, int], pl.DataFrame]:
+    """(model, seed) -> request_id, surface, click, p_click on E; one `run_foundation` result per seed."""
     out: dict[tuple[str, int], pl.DataFrame] = {}
-    for i, seed in enumerate(seeds):
-        first = i == 0
-        out[("foundation", seed)] = pl.read_parquet(_seed_dir(vdir, seed, first) / PREDICTIONS)
-        single = [pl.read_parquet(_seed_dir(models_dir("single_surface_baseline", s) / version, seed, first) / PREDICTIONS)
+    for result, seed in zip(results, seeds, strict=True):
+        vdir = Path(result["version_dir"])
+        out[("foundation", seed)] = pl.read_parquet(vdir / PREDICTIONS)
+        single = [pl.read_parquet(models_dir("single_surface_baseline", s) / vdir.name / PREDICTIONS)
                   for s in load_surfaces().names]
         out[("single_surface", seed)] = pl.concat(single)
         for model in ("logistic_regression", "base_rate"):
@@ -61,8 +55,8 @@ def _predictions(result: dict[str, Any], seeds: list[int]) -> dict[tuple[str, in
     return out
 
 
-def model_quality(result: dict[str, Any], seeds: list[int], n_boot: int = N_BOOT) -> dict[str, Any]:
-    preds = _predictions(result, seeds)
+def model_quality(results: list[dict[str, Any]], seeds: list[int], n_boot: int = N_BOOT) -> dict[str, Any]:
+    preds = _predictions(results, seeds)
     roles = load_calendar().roles()
     oracle = read_oracle([roles.evaluation], uri=table_uri("oracle"), storage_options=storage_options())
     joined = oracle.select("request_id", pl.col("p_click").alias("oracle"))

@@ -19,8 +19,8 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from gem_model.paths import reports_dir
 from gem_model.model_quality import model_quality, quality_markdown, run_lr_baselines
+from gem_model.paths import reports_dir
 
 
 def mean_spread(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[tuple[tuple, float, float, int]]:
@@ -47,13 +47,20 @@ def main(argv: list[str] | None = None) -> None:
     from gem_model.registry import read_accepted, resolve_checkpoint
 
     t0 = time.time()
-    result = run_foundation(args.preset, seeds=tuple(args.seeds), baselines=True)
-    rows = result["rows"] + run_lr_baselines(result, args.seeds)
-    quality = model_quality(result, args.seeds)
-    path = write_eval_report(rows, reports_dir() / "foundation_eval_3seeds.json", extra={"quality": quality})
-    md = reports_dir() / "model_quality.md"
-    md.write_text(quality_markdown(quality, len(args.seeds), time.time() - t0))
-    print(md.read_text())
+    # one seed at a time, each a complete comparison (foundation, single-surface, LR, base rate):
+    # the report is rewritten after every seed, so a cut-short run still reports the seeds it did
+    results: list[dict] = []
+    rows: list[dict] = []
+    for seed in args.seeds:
+        result = run_foundation(args.preset, seeds=(seed,), baselines=True)
+        results.append(result)
+        rows += result["rows"] + run_lr_baselines(result, [seed])
+        quality = model_quality(results, [r["seeds"][0] for r in results])
+        path = write_eval_report(rows, reports_dir() / "foundation_eval_3seeds.json", extra={"quality": quality})
+        md = reports_dir() / "model_quality.md"
+        md.write_text(quality_markdown(quality, len(results), time.time() - t0))
+        print(f"\nafter seed {seed}:\n" + md.read_text(), flush=True)
+    result = results[0]
     print(f"\nfoundation ({len(args.seeds)} seeds, click NE on E, mean +- sd)  -> {path}")
     for (model, surface, task), m, sd, n in mean_spread(rows, ("model", "surface", "task")):
         if task == "click":
