@@ -1,7 +1,13 @@
 """Benchmark jagged attention against padded SDPA and torch.nested SDPA.
 
 Run: ``python bench/kernels.py`` (``--causal`` for causal attention, ``--write-results`` to
-replace this machine's ``## Kernels (GPU|CPU)`` section of ``bench/RESULTS.md``).
+replace this machine's ``## Kernels (GPU|CPU)`` section of ``bench/RESULTS.md``, ``--quick`` for
+small shapes, e.g. the CPU dry run of bench/gpu_check.sh).
+
+* The model's operating points (first): B=4096, H in {1, 4}, D=32, lengths uniform in [4, 68] and
+  [4, 36] (the `base` preset's histories with its 4 CLS tokens), bf16 and fp32 on CUDA (fp32 and
+  B=256 on CPU).  A summary table gives, per case, fwd+bwd time of the jagged kernel, its speed-up
+  over padded SDPA, its ratio to the real-token floor and backward / forward.
 
 * CUDA: the Triton kernels (``kernels.jagged_attention``), padded
   ``F.scaled_dot_product_attention`` (same real tokens padded to the max length, boolean
@@ -76,8 +82,8 @@ def time_fn(fn, device: torch.device, *, min_time: float, warmup: int = 2) -> fl
     return statistics.median(samples)
 
 
-def make_lengths(batch: int, max_len: int, hi: int, gen: torch.Generator) -> torch.Tensor:
-    lengths = torch.randint(1, hi + 1, (batch,), generator=gen)
+def make_lengths(batch: int, max_len: int, hi: int, gen: torch.Generator, lo: int = 1) -> torch.Tensor:
+    lengths = torch.randint(lo, hi + 1, (batch,), generator=gen)
     lengths[0] = max_len  # the padded baselines always pad to max_len
     return lengths
 
@@ -116,7 +122,7 @@ class Case:
 
     def run_jagged(self, backward: bool):
         q, k, v = self.jagged
-        out = jagged_attention(q, k, v, self.offsets, causal=self.causal)
+        out = jagged_attention(q, k, v, self.offsets, causal=self.causal, max_len=self.max_len)  # no read-back
         if backward:
             out.backward(self.grad_jagged)
         return out
@@ -162,6 +168,57 @@ def dense_throughput(batch, max_len, heads, dim, dtype, device, causal, min_time
     return flops / t_f, 3.5 * flops / t_fb
 
 
+SUMMARY_HEADER = [
+    "| case | dtype | jagged fwd ms | jagged fwd+bwd ms | bwd / fwd | padded fwd+bwd ms | speed-up vs padded | "
+    "floor fwd+bwd ms | jagged / floor |",
+    "|---|---|---|---|---|---|---|---|---|",
+]
+
+
+def measure(lengths, heads, dim, dtype, device, causal, min_time, gen, impl_name, dense) -> dict[str, tuple]:
+    """{impl: (fwd s, fwd+bwd s)} for the jagged kernel, the baselines and the real-token floor."""
+    flops = attention_flops(lengths, heads, dim, causal)
+    case = Case(lengths, heads, dim, dtype, device, causal, gen)
+    results = {}
+    for name, fn in ((impl_name, case.run_jagged), ("padded SDPA", case.run_padded),
+                     ("nested SDPA", case.run_nested)):  # fmt: skip
+        try:
+            t_f = time_fn(lambda fn=fn: fn(False), device, min_time=min_time)
+            t_fb = time_fn(lambda fn=fn: fn(True), device, min_time=min_time)
+        except Exception as exc:  # a baseline unsupported on this build/device
+            print(f"  {name} skipped: {type(exc).__name__}: {exc}", file=sys.stderr)
+            t_f = t_fb = float("nan")
+        results[name] = (t_f, t_fb)
+    dense_f, dense_fb = dense
+    results["floor"] = (flops / dense_f, 3.5 * flops / dense_fb)
+    del case
+    return results
+
+
+def summary_line(label: str, dtype: torch.dtype, res: dict[str, tuple], impl_name: str) -> str:
+    (j_f, j_fb), (_, p_fb), (_, fl_fb) = res[impl_name], res["padded SDPA"], res["floor"]
+    return (f"| {label} | {str(dtype).replace('torch.', '')} | {j_f * 1e3:.3f} | {j_fb * 1e3:.3f} | "
+            f"{(j_fb - j_f) / j_f:.2f} | {p_fb * 1e3:.3f} | {p_fb / j_fb:.2f}x | {fl_fb * 1e3:.3f} | {j_fb / fl_fb:.2f}x |")
+
+
+def run_model_points(args, device, impl_name, gen) -> list[str]:
+    """The model's own shapes: B=4096, H in {1, 4}, D=32, lengths U[4, 68] and U[4, 36]."""
+    cuda = device.type == "cuda"
+    batch = 4096 if cuda else (32 if args.quick else 256)
+    dtypes = (torch.bfloat16, torch.float32) if cuda else (torch.float32,)
+    min_time = 0.2 if cuda else 0.05
+    lines = []
+    for dtype in dtypes:
+        for heads in (1, 4):
+            for hi in (68, 36):
+                dense = dense_throughput(batch, hi, heads, 32, dtype, device, args.causal, min_time, gen)
+                lengths = make_lengths(batch, hi, hi, gen, lo=4)
+                res = measure(lengths, heads, 32, dtype, device, args.causal, min_time, gen, impl_name, dense)
+                lines.append(summary_line(f"model B={batch} H={heads} D=32 U[4,{hi}]", dtype, res, impl_name))
+                print(lines[-1], file=sys.stderr, flush=True)
+    return lines
+
+
 def run(args) -> list[str]:
     cuda = torch.cuda.is_available() and not args.cpu
     device = torch.device("cuda" if cuda else "cpu")
@@ -178,7 +235,10 @@ def run(args) -> list[str]:
     else:
         batch, heads, dims, max_lens, dtype, min_time = 32, 2, (32,), (64, 256), torch.float32, 0.15
         impl_name = "torch reference"
+    if args.quick:
+        batch, dims, max_lens, min_time = min(batch, 8), dims[:1], max_lens[:1], 0.02
     gen = torch.Generator().manual_seed(0)
+    summary = [*SUMMARY_HEADER, *run_model_points(args, device, impl_name, gen)]
     lines = [
         f"device: {torch.cuda.get_device_name(device) if cuda else platform.processor() or 'cpu'}; "
         f"torch {torch.__version__}; B={batch}, H={heads}, {str(dtype).replace('torch.', '')}, "
@@ -190,33 +250,24 @@ def run(args) -> list[str]:
     ]
     for dim in dims:
         for max_len in max_lens:
-            dense_f, dense_fb = dense_throughput(
-                batch, max_len, heads, dim, dtype, device, args.causal, min_time, gen
-            )
+            dense = dense_throughput(batch, max_len, heads, dim, dtype, device, args.causal, min_time, gen)
             for label, hi in (("U[1,max]", max_len), ("U[1,max/5]", max(1, max_len // 5))):
                 lengths = make_lengths(batch, max_len, hi, gen)
                 flops = attention_flops(lengths, heads, dim, args.causal)
-                case = Case(lengths, heads, dim, dtype, device, args.causal, gen)
-                results = {}
-                for name, fn in ((impl_name, case.run_jagged), ("padded SDPA", case.run_padded),
-                                 ("nested SDPA", case.run_nested)):  # fmt: skip
-                    try:
-                        t_f = time_fn(lambda fn=fn: fn(False), device, min_time=min_time)
-                        t_fb = time_fn(lambda fn=fn: fn(True), device, min_time=min_time)
-                    except Exception as exc:  # a baseline unsupported on this build/device
-                        print(f"  {name} skipped: {type(exc).__name__}: {exc}", file=sys.stderr)
-                        t_f = t_fb = float("nan")
-                    results[name] = (t_f, t_fb)
-                results["floor"] = (flops / dense_f, 3.5 * flops / dense_fb)
+                results = measure(lengths, heads, dim, dtype, device, args.causal, min_time, gen, impl_name, dense)
                 ref_f, ref_fb = results[impl_name]
                 for name, (t_f, t_fb) in results.items():
                     lines.append(
                         f"| {dim} | {max_len} | {label} | {name} | {t_f * 1e3:.3f} | {flops / t_f / 1e12:.4g} | "
                         f"{t_f / ref_f:.2f} | {t_fb * 1e3:.3f} | {3.5 * flops / t_fb / 1e12:.4g} | {t_fb / ref_fb:.2f} |"
                     )
+                summary.append(summary_line(f"grid B={batch} H={heads} D={dim} max {max_len} {label}", dtype,
+                                            results, impl_name))
                 print("\n".join(lines[-4:]) if len(lines) > 4 else "", file=sys.stderr, flush=True)
-                del case
-    return lines
+    note = ("bwd / fwd = (fwd+bwd - fwd) / fwd; floor = real-token FLOPs at dense SDPA throughput; "
+            "jagged / floor: how far the kernel is from it (goal <= 2x); speed-up vs padded: goal >= 2x "
+            "at mean/max 0.5, >= 5x at 0.1")
+    return [*lines, "", "Summary (the model's operating points first):", "", *summary, "", note]
 
 
 def _loadavg() -> str:
@@ -260,6 +311,7 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=1, help="torch CPU threads for the CPU comparison (default 1)"
     )
+    parser.add_argument("--quick", action="store_true", help="small grid (dry runs)")
     args = parser.parse_args()
     cuda = torch.cuda.is_available() and not args.cpu
     if not cuda:

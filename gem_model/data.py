@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -30,12 +30,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
+from gem_model.batch import TASKS, Batch  # noqa: F401  (re-exported: the batch type lives in gem_model.batch)
 from gem_model.config import FeaturesConfig, SurfacesConfig, load_features, load_surfaces
 from gem_model.paths import storage_options as env_storage_options
 from gem_model.paths import table_uri
 from gem_model.vocab import check_fits, lookup, vocab_values
 
-TASKS = ("click", "conversion")
 NULL_BUCKET = 0  # hashed ids land in 1..buckets-1; bucket 0 means null / missing
 
 # ------------------------------------------------------------------------------------------------
@@ -80,34 +80,6 @@ def hash_array(arr: pa.Array | pa.ChunkedArray, buckets: int) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------------------
 # Batches.
-
-
-@dataclass
-class Batch:
-    """One batch of tensors. History is jagged: `offsets` [B+1] into flat `history[col]` [L_total]."""
-
-    dense: torch.Tensor  # [B, m] float32
-    sparse: torch.Tensor  # [B, n] int64, already hashed into each feature's table
-    offsets: torch.Tensor  # [B+1] int64, shared by every history column
-    history: dict[str, torch.Tensor]  # hist_* -> [L_total] (ids int64; seconds_before float32)
-    surface_idx: torch.Tensor  # [B] int64, index in surfaces.yaml order
-    labels: torch.Tensor  # [B, 2] float32 (click, conversion)
-    label_mask: torch.Tensor  # [B, 2] bool
-    request_ids: list[str]
-
-    def __len__(self) -> int:
-        return int(self.dense.shape[0])
-
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
-        kw = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, torch.Tensor):
-                v = v.to(device, non_blocking=non_blocking)
-            elif isinstance(v, dict):
-                v = {k: t.to(device, non_blocking=non_blocking) for k, t in v.items()}
-            kw[f.name] = v
-        return Batch(**kw)
 
 
 @dataclass
@@ -162,8 +134,10 @@ class Chunk:
             np.concatenate([c.request_ids for c in chunks]),
         )
 
-    def to_batch(self) -> Batch:
-        return Batch(
+    def to_batch(self, pin_memory: bool = False) -> Batch:
+        """Tensors (views of the arrays; page-locked copies with `pin_memory`), with `max_len`."""
+        lengths = np.diff(self.offsets)
+        batch = Batch(
             dense=torch.from_numpy(self.dense),
             sparse=torch.from_numpy(self.sparse),
             offsets=torch.from_numpy(self.offsets),
@@ -172,7 +146,9 @@ class Chunk:
             labels=torch.from_numpy(self.labels),
             label_mask=torch.from_numpy(self.label_mask),
             request_ids=self.request_ids.tolist(),
+            max_len=int(lengths.max()) if len(lengths) else 0,
         )
+        return batch.pin_memory() if pin_memory else batch
 
 
 class Encoder:
@@ -287,7 +263,9 @@ class ExampleStream:
         world_size: int = 1,
         drop_last: bool | None = None,
         max_len: int | None = None,
+        pin_memory: bool = False,
     ):
+        self.pin_memory = pin_memory  # page-locked batches for non_blocking copies to CUDA
         self.features = features or load_features()
         self.surfaces_config = surfaces_config or load_surfaces()
         self.dates = date_range(start, end if end is not None else start)
@@ -382,4 +360,4 @@ class ExampleStream:
                 if mine <= skip:
                     continue
                 self.position = mine
-                yield pool.take(idx).to_batch()
+                yield pool.take(idx).to_batch(self.pin_memory)

@@ -50,6 +50,7 @@ from gem_model.models import GEM, GEMConfig
 from gem_model.normalization import dense_stats
 from gem_model.optim import RowWiseAdagrad
 from gem_model.paths import gem_home, storage_options, table_uri
+from gem_model.precision import autocast_dtype
 from gem_model.tracking import Tracker
 from gem_model.vocab import collision_rates
 
@@ -77,6 +78,7 @@ DEFAULT_TRAIN: dict[str, Any] = {
     "shuffle_buffer": 65536,
     "chunk_rows": 16384,
     "compile": False,
+    "precision": "auto",  # auto (bf16 autocast on CUDA, fp32 elsewhere) | bf16 (autocast on any device) | fp32
     "torch_threads": None,
     "fail_at_step": None,  # tests: raise after this step (after its checkpoint, if any)
     "dump_rank_weights": False,  # tests: write rank<r>.pt with each rank's final weights
@@ -254,6 +256,8 @@ def train(
 
     rank, world, local_rank = dist_env()
     device = pick_device(cfg["device"], local_rank)
+    if device.type == "cuda":  # TF32 for fp32 matmuls (cuBLAS and the Triton kernels' dots)
+        torch.set_float32_matmul_precision("high")
     own_pg = False
     if world > 1 and not torch_dist.is_initialized():
         if device.type == "cuda":
@@ -282,7 +286,8 @@ def train(
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     fwd = model
 
-    opt_dense = torch.optim.AdamW(core.dense_parameters(), lr=tcfg["lr"], weight_decay=tcfg["weight_decay"], betas=(0.9, 0.98))
+    opt_dense = torch.optim.AdamW(core.dense_parameters(), lr=tcfg["lr"], weight_decay=tcfg["weight_decay"], betas=(0.9, 0.98),
+                                  fused=device.type == "cuda" or None)  # one kernel for every parameter on CUDA
     wide_ids = {id(p) for p in core.wide_tables.parameters()}
     wide_wd = tcfg["emb_weight_decay"] if tcfg.get("wide_weight_decay") is None else tcfg["wide_weight_decay"]
     opt_emb = RowWiseAdagrad(
@@ -290,14 +295,15 @@ def train(
          {"params": list(core.wide_tables.parameters()), "weight_decay": float(wide_wd)}],
         lr=tcfg["emb_lr"], weight_decay=tcfg["emb_weight_decay"],
     )
-    amp = device.type == "cuda"
+    amp_dtype = autocast_dtype(str(tcfg["precision"]), device)
+    amp = amp_dtype is not None
 
     # -- data ---------------------------------------------------------------------------------------
     lake = dcfg["lake"]
     uri = table_uri("training_examples", lake) if lake else table_uri("training_examples")
     so = storage_options()
     common = {"features": features, "surfaces_config": surfaces, "uri": uri, "storage_options": so,
-              "max_len": mcfg.seq_len, "chunk_rows": tcfg["chunk_rows"]}
+              "max_len": mcfg.seq_len, "chunk_rows": tcfg["chunk_rows"], "pin_memory": device.type == "cuda"}
     stream = ExampleStream(dcfg["train"][0], dcfg["train"][1], dcfg["surfaces"], batch_size=tcfg["batch_size"],
                            shuffle=True, shuffle_buffer=tcfg["shuffle_buffer"], seed=seed, rank=rank,
                            world_size=world, **common)
@@ -369,7 +375,7 @@ def train(
         if not dcfg["valid"]:
             return
         rows = metric_rows(predict(core, eval_stream(dcfg["valid"]), device=device,
-                                   amp_dtype=torch.bfloat16 if amp else None))
+                                   amp_dtype=amp_dtype))
         score = _score(rows)
         valid_history.append([float(step), score])
         if tracker is not None:
@@ -386,7 +392,8 @@ def train(
     # -- loop -----------------------------------------------------------------------------------------
     model.train()
     t_train, n_samples, stop = 0.0, 0, False
-    log_loss_sum, log_n = 0.0, 0
+    log_loss_sum: torch.Tensor | float = 0.0  # summed on the device, read back every log_every steps
+    log_n = 0
     epochs = int(tcfg["epochs"]) if not tcfg["max_steps"] else 10**9
     t0 = time.perf_counter()
     _say(rank, f"{core.param_counts()} params; {total_steps} steps; device {device}; world {world}")
@@ -399,7 +406,7 @@ def train(
                 g["lr"] = tcfg["lr"] * f
             for g in opt_emb.param_groups:
                 g["lr"] = tcfg["emb_lr"] * f
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            with torch.autocast(device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp):
                 logits = fwd(batch)
             loss, parts = core.loss(logits, batch)
             opt_dense.zero_grad(set_to_none=True)
@@ -411,12 +418,12 @@ def train(
             opt_emb.step()
             step += 1
             n_samples += len(batch) * world
-            log_loss_sum += float(loss.detach())
+            log_loss_sum = log_loss_sum + loss.detach()
             log_n += 1
             if step % int(tcfg["log_every"]) == 0 or step == total_steps:
                 t_train += time.perf_counter() - tick
                 tick = time.perf_counter()
-                avg = log_loss_sum / max(1, log_n)
+                avg = float(log_loss_sum) / max(1, log_n)
                 loss_curve.append([float(step), avg])
                 sps = n_samples / max(t_train, 1e-9)
                 _say(rank, f"step {step}/{total_steps} epoch {stream.epoch} loss {avg:.4f} lr {tcfg['lr'] * f:.2e} {sps:,.0f} samples/s")
@@ -468,9 +475,9 @@ def train(
                 oracle_df = read_oracle([dcfg["eval"]], dcfg["surfaces"], uri=oracle_uri, storage_options=so)
             except Exception as e:  # no oracle table (real logs): metrics without the floor
                 _say(rank, f"no oracle for {dcfg['eval']}: {type(e).__name__}: {e}")
-        eval_preds = predict(core, eval_stream(dcfg["eval"]), device=device, amp_dtype=torch.bfloat16 if amp else None)
+        eval_preds = predict(core, eval_stream(dcfg["eval"]), device=device, amp_dtype=amp_dtype)
         rows = metric_rows(eval_preds, oracle_df)
-        # per-row predictions on E: paired bootstrap intervals between models (gem_model.metrics)
+        # per-row predictions on E: paired bootstrap intervals between models (gem_model.model_quality)
         eval_preds.filter(pl.col("click_mask")).select("request_id", "surface", "click", "p_click").write_parquet(
             out / EVAL_PREDICTIONS)
     summary = {

@@ -99,8 +99,14 @@ class AcceleratorResource(dg.ConfigurableResource):
 
         return "cuda" if torch.cuda.is_available() else "cpu"
 
+    def train_precision(self) -> str:
+        """gem_model's train.precision: `precision` (bf16 | fp32) on CUDA; fp32 on the CPU."""
+        if self.precision not in ("bf16", "fp32"):
+            raise ValueError(f"accelerator.precision must be bf16 or fp32, got {self.precision!r}")
+        return self.precision if self.resolved_device() == "cuda" else "fp32"
+
     def train_overrides(self) -> dict[str, object]:
-        return {"compile": self.compile}
+        return {"compile": self.compile, "precision": self.train_precision()}
 
 
 class WandbResource(dg.ConfigurableResource):

@@ -20,7 +20,7 @@ import os
 
 import torch
 
-from kernels.pytorch.pt_jagged_attention import pytorch_jagged_attention
+from kernels.pytorch.pt_jagged_attention import pytorch_jagged_attention, pytorch_jagged_attention_backward
 
 try:  # Triton is a Linux-only dependency.
     from kernels.triton import triton_jagged_attention as _tja
@@ -83,8 +83,8 @@ def backend_for(tensor: torch.Tensor) -> str:
     return "triton" if tensor.device.type == "cuda" and reason is None else "torch"
 
 
-def _validate(q, k, v, offsets) -> torch.Tensor:
-    """Check the inputs; return the offsets as a CPU int64 tensor."""
+def _validate_tensors(q, k, v, offsets) -> None:
+    """Checks that read only metadata (shapes, dtypes, devices): no host synchronisation."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -107,6 +107,10 @@ def _validate(q, k, v, offsets) -> torch.Tensor:
         raise ValueError(f"offsets must be an int32 or int64 tensor, got {offsets.dtype}")
     if offsets.dim() != 1 or offsets.numel() < 1:
         raise ValueError(f"offsets must be 1-D with B + 1 >= 1 entries, got shape {tuple(offsets.shape)}")
+
+
+def _validate_offsets(offsets: torch.Tensor, total: int) -> torch.Tensor:
+    """Check the offsets' values (reads them on the host); return them as a CPU int64 tensor."""
     offs = offsets.detach().to("cpu", torch.int64)
     if int(offs[0]) != 0:
         raise ValueError(f"offsets must start at 0, got offsets[0] = {int(offs[0])}")
@@ -116,13 +120,64 @@ def _validate(q, k, v, offsets) -> torch.Tensor:
             f"offsets must be non-decreasing, got offsets[{bad}] = {int(offs[bad])} > "
             f"offsets[{bad + 1}] = {int(offs[bad + 1])}"
         )
-    total = q.shape[0]
     if int(offs[-1]) != total:
         raise ValueError(
             f"offsets[-1] must equal L_total = q.shape[0] = {total}, got {int(offs[-1])} "
             "(every row of q, k, v must belong to exactly one sequence)"
         )
     return offs
+
+
+# ------------------------------------------------------------------------------------------------
+# The custom op: opaque to torch.compile (a fake implementation gives its shapes), with autograd
+# registered, so a compiled model traces through it without a graph break.
+
+
+@torch.library.custom_op("gem_kernels::jagged_attention_fwd", mutates_args=())
+def _attention_fwd(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offsets: torch.Tensor, max_len: int, causal: bool, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out [L, H, D], lse [L, H] fp32). The reference backend keeps no lse (its backward recomputes)."""
+    if backend_for(q) == "triton":
+        return _tja.triton_forward(q, k, v, offsets, max_len, causal, scale)
+    out = pytorch_jagged_attention(q, k, v, offsets, causal=causal, scale=scale, max_len=max_len)
+    return out, q.new_zeros(q.shape[:2], dtype=torch.float32)
+
+
+@_attention_fwd.register_fake
+def _attention_fwd_fake(q, k, v, offsets, max_len, causal, scale):
+    return torch.empty_like(q), q.new_empty(q.shape[:2], dtype=torch.float32)
+
+
+@torch.library.custom_op("gem_kernels::jagged_attention_bwd", mutates_args=())
+def _attention_bwd(
+    do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+    offsets: torch.Tensor, max_len: int, causal: bool, scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if backend_for(q) == "triton":
+        return _tja.triton_backward(do, q, k, v, out, lse, offsets, max_len, causal, scale)
+    return pytorch_jagged_attention_backward(do, q, k, v, offsets, causal=causal, scale=scale, max_len=max_len)
+
+
+@_attention_bwd.register_fake
+def _attention_bwd_fake(do, q, k, v, out, lse, offsets, max_len, causal, scale):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    q, k, v, offsets, max_len, causal, scale = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, offsets)
+    ctx.max_len, ctx.causal, ctx.scale = max_len, causal, scale
+
+
+def _backward(ctx, d_out, _d_lse):
+    q, k, v, out, lse, offsets = ctx.saved_tensors
+    dq, dk, dv = _attention_bwd(d_out, q, k, v, out, lse, offsets, ctx.max_len, ctx.causal, ctx.scale)
+    return dq, dk, dv, None, None, None, None
+
+
+_attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
 def jagged_attention(
@@ -133,6 +188,7 @@ def jagged_attention(
     *,
     causal: bool = False,
     scale: float | None = None,
+    max_len: int | None = None,
 ) -> torch.Tensor:
     """Multi-head softmax attention inside each sequence of a jagged batch.
 
@@ -144,6 +200,11 @@ def jagged_attention(
         causal: query ``i`` attends keys ``j <= i`` of its own sequence only (positions counted
             from the start of the sequence).
         scale: multiplier of ``q @ k^T``; defaults to ``1 / sqrt(D)``.
+        max_len: the longest sequence (an upper bound is fine).  Given, nothing is read back from
+            the device: the offsets' values are trusted (the loader computed them), which keeps a
+            training step free of host synchronisation and lets ``torch.compile`` trace the call
+            without a graph break.  Omitted, the offsets are copied to the host, validated, and
+            ``max_len`` is computed from them.
 
     Returns:
         ``[L_total, H, D]`` attention output, differentiable with respect to q, k and v.
@@ -162,16 +223,17 @@ def jagged_attention(
         if torch.is_autocast_enabled(device_type) and q.is_floating_point():
             dtype = torch.get_autocast_dtype(device_type)
             q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
-    offs_cpu = _validate(q, k, v, offsets)
+    _validate_tensors(q, k, v, offsets)
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k, v must have the same dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if scale is not None and not math.isfinite(float(scale)):
         raise ValueError(f"scale must be a finite number, got {scale}")
-
-    backend = backend_for(q)
-    batch = offs_cpu.numel() - 1
-    max_len = int((offs_cpu[1:] - offs_cpu[:-1]).max()) if batch > 0 else 0
-    offsets = offsets.to(q.device)
-    if backend == "triton":
-        return _tja.triton_jagged_attention(q, k, v, offsets, causal=causal, scale=scale, max_len=max_len)
-    return pytorch_jagged_attention(q, k, v, offsets, causal=causal, scale=scale, max_len=max_len)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if max_len is None:
+        offs_cpu = _validate_offsets(offsets, q.shape[0])
+        max_len = int((offs_cpu[1:] - offs_cpu[:-1]).max()) if offs_cpu.numel() > 1 else 0
+    elif not torch.compiler.is_compiling() and int(max_len) < 0:
+        raise ValueError(f"max_len must be >= 0, got {max_len}")
+    backend_for(q)  # raises here (not inside the op) for an unknown or impossible backend
+    out, _ = _attention_fwd(q, k, v, offsets.to(q.device), max_len, bool(causal), scale)
+    return out

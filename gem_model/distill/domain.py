@@ -21,6 +21,7 @@ from gem_model.config import SurfacesConfig, load_calendar, load_surfaces
 from gem_model.data import ExampleStream
 from gem_model.distill.config import load_student_preset
 from gem_model.distill.teacher import FOUNDATION, domain_teacher, read_teacher_predictions
+from gem_model.precision import autocast_dtype
 
 
 def teacher_targets(tp: pl.DataFrame, request_ids: Sequence[str]) -> torch.Tensor:
@@ -54,6 +55,8 @@ def train_domain_model(
     surfaces_config: SurfacesConfig | None = None,
     seed: int = 0,
     log: Any | None = None,
+    device: torch.device | str | None = None,
+    precision: str = "auto",
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Train the domain model of `domain` and return (model, info).
 
@@ -61,7 +64,8 @@ def train_domain_model(
     the domain model is a deep copy of it (same architecture, every weight initialised from it).
     teacher_predictions: the foundation's predictions for `dates` (default: read the
     teacher_predictions table at `tp_uri`). dates: inclusive student window (default: calendar
-    roles().student). uri: training_examples table (default: the lake's)."""
+    roles().student). uri: training_examples table (default: the lake's). device: where to train
+    (the accelerator resource's; default: the foundation's); precision: auto | bf16 | fp32 (autocast)."""
     surfaces_config = surfaces_config or load_surfaces()
     names = [s.name for s in surfaces_config.in_domain(domain)]
     if not names:
@@ -78,8 +82,9 @@ def train_domain_model(
         raise ValueError("no foundation teacher predictions to distil from")
 
     torch.manual_seed(seed)
-    model = copy.deepcopy(foundation).cpu().train()
-    device = next(model.parameters()).device
+    device = torch.device(device) if device is not None else next(foundation.parameters()).device
+    model = copy.deepcopy(foundation).to(device).train()
+    amp_dtype = autocast_dtype(precision, device)
     opt = torch.optim.Adam(model.parameters(), lr=float(hp["lr"]))
     stream = ExampleStream(dates[0], dates[1], names, batch_size=int(hp["batch_size"]), uri=uri,
                            surfaces_config=surfaces_config, seed=seed, shuffle_buffer=4 * int(hp["batch_size"]),
@@ -93,7 +98,8 @@ def train_domain_model(
             batch = batch.to(device)
             target = teacher_targets(tp, batch.request_ids).to(device)
             missing += int(torch.isnan(target[:, 0]).sum())
-            logits = model(batch)
+            with torch.autocast(device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
+                logits = model(batch)
             loss, parts = distill_loss(model, logits, batch, target, float(hp["kd_weight"]))
             opt.zero_grad(set_to_none=True)
             loss.backward()

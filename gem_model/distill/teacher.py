@@ -19,6 +19,7 @@ from gem_model.config import SurfacesConfig, load_surfaces, validate_name
 from gem_model.data import ExampleStream, date_range
 from gem_model.paths import storage_options as env_storage_options
 from gem_model.paths import table_uri
+from gem_model.precision import autocast_dtype
 
 TABLE = "teacher_predictions"
 FOUNDATION = "foundation"
@@ -72,15 +73,19 @@ def predict_teacher(
     uri: str | None = None,
     surfaces_config: SurfacesConfig | None = None,
     device: torch.device | str | None = None,
+    precision: str = "auto",
 ) -> pl.DataFrame:
     """One batched, unshuffled pass of a GEM teacher (`forward_with_summary`) over every row of
     `training_examples` on `dates` (list, single date, or inclusive (first, last) pair) for
-    `surfaces` (default: all). Returns a frame with TEACHER_PREDICTIONS_SCHEMA."""
+    `surfaces` (default: all). Returns a frame with TEACHER_PREDICTIONS_SCHEMA. The model is moved
+    to `device` (default: where it is); precision: auto | bf16 | fp32 (autocast; heads stay fp32)."""
     if teacher_name != FOUNDATION and not teacher_name.startswith("domain:"):
         raise ValueError(f"teacher must be 'foundation' or 'domain:<name>', not {teacher_name!r}")
     surfaces_config = surfaces_config or load_surfaces()
     names = np.asarray(surfaces_config.names, dtype=object)
     device = torch.device(device) if device is not None else next(model.parameters()).device
+    model.to(device)
+    amp_dtype = autocast_dtype(precision, device)
     was_training = model.training
     model.eval()
     frames = []
@@ -93,7 +98,8 @@ def predict_teacher(
             )
             for batch in stream:
                 batch = batch.to(device)
-                logits, h = model.forward_with_summary(batch)
+                with torch.autocast(device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
+                    logits, h = model.forward_with_summary(batch)
                 p = torch.sigmoid(logits.float())
                 allowed = model.task_allowed[batch.surface_idx] if hasattr(model, "task_allowed") else None
                 p_np = p.cpu().numpy().astype(np.float64)

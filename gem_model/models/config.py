@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gem_model.config import FeaturesConfig, SurfacesConfig, load_features, load_surfaces
+if TYPE_CHECKING:  # gem_model.config needs pydantic: imported lazily, so the model runs without it
+    from gem_model.config import FeaturesConfig, SurfacesConfig
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
 
@@ -93,6 +94,8 @@ class GEMConfig:
         surface_names: list[str] | None = None,
     ) -> GEMConfig:
         """Model dims (a preset's `model:` mapping) + features.yaml + surfaces.yaml."""
+        from gem_model.config import load_features, load_surfaces
+
         features = features or load_features()
         surfaces = surfaces or load_surfaces()
         known = {f.name for f in dataclasses.fields(cls)}

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import kernels
-from gem_model.data import TASKS, Batch
+from gem_model.batch import TASKS, Batch
 from gem_model.models.config import GEMConfig
 from gem_model.models.layers import (
     MLP,
@@ -53,6 +53,7 @@ class Inputs(NamedTuple):
     hist_len: torch.Tensor  # [B] history lengths (without CLS)
     target: torch.Tensor | None  # [B, n_target, d] target-attention tokens
     wide: torch.Tensor  # [B, n_wide] dense features + match statistics (the linear path)
+    max_len: int | None = None  # longest sequence of s (host-side: no read-back from the device)
 
 
 class InterFormerBlock(nn.Module):
@@ -70,17 +71,18 @@ class InterFormerBlock(nn.Module):
 
     def forward(
         self, x: torch.Tensor, s: torch.Tensor, offsets: torch.Tensor, seg: torch.Tensor, hist_len: torch.Tensor,
-        target: torch.Tensor | None = None,
+        target: torch.Tensor | None = None, max_len: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         x_sum, s_sum = self.cross(x, s, offsets, seg, hist_len, target)
         x_new = self.interaction(torch.cat([x, s_sum], dim=1))  # [B, n, d]
         cond = x_sum.flatten(1)
         if self.cfg.attention == "jagged":
             s = s + self.pffn(s, cond, seg)
-            s = s + self.mha.forward_jagged(s, offsets)
+            s = s + self.mha.forward_jagged(s, offsets, max_len)
         else:  # the padded variant of the same layer (benchmarks, equivalence tests)
             lengths = offsets[1:] - offsets[:-1]
-            max_len = int(lengths.max()) if lengths.numel() else 0
+            if max_len is None:
+                max_len = int(lengths.max()) if lengths.numel() else 0
             p = kernels.jagged_to_padded(s, offsets, max_len)
             key_mask = torch.arange(max_len, device=s.device)[None, :] < lengths[:, None]
             p = p + self.pffn(p, cond, None)
@@ -179,13 +181,14 @@ class GEM(nn.Module):
         s = h.new_zeros(total + bsz * n_cls, cfg.d_model)
         s = s.index_copy(0, hist_pos, h).index_copy(0, cls_pos, self.cls.to(h.dtype).repeat(bsz, 1))
         seg = segment_ids(new_off, total + bsz * n_cls)
-        return Inputs(x, s, new_off, seg, hist_len, target, torch.cat(dense_in, dim=1))
+        max_len = None if batch.max_len is None else batch.max_len + n_cls
+        return Inputs(x, s, new_off, seg, hist_len, target, torch.cat(dense_in, dim=1), max_len)
 
     # -- trunk ----------------------------------------------------------------------------------
     def trunk(self, inp: Inputs) -> torch.Tensor:
-        x, s, offsets, seg, hist_len, target, _ = inp
+        x, s, offsets, seg, hist_len, target = inp[:6]
         for block in self.blocks:
-            x, s = block(x, s, offsets, seg, hist_len, target)
+            x, s = block(x, s, offsets, seg, hist_len, target, max_len=inp.max_len)
         _, s_sum = self.final_cross(x, s, offsets, seg, hist_len, target)
         return self.summary_ln(self.summary(torch.cat([x, s_sum], dim=1).flatten(1)))
 
@@ -200,11 +203,12 @@ class GEM(nn.Module):
         head_w = torch.stack([self.head_w[s] for s in names])[surface_idx]
         wide_w = torch.stack([self.wide[s] for s in names])[surface_idx]
         head_b = torch.stack([self.head_b[s] for s in names])[surface_idx]
-        deep = torch.einsum("bd,btd->bt", h, head_w.to(h.dtype))
-        wide = torch.einsum("bk,btk->bt", wide_in.float(), wide_w.float())
-        for j, (_, table) in enumerate(self.cfg.sparse_features):
-            wide = wide + self.wide_tables[table](sparse[:, j])
-        return deep + wide + head_b
+        with torch.autocast(h.device.type, enabled=False):  # heads in fp32, whatever the autocast dtype
+            deep = torch.einsum("bd,btd->bt", h.float(), head_w.float())
+            wide = torch.einsum("bk,btk->bt", wide_in.float(), wide_w.float())
+            for j, (_, table) in enumerate(self.cfg.sparse_features):
+                wide = wide + self.wide_tables[table](sparse[:, j]).float()
+            return deep + wide + head_b.float()
 
     def set_dense_stats(self, mean: list[float] | torch.Tensor, std: list[float] | torch.Tensor) -> None:
         """Standardise dense inputs with these (training-window) statistics from now on."""
@@ -224,7 +228,8 @@ class GEM(nn.Module):
     # -- loss -----------------------------------------------------------------------------------
     def loss(self, logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         mask = batch.label_mask & self.task_allowed[batch.surface_idx]
-        bce = F.binary_cross_entropy_with_logits(logits.float(), batch.labels.float(), reduction="none")
+        with torch.autocast(logits.device.type, enabled=False):  # the loss in fp32, also when called under autocast
+            bce = F.binary_cross_entropy_with_logits(logits.float(), batch.labels.float(), reduction="none")
         w = mask.float() * self.surface_w[batch.surface_idx][:, None]
         per_task = (bce * w).sum(0) / mask.float().sum(0).clamp_min(1.0)
         total = (per_task * self.task_w).sum()

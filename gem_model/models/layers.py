@@ -21,14 +21,32 @@ def segment_ids(offsets: torch.Tensor, total: int) -> torch.Tensor:
 
 
 def segment_softmax(scores: torch.Tensor, seg: torch.Tensor, batch: int) -> torch.Tensor:
-    """Softmax of scores [L, ...] within each segment (row) of seg [L]."""
-    idx = seg.view(-1, *([1] * (scores.dim() - 1))).expand_as(scores)
-    mx = scores.new_full((batch, *scores.shape[1:]), -1e30).scatter_reduce(
-        0, idx, scores.detach(), "amax", include_self=True
-    )
-    e = torch.exp(scores - mx[seg])
-    denom = scores.new_zeros((batch, *scores.shape[1:])).index_add(0, seg, e)
-    return e / denom[seg].clamp_min(1e-30)
+    """Softmax of scores [L, ...] within each segment (row) of seg [L]. Computed in fp32 whatever
+    dtype arrives (CUDA autocast runs `exp` in fp32 while the scores may be bf16: mixing them in
+    one index_add is what crashed bf16 training); the result has the scores' dtype."""
+    s32 = scores.float()
+    idx = seg.view(-1, *([1] * (s32.dim() - 1))).expand_as(s32)
+    mx = s32.new_full((batch, *s32.shape[1:]), -1e30).scatter_reduce(0, idx, s32.detach(), "amax", include_self=True)
+    e = torch.exp(s32 - mx[seg])
+    denom = s32.new_zeros((batch, *s32.shape[1:])).index_add(0, seg, e)
+    return (e / denom[seg].clamp_min(1e-30)).to(scores.dtype)
+
+
+def segment_sum(values: torch.Tensor, seg: torch.Tensor, batch: int, weights: torch.Tensor | None = None,
+                out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """sum over each segment of `weights * values` ([L, ...] -> [batch, ...]; `weights` broadcasts
+    against `values`). Accumulates in fp32 whatever dtypes arrive (bf16 values with fp32 weights
+    or the reverse) and casts once to `out_dtype` (default: the values' dtype)."""
+    v = values.float() if weights is None else weights.float() * values.float()
+    out = v.new_zeros((batch, *v.shape[1:])).index_add(0, seg, v)
+    return out.to(out_dtype or values.dtype)
+
+
+def segment_max(values: torch.Tensor, seg: torch.Tensor, batch: int, floor: float = 0.0) -> torch.Tensor:
+    """max(floor, max of each 1-D segment) (`floor` for an empty segment), in fp32, values' dtype out."""
+    v = values.float()
+    out = v.new_full((batch,), floor).scatter_reduce(0, seg, v, "amax", include_self=True)
+    return out.to(values.dtype)
 
 
 class MLP(nn.Sequential):
@@ -135,7 +153,7 @@ class PMA(nn.Module):
         q = (self.seeds[None] + self.q_cond(cond).view(batch, n_seeds, -1)).view(batch, n_seeds, self.h, self.dh)
         scores = torch.einsum("lhd,lphd->lph", k, q[seg]) / math.sqrt(self.dh)  # [L, P, H]
         w = segment_softmax(scores, seg, batch)
-        pooled = scores.new_zeros(batch, n_seeds, self.h, self.dh).index_add(0, seg, w[..., None] * v[:, None])
+        pooled = segment_sum(v[:, None], seg, batch, weights=w[..., None])  # [B, P, H, Dh], fp32 accumulation
         return self.out(pooled.reshape(batch, n_seeds, self.h * self.dh))
 
 
@@ -189,10 +207,10 @@ class TargetAttention(nn.Module):
         batch = cand.shape[0]
         cos = F.cosine_similarity(F.normalize(cand, dim=-1)[seg], items, dim=-1)  # [L]
         w = segment_softmax(cos * self.log_t.exp(), seg, batch)
-        pooled = tokens.new_zeros(batch, tokens.shape[-1]).index_add(0, seg, w[:, None] * tokens)
-        best = cos.new_zeros(batch).scatter_reduce(0, seg, cos, "amax", include_self=True)  # 0 if empty
-        wcos = cos.new_zeros(batch).index_add(0, seg, w * cos)
-        return self.ln(pooled + best[:, None] * self.match), torch.stack([best, wcos], dim=1)
+        pooled = segment_sum(tokens, seg, batch, weights=w[:, None])
+        best = segment_max(cos, seg, batch).float()  # 0 if empty
+        wcos = segment_sum(cos, seg, batch, weights=w, out_dtype=torch.float32)
+        return self.ln(pooled + best[:, None].to(pooled.dtype) * self.match), torch.stack([best, wcos], dim=1)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -229,9 +247,10 @@ class SequenceMHA(nn.Module):
         self.qkv = nn.Linear(d, 3 * d)
         self.out = nn.Linear(d, d)
 
-    def forward_jagged(self, s: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    def forward_jagged(self, s: torch.Tensor, offsets: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
+        """`max_len` (longest sequence, from the loader) spares the kernel a read-back of the offsets."""
         q, k, v = self.qkv(self.ln(s)).view(-1, 3, self.h, self.dh).unbind(1)  # [L, H, Dh]
-        o = kernels.jagged_attention(q.contiguous(), k.contiguous(), v.contiguous(), offsets)
+        o = kernels.jagged_attention(q.contiguous(), k.contiguous(), v.contiguous(), offsets, max_len=max_len)
         return self.out(o.reshape(-1, self.h * self.dh))
 
     def forward_padded(self, s: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:

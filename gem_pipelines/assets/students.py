@@ -97,14 +97,16 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
     # The foundation's targets on this domain, computed here: teacher_predictions (which also holds
     # this domain model's own pass) is downstream of domain_models, so reading it would be a cycle.
     targets = predict_teacher(foundation, roles.student, "foundation", teacher_version, surfaces=surfaces,
-                              uri=lake.table("training_examples"), device=accelerator.resolved_device())
+                              uri=lake.table("training_examples"), device=accelerator.resolved_device(),
+                              precision=accelerator.train_precision())
     version = version_for(context)
     # grouped with its teacher's W&B runs (foundation runs are grouped as foundation-<version>)
     tracker = Tracker(name=f"domain-{domain}", group=f"foundation-{teacher_version}", job_type="domain_model",
                       config={"domain": domain, "teacher_version": teacher_version, "version": version})
     model, info = train_domain_model(domain, foundation, teacher_predictions=targets, dates=roles.student,
                                      preset=os.environ.get("GEM_MODEL_PRESET", "small"),
-                                     uri=lake.table("training_examples"), log=tracker.log)
+                                     uri=lake.table("training_examples"), log=tracker.log,
+                                     device=accelerator.resolved_device(), precision=accelerator.train_precision())
     path = save_domain_model(model, info, version=version)
     tracker.log_artifact(path, name=f"domain-{domain}", metadata={"version": version})
     run_info = tracker.info()
@@ -143,7 +145,7 @@ def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, a
         model, _ = load_model(ckpt)
         surfaces = None if name == "foundation" else [s.name for s in SURFACES.in_domain(name.split(":", 1)[1])]
         df = predict_teacher(model, [date], name, version, surfaces=surfaces, uri=lake.table("training_examples"),
-                             device=accelerator.resolved_device())
+                             device=accelerator.resolved_device(), precision=accelerator.train_precision())
         delta_version = write_teacher_predictions(df, uri=_tp_uri(lake))
         rows[name], versions[name] = df.height, version
     return dg.MaterializeResult(

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from kernels.jagged_padding import jagged_to_padded, padded_to_jagged
 
-__all__ = ["pytorch_jagged_attention"]
+__all__ = ["pytorch_jagged_attention", "pytorch_jagged_attention_backward"]
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -67,3 +67,27 @@ def pytorch_jagged_attention(
         out = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, is_causal=causal, scale=scale)
         out = padded_to_jagged(out.transpose(1, 2), offs)  # [L_total, H, D]
     return out.to(q.dtype)
+
+
+
+def pytorch_jagged_attention_backward(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    offsets: torch.Tensor,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    max_len: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of :func:`pytorch_jagged_attention`: recompute and differentiate with
+    ``torch.func.vjp``, which works where autograd is off (inside a custom op's implementation,
+    which runs below the autograd dispatch key)."""
+
+    def attend(q_, k_, v_):
+        return pytorch_jagged_attention(q_, k_, v_, offsets, causal=causal, scale=scale, max_len=max_len)
+
+    out, vjp = torch.func.vjp(attend, q, k, v)
+    dq, dk, dv = vjp(do.to(out.dtype))
+    return dq.clone(), dk.clone(), dv.clone()  # they are views of one buffer: a custom op may not alias

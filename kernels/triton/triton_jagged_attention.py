@@ -25,7 +25,10 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["triton_jagged_attention", "TritonJaggedAttention", "SUPPORTED_DTYPES", "interpreting"]
+__all__ = [
+    "triton_jagged_attention", "triton_forward", "triton_backward", "TritonJaggedAttention", "SUPPORTED_DTYPES",
+    "interpreting",
+]
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 LOG2E = 1.4426950408889634
@@ -348,6 +351,17 @@ def _backward(do, q, k, v, out, lse, offsets, max_len, causal, scale):
         CAUSAL=causal, BLOCK_D=dim, PREC=prec, **cfg,
     )  # fmt: skip
     return dq, dk, dv
+
+
+def triton_forward(q, k, v, offsets, max_len: int, causal: bool, scale: float):
+    """(out, lse) of the forward kernel (no validation; ``kernels.jagged_attention`` validates)."""
+    return _forward(_contig(q), _contig(k), _contig(v), offsets.contiguous(), max_len, causal, scale)
+
+
+def triton_backward(do, q, k, v, out, lse, offsets, max_len: int, causal: bool, scale: float):
+    """(dq, dk, dv) from the stored output and logsumexp."""
+    q, k, v = _contig(q), _contig(k), _contig(v)
+    return _backward(_contig(do.to(q.dtype)), q, k, v, out, lse, offsets.contiguous(), max_len, causal, scale)
 
 
 class TritonJaggedAttention(torch.autograd.Function):

@@ -102,3 +102,25 @@ def test_triton_strided_inputs_from_fused_qkv():
     ref.square().sum().backward()
     assert rel_err(out, ref) < 1e-3
     assert rel_err(qkv.grad, qkv64.grad) < 1e-3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="TF32 is a CUDA setting")
+def test_triton_fp32_with_tf32_allowed_stays_within_tf32_tolerance():
+    """train() sets float32 matmul precision 'high' on CUDA: the kernels' fp32 dots then use TF32
+    (10-bit mantissa), with a relative error still well under 1e-2 against float64."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        assert tja._precision(torch.float32) == "tf32"
+        offsets = make_offsets([40, 7, 64, 0, 33], device=DEVICE)
+        q, k, v = (t.requires_grad_() for t in random_qkv(int(offsets[-1]), 2, 32, torch.float32, DEVICE))
+        out = tja.triton_jagged_attention(q, k, v, offsets)
+        grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+        q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+        ref = naive_jagged_attention(q64, k64, v64, offsets.cpu())
+        ref_grads = torch.autograd.grad(ref.square().sum(), (q64, k64, v64))
+        assert rel_err(out, ref) < 1e-2
+        for g, rg in zip(grads, ref_grads, strict=True):
+            assert rel_err(g, rg) < 1e-2
+    finally:
+        torch.set_float32_matmul_precision(before)

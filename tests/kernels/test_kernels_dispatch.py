@@ -89,7 +89,8 @@ def test_unknown_backend_env(qkv, backend_env):
 def test_cpu_defaults_to_reference(qkv, backend_env, monkeypatch):
     q, k, v, offsets = qkv
     assert kernels.backend_for(q) == "torch"
-    monkeypatch.setattr(tja, "triton_jagged_attention", _fail)
+    monkeypatch.setattr(tja, "triton_forward", _fail)
+    monkeypatch.setattr(tja, "triton_backward", _fail)
     out = jagged_attention(q, k, v, offsets, causal=True)
     assert rel_err(out, naive_jagged_attention(q, k, v, offsets, causal=True)) < 1e-5
 
@@ -105,11 +106,12 @@ def test_forced_triton_on_cpu_with_interpreter(qkv, backend_env, monkeypatch):
     q, k, v, offsets = (t.requires_grad_() if t.is_floating_point() else t for t in qkv)
     assert kernels.backend_for(q) == "triton"
     calls = []
-    real = tja.triton_jagged_attention
-    monkeypatch.setattr(tja, "triton_jagged_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    for name in ("triton_forward", "triton_backward"):
+        real = getattr(tja, name)
+        monkeypatch.setattr(tja, name, lambda *a, real=real, name=name, **kw: calls.append(name) or real(*a, **kw))
     out = jagged_attention(q, k, v, offsets.to(torch.int32), scale=0.3)
     out.sum().backward()
-    assert calls == [1]
+    assert calls == ["triton_forward", "triton_backward"]
     ref = naive_jagged_attention(q, k, v, offsets, scale=0.3)
     assert rel_err(out, ref) < 1e-3
     assert q.grad is not None and k.grad is not None and v.grad is not None
@@ -159,3 +161,43 @@ def test_empty_batch(backend_env):
 
 def _fail(*args, **kwargs):
     raise AssertionError("the Triton path must not be used here")
+
+
+# ---------------------------------------------------------------------------- custom op
+
+
+def test_custom_op_passes_opcheck(backend_env):
+    """Fake (meta) implementation, schema and registered autograd agree with the real op."""
+    offsets = make_offsets([3, 0, 5])
+    q, k, v = (t.requires_grad_() for t in random_qkv(8, 2, 16, torch.float32))
+    op = torch.ops.gem_kernels.jagged_attention_fwd.default
+    for causal in (False, True):
+        torch.library.opcheck(op, (q, k, v, offsets, 5, causal, 0.25))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_max_len_upper_bound_gives_the_same_result(qkv, backend_env, causal):
+    """With max_len given nothing is read back from the device; an upper bound is as good as exact."""
+    q, k, v, offsets = (t.requires_grad_() if t.is_floating_point() else t for t in qkv)
+    exact = jagged_attention(q, k, v, offsets, causal=causal)
+    g_exact = torch.autograd.grad(exact.square().sum(), (q, k, v))
+    bound = jagged_attention(q, k, v, offsets, causal=causal, max_len=9)
+    g_bound = torch.autograd.grad(bound.square().sum(), (q, k, v))
+    assert rel_err(bound, exact) < 1e-6
+    for a, b in zip(g_bound, g_exact, strict=True):
+        assert rel_err(a, b) < 1e-6
+    with pytest.raises(ValueError, match="max_len"):
+        jagged_attention(q, k, v, offsets, max_len=-1)
+
+
+def test_fp32_dot_precision_follows_torch_setting(monkeypatch):
+    """IEEE fp32 dots unless TF32 is allowed (train() allows it on CUDA); half types are unaffected."""
+    monkeypatch.setattr(tja, "interpreting", lambda: False)
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert tja._precision(torch.float32) == "ieee"
+        torch.set_float32_matmul_precision("high")
+        assert tja._precision(torch.float32) == "tf32"
+    finally:
+        torch.set_float32_matmul_precision(before)

@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from gem_model.synthetic import write_synthetic_lake
-
 START = dt.date(2026, 11, 1)
 DAYS = [START + dt.timedelta(days=i) for i in range(5)]  # warm-up, teacher d2, students, valid d4, eval d5
 ROWS_PER_DAY = 3000
@@ -17,6 +15,8 @@ ROWS_PER_DAY = 3000
 
 @pytest.fixture(scope="session")
 def _lake_template(tmp_path_factory) -> Path:
+    from gem_model.synthetic import write_synthetic_lake  # polars: imported only by tests that use a lake
+
     root = tmp_path_factory.mktemp("lake_template")
     write_synthetic_lake(str(root), DAYS, ROWS_PER_DAY, seed=3)
     return root

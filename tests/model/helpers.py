@@ -1,10 +1,11 @@
-"""Random batches without a lake, for shape/gradient tests."""
+"""Random batches without a lake, for shape/gradient tests (torch + PyYAML only: the GPU check
+runs the CUDA model tests on a machine without polars, deltalake or pydantic)."""
 
 from __future__ import annotations
 
 import torch
 
-from gem_model.data import Batch
+from gem_model.batch import Batch
 from gem_model.models import GEMConfig
 
 
@@ -46,6 +47,7 @@ def make_batch(cfg: GEMConfig, lengths: list[int], seed: int = 0) -> Batch:
 
 
 def tiny_model_config(**over) -> GEMConfig:
-    from gem_model.train import load_preset
+    """GEMConfig.from_specs of the `tiny` preset (built from the YAML specs; equal, see test_synthetic_batches)."""
+    from gem_model.synthetic_batches import config_from_assets
 
-    return GEMConfig.from_specs({**load_preset("tiny")["model"], **over})
+    return config_from_assets("tiny", over)

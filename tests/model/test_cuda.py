@@ -1,0 +1,71 @@
+"""The model on CUDA (run by bench/gpu_check.sh; skipped without a GPU): the bf16 autocast step
+that crashed (CUDA autocast runs `exp` in fp32, which CPU autocast does not reproduce) matches fp32,
+and a training step performs no host synchronisation."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from gem_model.models import GEM
+from gem_model.optim import RowWiseAdagrad
+from tests.model.helpers import make_batch, tiny_model_config
+
+pytestmark = [
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (bench/gpu_check.sh runs it)"),
+    pytest.mark.timeout(300),
+]
+
+LENGTHS = [3, 0, 7, 16, 1, 5] * 16
+
+
+def _model_and_batch():
+    torch.manual_seed(0)
+    cfg = tiny_model_config(n_heads=1, d_model=32)
+    return GEM(cfg).cuda(), make_batch(cfg, LENGTHS).pin_memory().to("cuda", non_blocking=True)
+
+
+def test_bf16_autocast_forward_backward_matches_fp32():
+    model, batch = _model_and_batch()
+    ref_model = copy.deepcopy(model)
+    ref_loss, _ = ref_model.loss(ref_model(batch), batch)
+    ref_loss.backward()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        logits = model(batch)
+    assert logits.dtype == torch.float32  # heads in fp32
+    loss, _ = model.loss(logits, batch)
+    loss.backward()
+    assert abs(float(loss) - float(ref_loss)) <= 0.02 * float(ref_loss)
+    for (name, p), q in zip(model.named_parameters(), ref_model.parameters(), strict=True):
+        if q.grad is not None and q.grad.norm() > 1e-6:
+            rel = float((p.grad - q.grad).norm() / q.grad.norm())
+            assert rel < 0.1, (name, rel)
+
+
+def test_training_step_has_no_host_sync():
+    model, batch = _model_and_batch()
+    dense = torch.optim.AdamW(model.dense_parameters(), lr=1e-3, fused=True)
+    emb = RowWiseAdagrad(model.embedding_parameters(), lr=0.05)
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(batch)
+        loss, _ = model.loss(logits, batch)
+        dense.zero_grad(set_to_none=True)
+        emb.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.dense_parameters(), 1.0)
+        dense.step()
+        emb.step()
+        return loss.detach()
+
+    step()  # lazy initialisation (optimizer state, Triton compilation) may synchronise once
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        losses = [step() for _ in range(3)]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert bool(torch.isfinite(torch.stack(losses)).all())
