@@ -19,12 +19,12 @@ from gem_model.normalization import dense_stats
 from gem_model.synthetic import write_synthetic_lake
 from gem_model.train import train
 
-pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
+pytestmark = [pytest.mark.timeout(1800), pytest.mark.slow]
 
 DAYS = [dt.date(2026, 11, 1) + dt.timedelta(days=i) for i in range(5)]
 TRAIN, VALID, EVAL = ["2026-11-01", "2026-11-03"], "2026-11-04", "2026-11-05"
 ROWS = 4000
-WORLD = {"n_users": 600, "n_ads": 160, "n_items": 640, "n_topics": 8, "max_hist": 16}
+WORLD = {"n_users": 400, "n_ads": 48, "n_items": 192, "n_topics": 6, "max_hist": 16}
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def _config(lake: Path, out: Path) -> dict:
         "preset": "tiny",
         "data": {"train": TRAIN, "valid": VALID, "eval": EVAL, "lake": str(lake)},
         "seed": 0, "device": "cpu", "out_dir": str(out),
-        "train": {"torch_threads": 1, "epochs": 4, "eval_every": 40, "patience": 3, "lr": 0.01, "emb_lr": 0.1},
+        "train": {"torch_threads": 1, "epochs": 4, "eval_every": 40, "patience": 3, "lr": 0.01, "emb_lr": 0.01},
     }
 
 
