@@ -81,3 +81,30 @@ def test_paired_bootstrap_separates_a_better_model_and_not_a_copy():
 def test_open_vocabularies_are_hashed(name):
     enc = Encoder(load_features(), load_surfaces())
     assert name not in enc.vocab
+
+
+def test_din_sum_pooling_keeps_the_strength_of_the_match():
+    from gem_model.models.layers import segment_ids
+    from gem_model.models.target_attention import DINTargetAttention
+
+    torch.manual_seed(0)
+    d = 16
+    ta = DINTargetAttention(d, max_len=8).eval()
+    cand = torch.randn(1, d)
+    other = torch.randn(1, d)
+    once = torch.cat([cand, other, other, other])  # the candidate once in a history of 4
+    thrice = torch.cat([cand, cand, cand, other])  # ... and three times
+    items = torch.cat([once, thrice])
+    offsets = torch.tensor([0, 4, 8, 8])  # the third row has an empty history
+    seg = segment_ids(offsets, 8)
+    with torch.no_grad():
+        normed, summed, stats = ta(cand.repeat(3, 1), items, items, seg)
+    # the raw affinity statistic is the mean candidate . item dot product (x RAW_SCALE)
+    from gem_model.models.target_attention import RAW_SCALE
+
+    assert float(stats[0, 4]) == pytest.approx(float((once @ cand[0]).mean()) * RAW_SCALE, rel=1e-4)
+    # unnormalised pooling differs between one and three matches; an empty history gives zeros
+    assert not torch.allclose(summed[0], summed[1])
+    assert float(stats[1, 4]) > float(stats[0, 4])
+    assert stats[2].abs().sum() == 0 and summed[2].abs().sum() == 0
+    assert torch.isfinite(normed).all()
