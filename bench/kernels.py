@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import platform
 import statistics
 import subprocess
@@ -180,8 +181,10 @@ def measure(lengths, heads, dim, dtype, device, causal, min_time, gen, impl_name
     flops = attention_flops(lengths, heads, dim, causal)
     case = Case(lengths, heads, dim, dtype, device, causal, gen)
     results = {}
-    for name, fn in ((impl_name, case.run_jagged), ("padded SDPA", case.run_padded),
-                     ("nested SDPA", case.run_nested)):  # fmt: skip
+    impls = [(impl_name, case.run_jagged), ("padded SDPA", case.run_padded), ("nested SDPA", case.run_nested)]
+    if device.type == "cuda":  # the tiled kernels where the one-tile ones would run (the comparison)
+        impls.insert(1, (TILED, lambda backward, run=case.run_jagged: _tiled(run, backward)))
+    for name, fn in impls:
         try:
             t_f = time_fn(lambda fn=fn: fn(False), device, min_time=min_time)
             t_fb = time_fn(lambda fn=fn: fn(True), device, min_time=min_time)
@@ -193,6 +196,22 @@ def measure(lengths, heads, dim, dtype, device, causal, min_time, gen, impl_name
     results["floor"] = (flops / dense_f, 3.5 * flops / dense_fb)
     del case
     return results
+
+
+TILED = "triton tiled"
+
+
+def _tiled(run, backward: bool):
+    """Run with the one-tile short-sequence kernels switched off (GEM_KERNEL_SHORT_MAX=0)."""
+    old = os.environ.get("GEM_KERNEL_SHORT_MAX")
+    os.environ["GEM_KERNEL_SHORT_MAX"] = "0"
+    try:
+        return run(backward)
+    finally:
+        if old is None:
+            del os.environ["GEM_KERNEL_SHORT_MAX"]
+        else:
+            os.environ["GEM_KERNEL_SHORT_MAX"] = old
 
 
 def summary_line(label: str, dtype: torch.dtype, res: dict[str, tuple], impl_name: str) -> str:
@@ -215,6 +234,9 @@ def run_model_points(args, device, impl_name, gen) -> list[str]:
                 lengths = make_lengths(batch, hi, hi, gen, lo=4)
                 res = measure(lengths, heads, 32, dtype, device, args.causal, min_time, gen, impl_name, dense)
                 lines.append(summary_line(f"model B={batch} H={heads} D=32 U[4,{hi}]", dtype, res, impl_name))
+                if TILED in res:
+                    lines.append(summary_line(f"model B={batch} H={heads} D=32 U[4,{hi}], tiled kernels", dtype,
+                                              res, TILED))
                 print(lines[-1], file=sys.stderr, flush=True)
     return lines
 

@@ -215,9 +215,10 @@ _NOT_COMPUTE = frozenset(
 )
 
 
-def ops_only(preset: str = "tiny", batch_size: int = 256) -> dict:
+def ops_only(preset: str = "tiny", batch_size: int = 256, compile_model: bool = False) -> dict:
     """Operators per fp32 CPU training step of `preset` on a fixed batch (tests.model.helpers'
-    make_batch, which older trees have too, so the count can be compared across commits)."""
+    make_batch, which older trees have too, so the count can be compared across commits).
+    compile_model: torch.compile the whole model (forward, and backward through AOT autograd)."""
     import torch
 
     from gem_model.models import GEM, GEMConfig
@@ -229,7 +230,29 @@ def ops_only(preset: str = "tiny", batch_size: int = 256) -> dict:
     batch = make_batch(cfg, torch.randint(0, cfg.seq_len + 1, (batch_size,), generator=g).tolist())
     torch.manual_seed(0)
     model = GEM(cfg)
+    if compile_model:
+        model = torch.compile(model, dynamic=True)  # attribute access falls through to the GEM
     return count_ops_per_step(make_step(model, torch.device("cpu"), "fp32"), batch, "cpu")
+
+
+def graph_breaks(preset: str = "tiny", batch_size: int = 64) -> dict:
+    """torch._dynamo.explain of the model's forward + loss (same batch helper as ops_only)."""
+    import torch
+
+    from gem_model.models import GEM, GEMConfig
+    from gem_model.train import load_preset
+    from tests.model.helpers import make_batch
+
+    cfg = GEMConfig.from_specs(load_preset(preset)["model"])
+    g = torch.Generator().manual_seed(0)
+    batch = make_batch(cfg, torch.randint(0, cfg.seq_len + 1, (batch_size,), generator=g).tolist())
+    model = GEM(cfg)
+
+    def fwd_loss(m, b):
+        return m.loss(m(b), b)[0]
+
+    ex = torch._dynamo.explain(fwd_loss)(model, batch)
+    return {"graph_breaks": ex.graph_break_count, "graphs": ex.graph_count}
 
 
 def attention_flops(cfg, batch) -> float:
@@ -264,8 +287,8 @@ def bench_synthetic(preset: str, device: str, precision: str, batch_size: int, s
     model = GEM(cfg).to(dev)
     stream = SyntheticBatches(cfg, batch_size, device=dev, pool=4, seed=0)
     it = iter(stream)
-    step = make_step(model, dev, precision)
-    run = torch.compile(step) if compile_model else step
+    step = make_step(torch.compile(model, dynamic=True) if compile_model else model, dev, precision)
+    run = step
     amp_dtype = autocast_dtype(precision, dev)
 
     def fwd_bwd(b):
@@ -331,7 +354,8 @@ def synthetic_rows(a) -> list[tuple[str, str]]:
     bs = a.batch_size or (4096 if a.device == "cuda" else 256)
     r = bench_synthetic(preset, a.device, precision, bs, a.steps, a.peak_tflops, a.compile_model)
     rows = [
-        ("synthetic step: preset / precision / batch", f"{preset} / {precision} / {bs} (mean history {r['mean_history']:.1f})"),
+        ("synthetic step: preset / precision / batch", f"{preset} / {precision} / {bs} (mean history "
+         f"{r['mean_history']:.1f}){' / torch.compile(model)' if a.compile_model else ''}"),
         ("samples/s", f"{r['samples_per_s']:,.0f}"),
         ("step time (ms)", f"{r['step_ms']:.2f}"),
         ("aten operators per step, all / compute (profiler)", f"{r['aten_ops']} / {r['compute_ops']}"),
@@ -350,6 +374,14 @@ def synthetic_rows(a) -> list[tuple[str, str]]:
     return rows
 
 
+def _importable(module: str) -> bool:
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=20000, help="synthetic rows per day")
@@ -363,20 +395,22 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=None, help="default: 4096 on cuda, 256 on cpu")
     ap.add_argument("--smoke-steps", type=int, default=0, help="also run bf16 vs fp32 for this many steps")
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak for MFU (H100/H200: 989)")
-    ap.add_argument("--compile-model", action="store_true", help="torch.compile the whole synthetic step")
+    ap.add_argument("--compile-model", action="store_true", help="torch.compile the whole model (no graph break)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (CPU)")
     ap.add_argument("--ops-only", action="store_true", help="print aten operators per CPU step of `tiny` and exit")
+    ap.add_argument("--graph-breaks", action="store_true", help="print dynamo graph breaks of `tiny` fwd+loss and exit")
     a = ap.parse_args()
-    if a.ops_only:
-        print(json.dumps(ops_only(a.preset or "tiny")))
+    if a.graph_breaks:
+        print(json.dumps(graph_breaks(a.preset or "tiny")))
         return
-    import importlib.util
-
+    if a.ops_only:
+        print(json.dumps(ops_only(a.preset or "tiny", compile_model=a.compile_model)))
+        return
     import torch
 
     if a.threads:
         torch.set_num_threads(a.threads)
-    lake_ok = all(importlib.util.find_spec(m) is not None for m in ("polars", "deltalake"))
+    lake_ok = all(_importable(m) for m in ("polars", "deltalake"))
     t = time.perf_counter()
     rows: list[tuple[str, str]] = [("device", a.device), ("torch threads", str(torch.get_num_threads()))]
     if a.synthetic or a.device == "cuda" or not lake_ok:

@@ -69,7 +69,6 @@ def pytorch_jagged_attention(
     return out.to(q.dtype)
 
 
-
 def pytorch_jagged_attention_backward(
     do: torch.Tensor,
     q: torch.Tensor,
@@ -81,13 +80,28 @@ def pytorch_jagged_attention_backward(
     scale: float | None = None,
     max_len: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv) of :func:`pytorch_jagged_attention`: recompute and differentiate with
-    ``torch.func.vjp``, which works where autograd is off (inside a custom op's implementation,
-    which runs below the autograd dispatch key)."""
-
-    def attend(q_, k_, v_):
-        return pytorch_jagged_attention(q_, k_, v_, offsets, causal=causal, scale=scale, max_len=max_len)
-
-    out, vjp = torch.func.vjp(attend, q, k, v)
-    dq, dk, dv = vjp(do.to(out.dtype))
-    return dq.clone(), dk.clone(), dv.clone()  # they are views of one buffer: a custom op may not alias
+    """(dq, dk, dv) of :func:`pytorch_jagged_attention` in closed form (the custom op's reference
+    backward: it runs below autograd, so it cannot differentiate the forward; ``torch.func.vjp``
+    could, but breaks under dispatch modes such as FlopCounterMode).  Padded, like the forward:
+    ``P = softmax(S)``, ``dV = P^T dO``, ``dS = P * (dO V^T - rowsum(dO * O))``."""
+    total, heads, dim = q.shape
+    if total == 0 or max_len == 0:
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    scale = 1.0 / math.sqrt(dim) if scale is None else scale
+    offs = offsets.to(torch.int64)
+    cdt = _compute_dtype(q.dtype)
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        padded = jagged_to_padded(torch.stack([t.to(cdt) for t in (q, k, v, do)], dim=1), offs, max_len)
+        qp, kp, vp, dop = padded.permute(2, 0, 3, 1, 4).unbind(0)  # [B, H, N, D]
+        idx = torch.arange(max_len, device=q.device)
+        lengths = (offs[1:] - offs[:-1]).to(q.device)
+        keep = ((idx[None, :] < lengths[:, None]) | (lengths[:, None] == 0))[:, None, None, :]
+        if causal:
+            keep = keep & (idx[None, :] <= idx[:, None])[None, None]
+        p = torch.softmax((qp @ kp.transpose(-1, -2) * scale).masked_fill(~keep, float("-inf")), dim=-1)
+        dv = p.transpose(-1, -2) @ dop
+        dp = dop @ vp.transpose(-1, -2)
+        ds = p * (dp - (p * dp).sum(-1, keepdim=True))  # padded query rows have dO = 0: ds = 0
+        dq, dk = ds @ kp * scale, ds.transpose(-1, -2) @ qp * scale
+        grads = [padded_to_jagged(g.transpose(1, 2), offs).to(q.dtype) for g in (dq, dk, dv)]
+    return grads[0], grads[1], grads[2]

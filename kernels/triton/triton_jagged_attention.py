@@ -11,6 +11,11 @@ Layout: q, k, v, out ``[L_total, H, D]`` (any strides with a unit last-dim strid
   sequence, and a dq kernel, grid ``(B * H, cdiv(max_len, BLOCK_M))``, in which a block of queries
   loops over the key blocks.  Probabilities are recomputed from the stored logsumexp; no atomics.
 
+Short sequences (``max_len <= short_rows(D, dtype)``, 128 rows for the model's D=32 in bf16; the
+threshold ``GEM_KERNEL_SHORT_MAX``, default 128, 0 = off) take one-tile kernels instead: one
+program per (sequence, head), grid ``(B * H,)``, the forward without an online softmax and the
+backward computing P once and dQ, dK, dV in the same program (5 dots, no recompute).
+
 Programs whose block starts past their sequence's end return at once.  Accumulation is fp32;
 fp32 inputs use IEEE fp32 dots unless ``torch.backends.cuda.matmul.allow_tf32`` is set.
 Supported dtypes: float16, bfloat16, float32 (bf16 is wrong under ``TRITON_INTERPRET=1``).
@@ -277,6 +282,122 @@ def _jagged_attn_bwd_dq(
     )
 
 
+# ------------------------------------------------------------------------------------------------
+# Short sequences (max_len <= SHORT_MAX, the model's histories): one program holds a whole
+# (sequence, head) in one BLOCK x BLOCK tile, so the forward needs no online softmax and the
+# backward computes P once and all three gradients in one pass (5 dots, no recompute, no atomics),
+# instead of a dK/dV kernel and a dQ kernel that each recompute QK^T and dO V^T.
+
+
+@triton.jit
+def _jagged_attn_fwd_short(
+    Q, K, V, OUT, LSE, OFFSETS,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+    stride_ot, stride_oh, stride_lt, stride_lh,
+    H, qk_scale,
+    CAUSAL: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    pid_bh = tl.program_id(0)
+    b = pid_bh // H
+    h = pid_bh % H
+    start = tl.load(OFFSETS + b).to(tl.int64)
+    seq_len = (tl.load(OFFSETS + b + 1).to(tl.int64) - start).to(tl.int32)
+    if seq_len == 0:
+        return
+    offs = tl.arange(0, BLOCK)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = offs < seq_len
+    rows = start + offs[:, None]
+    q = tl.load(Q + rows * stride_qt + h * stride_qh + offs_d[None, :], mask=mask[:, None], other=0.0)
+    k = tl.load(K + rows * stride_kt + h * stride_kh + offs_d[None, :], mask=mask[:, None], other=0.0)
+    v = tl.load(V + rows * stride_vt + h * stride_vh + offs_d[None, :], mask=mask[:, None], other=0.0)
+    s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+    # Keys only: padding query rows still see key 0, so every row max is finite (no NaN).
+    valid = mask[None, :]
+    if CAUSAL:
+        valid = valid & (offs[None, :] <= offs[:, None])
+    s = tl.where(valid, s, float("-inf"))
+    m = tl.max(s, 1)
+    p = tl.exp2(s - m[:, None])
+    l_sum = tl.sum(p, 1)
+    acc = tl.dot(p.to(v.dtype), v, input_precision=PREC) / l_sum[:, None]
+    tl.store(OUT + rows * stride_ot + h * stride_oh + offs_d[None, :], acc.to(OUT.dtype.element_ty),
+             mask=mask[:, None])
+    tl.store(LSE + (start + offs) * stride_lt + h * stride_lh, m + tl.log2(l_sum), mask=mask)
+
+
+@triton.jit
+def _jagged_attn_bwd_short(
+    Q, K, V, DO, LSE, DELTA, DQ, DK, DV, OFFSETS,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+    stride_dot, stride_doh, stride_lt, stride_lh,
+    stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh,
+    H, qk_scale, scale,
+    CAUSAL: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    pid_bh = tl.program_id(0)
+    b = pid_bh // H
+    h = pid_bh % H
+    start = tl.load(OFFSETS + b).to(tl.int64)
+    seq_len = (tl.load(OFFSETS + b + 1).to(tl.int64) - start).to(tl.int32)
+    if seq_len == 0:
+        return
+    offs = tl.arange(0, BLOCK)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = offs < seq_len
+    rows = start + offs[:, None]
+    q = tl.load(Q + rows * stride_qt + h * stride_qh + offs_d[None, :], mask=mask[:, None], other=0.0)
+    k = tl.load(K + rows * stride_kt + h * stride_kh + offs_d[None, :], mask=mask[:, None], other=0.0)
+    v = tl.load(V + rows * stride_vt + h * stride_vh + offs_d[None, :], mask=mask[:, None], other=0.0)
+    do = tl.load(DO + rows * stride_dot + h * stride_doh + offs_d[None, :], mask=mask[:, None], other=0.0)
+    lse = tl.load(LSE + (start + offs) * stride_lt + h * stride_lh, mask=mask, other=0.0)
+    delta = tl.load(DELTA + (start + offs) * stride_lt + h * stride_lh, mask=mask, other=0.0)
+
+    s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale  # [M, N], log2 domain
+    valid = mask[:, None] & mask[None, :]
+    if CAUSAL:
+        valid = valid & (offs[None, :] <= offs[:, None])
+    p = tl.where(valid, tl.exp2(s - lse[:, None]), 0.0)
+    dv = tl.dot(tl.trans(p).to(do.dtype), do, input_precision=PREC)
+    dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+    ds = p * (dp - delta[:, None])
+    dq = tl.dot(ds.to(k.dtype), k, input_precision=PREC) * scale
+    dk = tl.dot(tl.trans(ds).to(q.dtype), q, input_precision=PREC) * scale
+    tl.store(DQ + rows * stride_dqt + h * stride_dqh + offs_d[None, :], dq.to(DQ.dtype.element_ty),
+             mask=mask[:, None])
+    tl.store(DK + rows * stride_dkt + h * stride_dkh + offs_d[None, :], dk.to(DK.dtype.element_ty),
+             mask=mask[:, None])
+    tl.store(DV + rows * stride_dvt + h * stride_dvh + offs_d[None, :], dv.to(DV.dtype.element_ty),
+             mask=mask[:, None])
+
+
+SHORT_MAX_ENV = "GEM_KERNEL_SHORT_MAX"
+
+
+def short_max() -> int:
+    """Longest max_len served by the one-tile kernels (``GEM_KERNEL_SHORT_MAX``, default 128; 0
+    turns them off). Read at every call, so a benchmark can compare both paths."""
+    return int(os.environ.get(SHORT_MAX_ENV, "128"))
+
+
+def short_rows(dim: int, dtype: torch.dtype) -> int:
+    """Longest sequence the one-tile kernels take for this head dim / dtype: the tile (rows x D
+    per operand, P and dP rows x rows) must stay in registers: 8192 elements of a 16-bit type,
+    4096 of fp32 (D=32 bf16: 128 rows, the model's 68 fit; D=128 fp32: 32 rows)."""
+    budget = 4096 if dtype == torch.float32 else 8192
+    return min(short_max(), max(16, budget // dim) if short_max() else 0)
+
+
+def _short_config(max_len: int, dim: int, dtype: torch.dtype, backward: bool) -> dict:
+    """One tile of next_pow2(max_len) rows (at least 16, the smallest tl.dot); warps grow with the
+    tile (the backward keeps P and dP live: 8 warps from 128 rows or fp32 64-row tiles)."""
+    block = max(16, triton.next_power_of_2(max_len))
+    if interpreting():
+        return {"BLOCK": block, "num_warps": 1, "num_stages": 1}
+    wide = block >= 128 or (backward and block >= 64 and (dtype == torch.float32 or dim >= 64))
+    return {"BLOCK": block, "num_warps": 8 if wide else 4, "num_stages": 1}
+
+
 def _launch_config(dim: int, backward: bool) -> dict:
     """Block sizes and launch options.  Small blocks under the interpreter (speed); on GPU,
     conservative untuned defaults (no GPU was available when these were chosen)."""
@@ -311,6 +432,16 @@ def _forward(q, k, v, offsets, max_len, causal, scale):
     lse = _alloc(q[:, :, 0], torch.float32)
     if total == 0 or batch == 0 or max_len == 0 or heads == 0:
         return out, lse
+    if max_len <= short_rows(dim, q.dtype):
+        cfg = _short_config(max_len, dim, q.dtype, backward=False)
+        _jagged_attn_fwd_short[(batch * heads,)](
+            q, k, v, out, lse, offsets,
+            q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+            out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
+            heads, scale * LOG2E,
+            CAUSAL=causal, BLOCK_D=dim, PREC=_precision(q.dtype), **cfg,
+        )  # fmt: skip
+        return out, lse
     cfg = _launch_config(dim, backward=False)
     grid = (batch * heads, triton.cdiv(max_len, cfg["BLOCK_M"]))
     _jagged_attn_fwd[grid](
@@ -331,8 +462,19 @@ def _backward(do, q, k, v, out, lse, offsets, max_len, causal, scale):
         return dq, dk, dv
     delta = (do.float() * out.float()).sum(-1).contiguous()  # [L_total, H]
     assert delta.stride() == lse.stride()
-    cfg = _launch_config(dim, backward=True)
     prec = _precision(q.dtype)
+    if max_len <= short_rows(dim, q.dtype):
+        cfg = _short_config(max_len, dim, q.dtype, backward=True)
+        _jagged_attn_bwd_short[(batch * heads,)](
+            q, k, v, do, lse, delta, dq, dk, dv, offsets,
+            q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+            do.stride(0), do.stride(1), lse.stride(0), lse.stride(1),
+            dq.stride(0), dq.stride(1), dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1),
+            heads, scale * LOG2E, scale,
+            CAUSAL=causal, BLOCK_D=dim, PREC=prec, **cfg,
+        )  # fmt: skip
+        return dq, dk, dv
+    cfg = _launch_config(dim, backward=True)
     grid_kv = (batch * heads, triton.cdiv(max_len, cfg["BLOCK_N"]))
     _jagged_attn_bwd_dkdv[grid_kv](
         q, k, v, do, lse, delta, dk, dv, offsets,

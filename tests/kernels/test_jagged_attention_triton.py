@@ -1,10 +1,14 @@
-"""Triton jagged attention (interpreted on CPU, or on CUDA when present) vs a float64 reference."""
+"""Triton jagged attention (interpreted on CPU, or on CUDA when present) vs a float64 reference.
+
+Two kernel paths: the one-tile kernels for short sequences (max_len <= GEM_KERNEL_SHORT_MAX, the
+model's histories) and the tiled kernels (online softmax, dK/dV and dQ passes) for longer ones; the
+`path` fixture forces one by setting the threshold (0 = tiled everywhere)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kernel_helpers import make_offsets, naive_jagged_attention, random_qkv, rel_err
 
@@ -23,6 +27,17 @@ pytestmark = pytest.mark.skipif(
 def poison_outputs(monkeypatch):
     """Outputs and gradients start as NaN: any element a kernel fails to write shows up."""
     monkeypatch.setattr(tja, "POISON_OUTPUTS", True)
+
+
+@pytest.fixture
+def tiled(monkeypatch):
+    monkeypatch.setenv(tja.SHORT_MAX_ENV, "0")
+
+
+@pytest.fixture(params=["short", "tiled"])
+def path(request, monkeypatch):
+    monkeypatch.setenv(tja.SHORT_MAX_ENV, "128" if request.param == "short" else "0")
+    return request.param
 
 
 def check_against_reference(lengths, heads, dim, causal, dtype, *, scale=None, offsets_dtype=torch.int64,
@@ -54,7 +69,8 @@ def check_against_reference(lengths, heads, dim, causal, dtype, *, scale=None, o
 _length = st.one_of(st.sampled_from([0, 1, 15, 16, 17, 33]), st.integers(0, 40))
 
 
-@settings(max_examples=12, deadline=None, derandomize=True)
+# `tiled` only sets an environment variable: the same for every example.
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     lengths=st.lists(_length, min_size=1, max_size=4),
     heads=st.integers(1, 2),
@@ -62,18 +78,31 @@ _length = st.one_of(st.sampled_from([0, 1, 15, 16, 17, 33]), st.integers(0, 40))
     causal=st.booleans(),
     dtype=st.sampled_from([torch.float32, torch.float16]),
 )
-def test_triton_matches_float64_reference(lengths, heads, dim, causal, dtype):
+def test_triton_matches_float64_reference(tiled, lengths, heads, dim, causal, dtype):
+    check_against_reference(lengths, heads, dim, causal, dtype)
+
+
+@settings(max_examples=6, deadline=None, derandomize=True)
+@given(
+    lengths=st.lists(st.one_of(st.sampled_from([0, 1, 16, 17, 63, 64]), st.integers(0, 64)), min_size=1, max_size=4),
+    heads=st.integers(1, 2),
+    dim=st.sampled_from([16, 32, 64]),
+    causal=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.float16]),
+)
+def test_triton_short_path_matches_float64_reference(lengths, heads, dim, causal, dtype):
+    assert max(lengths) <= tja.short_rows(dim, dtype)  # the one-tile kernels (default threshold)
     check_against_reference(lengths, heads, dim, causal, dtype)
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_triton_block_boundaries_fp32(causal):
+def test_triton_block_boundaries_fp32(path, causal):
     # Sequences ending exactly at / just after block edges, next to each other.
     check_against_reference([16, 17, 32, 1, 0, 15, 33], 2, 32, causal, torch.float32)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_triton_head_dim_128(dtype):
+def test_triton_head_dim_128(path, dtype):
     check_against_reference([3, 18, 0], 1, 128, True, dtype)
 
 

@@ -39,10 +39,23 @@ def source(fn, dtype, constexprs):
     consts = {(fn.arg_names.index(k),): v for k, v in constexprs.items()}
     return ASTSource(fn, sig, constexprs=consts)
 
+import torch
 target = GPUTarget("cuda", 90, 32)
-for dtype, dim, causal in (("bf16", 64, True), ("fp32", 128, False)):
-    for fn, backward in ((m._jagged_attn_fwd, False), (m._jagged_attn_bwd_dkdv, True), (m._jagged_attn_bwd_dq, True)):
-        cfg = dict(m._launch_config(dim, backward))
+TORCH = {"bf16": torch.bfloat16, "fp32": torch.float32}
+KERNELS = ((m._jagged_attn_fwd, False, False), (m._jagged_attn_bwd_dkdv, True, False),
+           (m._jagged_attn_bwd_dq, True, False), (m._jagged_attn_fwd_short, False, True),
+           (m._jagged_attn_bwd_short, True, True))
+# the model's shape (D=32 bf16: one-tile kernels, 128 rows), both ends of the tiled grid, and the
+# largest one-tile tile (D=64 bf16, 128 rows)
+CASES = (("bf16", 32, False, (True,)), ("bf16", 64, True, (False, True)), ("fp32", 128, False, (False,)))
+for dtype, dim, causal, paths in CASES:
+    for fn, backward, short in KERNELS:
+        if short not in paths:
+            continue
+        if short:  # the largest tile the one-tile path launches for this head dim / dtype
+            cfg = dict(m._short_config(m.short_rows(dim, TORCH[dtype]), dim, TORCH[dtype], backward))
+        else:
+            cfg = dict(m._launch_config(dim, backward))
         options = {"num_warps": cfg.pop("num_warps"), "num_stages": cfg.pop("num_stages")}
         cfg.update(CAUSAL=causal, BLOCK_D=dim, PREC="ieee" if dtype == "fp32" else "tf32")
         kernel = triton.compile(source(fn, dtype, cfg), target=target, options=options)
@@ -60,4 +73,4 @@ def test_kernels_compile_for_sm90():
     if proc.returncode != 0 and ("ptxas" in proc.stderr.lower() and "not found" in proc.stderr.lower()):
         pytest.skip("no ptxas available to compile for an NVIDIA target")
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert proc.stdout.count("OK") == 6, proc.stdout
+    assert proc.stdout.count("OK") == 10, proc.stdout

@@ -160,7 +160,19 @@ def test_training_and_validation_under_bf16_autocast(lake, tmp_path):
         cfg["data"]["eval"] = None
         runs[precision] = train(cfg)
     bf, fp = runs["bf16"], runs["fp32"]
+    assert bf["loss_curve"] != fp["loss_curve"]  # precision honoured: autocast changed the numerics
     assert bf["valid_rows"] and bf["best_valid_score"] < 1.5
     for (s1, l1), (s2, l2) in zip(bf["loss_curve"], fp["loss_curve"], strict=True):
         assert s1 == s2 and abs(l1 - l2) <= 0.05 * l2, (l1, l2)
     assert abs(bf["best_valid_score"] - fp["best_valid_score"]) < 0.05
+
+
+def test_accelerator_precision_reaches_train_config():
+    """AcceleratorResource.precision (bf16 | fp32) becomes train.precision on CUDA; the CPU trains in fp32."""
+    from gem_pipelines.resources import AcceleratorResource
+
+    assert AcceleratorResource(device="cuda", precision="bf16").train_overrides()["precision"] == "bf16"
+    assert AcceleratorResource(device="cuda", precision="fp32").train_overrides()["precision"] == "fp32"
+    assert AcceleratorResource(device="cpu", precision="bf16").train_overrides()["precision"] == "fp32"
+    with pytest.raises(ValueError, match="precision"):
+        AcceleratorResource(device="cuda", precision="fp16").train_overrides()

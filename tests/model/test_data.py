@@ -158,3 +158,23 @@ def test_resume_position(lake):
     s2.load_state_dict(state)
     assert [b.request_ids for b in s2] == rest
     assert first[0] != rest[0]
+
+
+def test_batches_carry_max_len_computed_on_the_host():
+    """max_len travels with the batch (the model never reads the offsets back from the device)."""
+    from gem_model.data import Chunk
+
+    offsets = np.array([0, 3, 3, 10, 11], dtype=np.int64)
+    hist = {"hist_item_id": np.arange(11, dtype=np.int64)}
+    chunk = Chunk(np.zeros((4, 2), np.float32), np.zeros((4, 1), np.int64), offsets, hist, np.zeros(4, np.int64),
+                  np.zeros((4, 2), np.float32), np.ones((4, 2), bool), np.array(list("abcd"), dtype=object))
+    batch = chunk.to_batch()
+    assert batch.max_len == 7 and isinstance(batch.max_len, int)
+    assert chunk.take(np.array([0, 3])).to_batch().max_len == 3
+    assert chunk.take(np.array([1])).to_batch().max_len == 0
+
+
+def test_stream_batches_carry_max_len(lake):
+    for b in _stream(max_len=8):
+        assert b.max_len == int((b.offsets[1:] - b.offsets[:-1]).max())
+        assert b.max_len <= 8

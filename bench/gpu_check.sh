@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# One command for the GPU machine (Python 3.12, torch + triton preinstalled, no polars / deltalake /
+# pydantic): CUDA kernel and model tests, the synthetic training-step bench (base preset, bf16), a
+# bf16-vs-fp32 smoke run (100 steps, loss within 2%) and bench/kernels.py, summarised in one markdown
+# table (details below it) written to OUTPUT (default: $OUT/gpu_check.md, else ./gpu_check.md).
+#
+#   bench/gpu_check.sh [OUTPUT.md]             # on the GPU machine (each part has its own timeout)
+#   bench/gpu_check.sh --dry-run [OUTPUT.md]   # CPU, small shapes, polars/deltalake/pydantic blocked
+#
+# PYTHON selects the interpreter (default python3). Exit status: 0 when every part passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+DRY=0
+OUTFILE=""
+for arg in "$@"; do
+  case "$arg" in
+    --dry-run) DRY=1 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    *) OUTFILE=$arg ;;
+  esac
+done
+PY=${PYTHON:-python3}
+OUTFILE=${OUTFILE:-${OUT:-.}/gpu_check.md}
+WORK=$(mktemp -d)
+export WANDB_MODE=disabled GEM_HOME=$WORK/gem PYTHONDONTWRITEBYTECODE=1
+if [ "$DRY" = 1 ]; then
+  export PYTHONPATH=$ROOT/bench/gpu_check_blocker:$ROOT TRITON_INTERPRET=1 CUDA_VISIBLE_DEVICES=""
+  TESTS=(tests/kernels/test_kernels_dispatch.py tests/model/test_compile.py tests/model/test_cuda.py)
+  TRAIN_ARGS=(--synthetic --device cpu --preset tiny --batch-size 64 --steps 3 --smoke-steps 12 --threads 2)
+  KERNEL_ARGS=(--cpu --quick --threads 2)
+  T_TESTS=600; T_TRAIN=600; T_KERNELS=600
+else
+  export PYTHONPATH=$ROOT TRITON_INTERPRET=0  # tests/conftest.py would default it to 1
+  TESTS=(tests/kernels tests/model/test_cuda.py tests/model/test_compile.py tests/model/test_synthetic_batches.py)
+  TRAIN_ARGS=(--synthetic --device cuda --preset base --precision bf16 --batch-size 4096 --steps 30 --smoke-steps 100)
+  KERNEL_ARGS=()
+  T_TESTS=220; T_TRAIN=150; T_KERNELS=160  # under the 600 s a device call may run
+fi
+
+ROWS=()
+FAILED=0
+row() { ROWS+=("| $1 | $2 | $3 | $4 |"); }
+# run NAME TIMEOUT CMD... : output in $WORK/NAME.log; sets RC and SECS
+run() {
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" >"$WORK/$name.log" 2>&1
+  RC=$?
+  SECS=$((SECONDS - t0))
+  [ "$RC" = 0 ] || FAILED=1
+}
+status() { if [ "$RC" = 0 ]; then echo ok; elif [ "$RC" = 124 ]; then echo "TIMEOUT (${1}s)"; else echo "FAIL (rc $RC)"; fi; }
+grab() { grep -F "| $1" "$WORK/$2.log" | head -1 | awk -F'|' '{gsub(/^ +| +$/, "", $3); print $3}'; }
+
+# 1. environment: what the model path imports, and what the machine has
+run env 30 "$PY" -c "
+import importlib, platform, torch
+def has(m):
+    try:
+        importlib.import_module(m)
+    except ImportError:
+        return False
+    return True
+mods = {m: has(m) for m in ('triton', 'yaml', 'pytest', 'hypothesis', 'pytest_timeout', 'polars', 'deltalake', 'pydantic')}
+import kernels, gem_model.models, gem_model.synthetic_batches  # the GPU path: torch + triton + PyYAML only
+dev = torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu'
+print(f'python {platform.python_version()}; torch {torch.__version__}; {dev}; ' + ', '.join(f'{k}={\"yes\" if v else \"no\"}' for k, v in mods.items()))
+"
+row "environment (model path imports without polars/deltalake/pydantic)" "$(status 30)" "$(tail -1 "$WORK/env.log" | tr '|' '/')" "$SECS"
+
+# 2. CUDA kernel and model tests (pytest-timeout / strict markers may be absent: addopts dropped)
+run tests "$T_TESTS" "$PY" -m pytest -q -o addopts="" -p no:cacheprovider --continue-on-collection-errors "${TESTS[@]}"
+row "tests: ${TESTS[*]}" "$(status "$T_TESTS")" "$(grep -E '(passed|failed|error)' "$WORK/tests.log" | tail -1 | tr '|' '/')" "$SECS"
+
+# 3. training step on the in-memory synthetic stream + bf16 vs fp32 smoke run
+run train "$T_TRAIN" "$PY" bench/train.py "${TRAIN_ARGS[@]}"
+row "bench/train.py ${TRAIN_ARGS[*]}" "$(status "$T_TRAIN")" \
+  "$(grab 'samples/s' train) samples/s; step $(grab 'step time' train) ms; kernels/step $(grab 'CUDA kernel launches' train); aten ops/step $(grab 'aten operators' train); peak $(grab 'peak memory' train) GiB; MFU $(grab 'MFU' train)" "$SECS"
+SMOKE=$(grab 'bf16 vs fp32' train)
+if [ -n "$SMOKE" ] && ! grep -q OUTSIDE <<<"$SMOKE"; then SMOKE_STATUS=ok; else SMOKE_STATUS=FAIL; FAILED=1; fi
+[ "$DRY" = 1 ] && [ "$SMOKE_STATUS" = FAIL ] && [ -n "$SMOKE" ] && SMOKE_STATUS="(cpu: reported only)" && FAILED=0
+row "bf16 vs fp32 training smoke (loss within 2%)" "$SMOKE_STATUS" "${SMOKE:-not run}" "-"
+
+# 4. kernels vs padded SDPA, model operating points first
+run kernels "$T_KERNELS" "$PY" bench/kernels.py "${KERNEL_ARGS[@]}"
+row "bench/kernels.py ${KERNEL_ARGS[*]}" "$(status "$T_KERNELS")" "summary below; $(grep -c '^| model' "$WORK/kernels.log") model points measured" "$SECS"
+
+{
+  echo "# GPU check ($(date -u +%Y-%m-%dT%H:%MZ), $([ "$DRY" = 1 ] && echo 'CPU dry run' || echo GPU); commit $(git rev-parse --short HEAD 2>/dev/null || echo n/a))"
+  echo
+  echo "| check | status | result | s |"
+  echo "|---|---|---|---|"
+  printf '%s\n' "${ROWS[@]}"
+  echo
+  echo "## bench/train.py"
+  echo
+  grep '^|' "$WORK/train.log" || tail -20 "$WORK/train.log"
+  echo
+  echo "## bench/kernels.py"
+  echo
+  if grep -q '^Summary' "$WORK/kernels.log"; then sed -n '/^Summary/,$p' "$WORK/kernels.log"; else grep '^| model' "$WORK/kernels.log"; tail -5 "$WORK/kernels.log"; fi
+  echo
+  echo "## tests (tail)"
+  echo
+  echo '```'
+  tail -15 "$WORK/tests.log"
+  echo '```'
+} >"$OUTFILE"
+cat "$OUTFILE"
+exit "$FAILED"
