@@ -153,6 +153,9 @@ class SparseFeature(_Strict):
     name: str
     table: str
     buckets: int = Field(gt=1)
+    # closed vocabulary: value i -> row i + 1 (0 = null / unknown), no hashing, no collisions;
+    # "surfaces" = the names of surfaces.yaml in order. None: an open vocabulary, hashed.
+    vocab: tuple[str, ...] | Literal["surfaces"] | None = None
 
     @field_validator("name", "table")
     @classmethod
@@ -165,6 +168,7 @@ class HistoryColumn(_Strict):
     source: Literal["item_id", "action", "surface", "ts"]
     table: str | None = None
     buckets: int | None = None
+    vocab: tuple[str, ...] | Literal["surfaces"] | None = None  # as SparseFeature.vocab
 
 
 class HistoryConfig(_Strict):

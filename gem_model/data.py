@@ -36,6 +36,7 @@ from gem_model.batch import TASKS, Batch  # noqa: F401  (re-exported: the batch 
 from gem_model.config import FeaturesConfig, SurfacesConfig, load_features, load_surfaces
 from gem_model.paths import storage_options as env_storage_options
 from gem_model.paths import table_uri
+from gem_model.vocab import check_fits, lookup, vocab_values
 
 NULL_BUCKET = 0  # hashed ids land in 1..buckets-1; bucket 0 means null / missing
 
@@ -161,6 +162,15 @@ class Encoder:
         self.max_len = min(max_len or features.history.max_len, features.history.max_len)
         self.surface_index = {s: i for i, s in enumerate(surfaces.names)}
         self.has_conversion = np.array(["conversion" in s.tasks for s in surfaces.surfaces], dtype=bool)
+        # closed vocabularies (enums, surfaces, actions): looked up, never hashed
+        self.vocab: dict[str, list[str]] = {}
+        for f in [*features.sparse, *features.history.columns]:
+            if f.vocab is not None:
+                self.vocab[f.name] = vocab_values(f.vocab, surfaces)
+                check_fits(f.name, self.vocab[f.name], int(f.buckets or 0))
+
+    def _ids(self, name: str, arr: pa.Array | pa.ChunkedArray, buckets: int) -> np.ndarray:
+        return lookup(arr, self.vocab[name]) if name in self.vocab else hash_array(arr, buckets)
 
     @property
     def columns(self) -> list[str]:
@@ -189,7 +199,7 @@ class Encoder:
             dense[:, j] = x
         sparse = np.zeros((n, len(self.features.sparse)), dtype=np.int64)
         for j, f in enumerate(self.features.sparse):
-            sparse[:, j] = hash_array(df[f.name].to_arrow(), f.buckets)
+            sparse[:, j] = self._ids(f.name, df[f.name].to_arrow(), f.buckets)
 
         offsets = None
         history: dict[str, np.ndarray] = {}
@@ -208,7 +218,7 @@ class Encoder:
             if c.source == "ts":
                 history[c.name] = values.fill_null(0.0).to_numpy(zero_copy_only=False).astype(np.float32)
             else:
-                history[c.name] = hash_array(values, int(c.buckets or 2))
+                history[c.name] = self._ids(c.name, values, int(c.buckets or 2))
         if offsets is None:
             offsets = np.zeros(n + 1, dtype=np.int64)
 

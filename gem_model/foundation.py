@@ -172,12 +172,12 @@ def run_foundation(
     return result
 
 
-def write_eval_report(rows: list[dict[str, Any]], path: str | Path) -> Path:
-    """{"rows": [...]} written atomically (e.g. reports/foundation_eval.json)."""
+def write_eval_report(rows: list[dict[str, Any]], path: str | Path, extra: dict[str, Any] | None = None) -> Path:
+    """{"rows": [...], **extra} written atomically (e.g. reports/foundation_eval.json)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps({"rows": rows}, indent=2, default=str))
+    tmp.write_text(json.dumps({"rows": rows, **(extra or {})}, indent=2, default=str))
     os.replace(tmp, path)
     return path
 

@@ -189,3 +189,48 @@ def read_oracle(
 def mean_ne(rows: list[dict[str, Any]], task: str | None = "click") -> float:
     vals = [r["ne"] for r in rows if (task is None or r["task"] == task) and math.isfinite(r["ne"])]
     return float(np.mean(vals)) if vals else float("nan")
+
+
+# ------------------------------------------------------------------------------------------------
+# Bootstrap intervals (Poisson bootstrap over rows: every model of a comparison sees the same
+# resampled rows, so differences are paired).
+
+
+def _row_log_loss(y: np.ndarray, p: np.ndarray) -> np.ndarray:
+    p = np.clip(np.asarray(p, dtype=np.float64), EPS, 1 - EPS)
+    return -(y * np.log(p) + (1 - y) * np.log(1 - p))
+
+
+def _entropy_vec(rate: np.ndarray) -> np.ndarray:
+    r = np.clip(rate, 1e-12, 1 - 1e-12)
+    return -(r * np.log(r) + (1 - r) * np.log(1 - r))
+
+
+def bootstrap_ne(
+    y: np.ndarray, preds: dict[str, np.ndarray], *, n_boot: int = 1000, seed: int = 0, chunk: int = 100
+) -> dict[str, np.ndarray]:
+    """NE of every model on `n_boot` Poisson-bootstrap resamples of the same rows: {name: [n_boot]}."""
+    y = np.asarray(y, dtype=np.float64)
+    ll = {k: _row_log_loss(y, p) for k, p in preds.items()}
+    rng = np.random.default_rng(seed)
+    out: dict[str, list[np.ndarray]] = {k: [] for k in preds}
+    for start in range(0, n_boot, chunk):
+        w = rng.poisson(1.0, size=(min(chunk, n_boot - start), len(y))).astype(np.float64)
+        tot = w.sum(1)
+        h = _entropy_vec((w @ y) / tot)
+        for k, v in ll.items():
+            out[k].append((w @ v) / tot / h)
+    return {k: np.concatenate(v) for k, v in out.items()}
+
+
+def interval(samples: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    a = (1 - level) / 2
+    return float(np.quantile(samples, a)), float(np.quantile(samples, 1 - a))
+
+
+def paired_difference(a: np.ndarray, b: np.ndarray, point: float, level: float = 0.95) -> dict[str, Any]:
+    """NE(a) - NE(b) with a bootstrap interval of the same resamples; `verdict` says "a better" /
+    "b better" only when the interval excludes 0, else "no difference shown"."""
+    lo, hi = interval(a - b, level)
+    verdict = "a better" if hi < 0 else "b better" if lo > 0 else "no difference shown"
+    return {"diff": point, "lo": lo, "hi": hi, "verdict": verdict}

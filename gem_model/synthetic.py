@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -43,8 +44,14 @@ def synthetic_day(
     n_items: int = 4000,
     n_topics: int = 16,
     max_hist: int = 48,
+    history_only: bool = False,
+    empty_history: bool = False,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """One day of (training_examples, oracle) rows with exactly the lake schemas."""
+    """One day of (training_examples, oracle) rows with exactly the lake schemas.
+
+    history_only: the click depends on the user's history alone (the candidate's topic among the
+    user's topics, which only the history reveals, and the ad's presence in it); empty_history: the
+    same rows and labels with every history emptied (the control of a model that reads histories)."""
     surfaces = surfaces or load_surfaces()
     world = np.random.default_rng(seed)  # the same users every day
     interests = np.stack([world.permutation(n_topics)[:2] for _ in range(n_users)])
@@ -87,6 +94,8 @@ def synthetic_day(
         -3.0 + 1.8 * fav + 1.5 * in_hist + s_off[s_idx] + ad_quality[ad] - 0.12 * (position - 1)
         + 0.15 * rng.standard_normal(rows)
     )
+    if history_only:
+        logit = -3.2 + 2.6 * fav + 1.5 * in_hist
     p_click = _sigmoid(logit)
     click = rng.random(rows) < p_click
     q_conv = _sigmoid(-1.5 + 0.8 * fav)
@@ -99,6 +108,10 @@ def synthetic_day(
     ts = np.datetime64(midnight.replace(tzinfo=None), "us") + sec.astype("timedelta64[s]")
     rid = [f"{date:%Y%m%d}-{i:07d}" for i in range(rows)]
     s_name = np.asarray(names)[s_idx]
+
+    if empty_history:
+        offsets = np.zeros_like(offsets)
+        item, action, h_surface, secs = item[:0], action[:0], h_surface[:0], secs[:0]
 
     def lst(values: np.ndarray, typ: pa.DataType) -> pl.Series:
         arr = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values, type=typ))
@@ -156,7 +169,7 @@ def write_synthetic_lake(
     *,
     surfaces: SurfacesConfig | None = None,
     seed: int = 0,
-    **kw: int,
+    **kw: Any,
 ) -> None:
     """Write `training_examples` (by date) and `oracle` (by date, surface) under `lake_root` (a path or URI)."""
     so = storage_options(lake_root)

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 import torch
 import torch.distributed as torch_dist
 import yaml
@@ -49,21 +50,25 @@ from gem_model.data import ExampleStream
 from gem_model.distributed import resume_step
 from gem_model.metrics import metric_rows, predict, read_oracle
 from gem_model.models import GEM, GEMConfig
+from gem_model.normalization import dense_stats
 from gem_model.optim import RowWiseAdagrad
 from gem_model.paths import gem_home, storage_options, table_uri
 from gem_model.precision import autocast_dtype
 from gem_model.sharding import ReplicatedLayout, RowShardedLayout, shard_model
 from gem_model.tracking import Tracker
+from gem_model.vocab import collision_rates
 
 CHECKPOINT = "checkpoint.pt"  # full resumable state, rewritten every `checkpoint_every` steps
 BEST = "best.pt"  # weights of the best validation score so far
 MODEL = "model.pt"  # the selected model: what downstream assets load
+EVAL_PREDICTIONS = "eval_predictions.parquet"  # p_click of every clickable row of E
 DEFAULT_TRAIN: dict[str, Any] = {
     "batch_size": 1024,
     "eval_batch_size": 4096,
     "lr": 0.004,
     "emb_lr": 0.05,
     "emb_weight_decay": 0.0,  # row-wise Adagrad: L2 on the rows a batch touches
+    "wide_weight_decay": None,  # L2 on the per-id wide offsets (None: emb_weight_decay)
     "weight_decay": 0.0,
     "epochs": 1,
     "max_steps": None,
@@ -294,7 +299,13 @@ def train(
 
     opt_dense = torch.optim.AdamW(core.dense_parameters(), lr=tcfg["lr"], weight_decay=tcfg["weight_decay"], betas=(0.9, 0.98),
                                   fused=device.type == "cuda" or None)  # one kernel for every parameter on CUDA
-    opt_emb = RowWiseAdagrad(core.embedding_parameters(), lr=tcfg["emb_lr"], weight_decay=tcfg["emb_weight_decay"])
+    wide_ids = {id(p) for p in core.wide_tables.parameters()}
+    wide_wd = tcfg["emb_weight_decay"] if tcfg.get("wide_weight_decay") is None else tcfg["wide_weight_decay"]
+    opt_emb = RowWiseAdagrad(
+        [{"params": [p for p in core.embedding_parameters() if id(p) not in wide_ids]},
+         {"params": list(core.wide_tables.parameters()), "weight_decay": float(wide_wd)}],
+        lr=tcfg["emb_lr"], weight_decay=tcfg["emb_weight_decay"],
+    )
     amp_dtype = autocast_dtype(str(tcfg["precision"]), device)
     amp = amp_dtype is not None
 
@@ -310,6 +321,14 @@ def train(
 
     def eval_stream(day: str) -> ExampleStream:
         return ExampleStream(day, day, dcfg["surfaces"], batch_size=tcfg["eval_batch_size"], shuffle=False, **common)
+
+    # dense inputs standardised with the training window's statistics (saved in the state dict;
+    # a resumed run reloads them with the weights)
+    train_days = [d.isoformat() for d in stream.dates]
+    core.set_dense_stats(*dense_stats(uri, [dt.date.fromisoformat(d) for d in train_days], dcfg["surfaces"],
+                                      features, so))
+    collisions = collision_rates(uri, [dt.date.fromisoformat(d) for d in train_days], dcfg["surfaces"], features, so) \
+        if rank == 0 else {}
 
     if tcfg["max_steps"]:
         total_steps = int(tcfg["max_steps"])
@@ -480,8 +499,11 @@ def train(
                 oracle_df = read_oracle([dcfg["eval"]], dcfg["surfaces"], uri=oracle_uri, storage_options=so)
             except Exception as e:  # no oracle table (real logs): metrics without the floor
                 _say(rank, f"no oracle for {dcfg['eval']}: {type(e).__name__}: {e}")
-        rows = metric_rows(predict(core, eval_stream(dcfg["eval"]), device=device,
-                                   amp_dtype=amp_dtype), oracle_df)
+        eval_preds = predict(core, eval_stream(dcfg["eval"]), device=device, amp_dtype=amp_dtype)
+        rows = metric_rows(eval_preds, oracle_df)
+        # per-row predictions on E: paired bootstrap intervals between models (gem_model.model_quality)
+        eval_preds.filter(pl.col("click_mask")).select("request_id", "surface", "click", "p_click").write_parquet(
+            out / EVAL_PREDICTIONS)
     summary = {
         "step": step,
         "best_step": best["step"] if dcfg["valid"] else step,
@@ -494,6 +516,8 @@ def train(
         "loss_curve": loss_curve,
         "valid_history": valid_history,
         "param_counts": core.param_counts(),
+        "hash_collisions": collisions,
+        "dense_stats": {"mean": core.dense_mean.tolist(), "std": core.dense_std.tolist()},
         "resumed_from_step": resumed_from,
         "warm_start": warm,
         "world_size": world,

@@ -1,9 +1,13 @@
-"""`make eval`: the published protocol. 3 seeds of the foundation model and its single-surface
-baselines, and every distillation arm x path with 3 seeds, on the lake `make demo` built.
+"""`make eval`: the published protocol. 3 seeds of the foundation model, its single-surface
+baselines, the base rate and a logistic regression on hand-built features (gem_model.baselines),
+all on the same rows of E, and every distillation arm x path with 3 seeds, on the lake `make demo`
+built.
 
-Writes reports/foundation_eval_3seeds.json and reports/distillation_report_3seeds.json (same row
-format as the one-seed reports) and prints seed means and spreads. Selection and early stopping use
-the validation day E-1 only; E is reported, never tuned on.
+Writes reports/foundation_eval_3seeds.json, reports/model_quality.md (the README's table: click NE
+per surface, seed mean +- sd, 95% bootstrap interval of the seed mean, calibration, share of the
+base-rate-to-oracle gap closed, paired differences foundation - other model with their intervals)
+and reports/distillation_report_3seeds.json, and prints its runtime. Selection and early stopping
+use the validation day E-1 only; E is reported, never tuned on.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
+from gem_model.model_quality import model_quality, quality_markdown, run_lr_baselines
 from gem_model.paths import reports_dir
 
 
@@ -42,10 +47,22 @@ def main(argv: list[str] | None = None) -> None:
     from gem_model.registry import read_accepted, resolve_checkpoint
 
     t0 = time.time()
-    result = run_foundation(args.preset, seeds=tuple(args.seeds), baselines=True)
-    path = write_eval_report(result["rows"], reports_dir() / "foundation_eval_3seeds.json")
+    # one seed at a time, each a complete comparison (foundation, single-surface, LR, base rate):
+    # the report is rewritten after every seed, so a cut-short run still reports the seeds it did
+    results: list[dict] = []
+    rows: list[dict] = []
+    for seed in args.seeds:
+        result = run_foundation(args.preset, seeds=(seed,), baselines=True)
+        results.append(result)
+        rows += result["rows"] + run_lr_baselines(result, [seed])
+        quality = model_quality(results, [r["seeds"][0] for r in results])
+        path = write_eval_report(rows, reports_dir() / "foundation_eval_3seeds.json", extra={"quality": quality})
+        md = reports_dir() / "model_quality.md"
+        md.write_text(quality_markdown(quality, len(results), time.time() - t0))
+        print(f"\nafter seed {seed}:\n" + md.read_text(), flush=True)
+    result = results[0]
     print(f"\nfoundation ({len(args.seeds)} seeds, click NE on E, mean +- sd)  -> {path}")
-    for (model, surface, task), m, sd, n in mean_spread(result["rows"], ("model", "surface", "task")):
+    for (model, surface, task), m, sd, n in mean_spread(rows, ("model", "surface", "task")):
         if task == "click":
             print(f"  {model:<15} {surface:<12} {m:.4f} +- {sd:.4f}  (n={n})")
     oracle = {r["surface"]: r["oracle_ne"] for r in result["rows"] if r["task"] == "click"}

@@ -31,7 +31,9 @@ class GEMConfig:
     summary_dim: int = 64  # the pooled representation the heads (and distillation) read
     head_hidden: int = 128  # width of the MLP that produces the summary
     dropout: float = 0.0
+    emb_dropout: float = 0.0  # dropout on embedding tokens (memorisation lives in the id tables)
     target_attention: bool = True  # DIN-style candidate-vs-history tokens for tables shared with history
+    ta_hidden: int = 32  # width of the DIN activation unit
     attention: str = "jagged"  # jagged (kernels.jagged_attention) | padded (SDPA over a padded batch)
     max_hist_len: int | None = None  # None: features.yaml history.max_len (never longer)
 
@@ -58,8 +60,9 @@ class GEMConfig:
 
     @property
     def n_tokens(self) -> int:
-        """Non-sequence tokens: one per sparse feature + one dense token."""
-        return len(self.sparse_features) + 1
+        """Non-sequence tokens: one per sparse feature + one dense token + one sum-pooled
+        target-attention token per target pair (the unnormalised pooling joins the interactions)."""
+        return len(self.sparse_features) + 1 + len(self.target_pairs)
 
     @property
     def target_pairs(self) -> list[tuple[int, str]]:

@@ -4,7 +4,10 @@
     dense feats ─> one dense token ──┴─> X [B, n, d]
     history (jagged) ─> item+action+surface embeddings + time-gap encoding ─> S [L_total, d]
                         (with n_cls CLS tokens prepended to every sequence)
-    target tokens:      candidate ad vs history items of the same table (DIN-style, cosine)
+    dense feats:        standardised with the training window's (mean, std), stored as buffers
+    target attention:   candidate ad vs history items of the same table (DIN activation unit on
+                        learned projections): a softmax-pooled token (into S_sum), a sum-pooled
+                        token (into X) and match statistics (into the dense token and the wide path)
 
     for each InterFormer block:
         cross arch:        X_sum = gated compression of X;  S_sum = CLS || PMA(S | X_sum) || most recent of S
@@ -14,7 +17,8 @@
 
     summary h = MLP(flatten([X || S_sum]))      <- `summary_embedding`, used for distillation
     logits[b, t] = head[surface_b, t](h_b) + wide[surface_b, t](dense_b) + sum_j w_t[id_bj]
-                   (one deep head per (surface, task), plus a wide linear path: Wide & Deep)
+                   (one deep head per (surface, task), keyed by surface name, plus a wide linear
+                   path: Wide & Deep)
     loss = sum_t w_t * sum_b w_surface(b) * mask[b, t] * BCE(logits, labels) / sum_b mask[b, t]
 """
 
@@ -34,11 +38,11 @@ from gem_model.models.layers import (
     CrossArch,
     PersonalisedFFN,
     SequenceMHA,
-    TargetAttention,
     TimeGapEncoding,
     Wukong,
     segment_ids,
 )
+from gem_model.models.target_attention import N_STATS, STAT_INIT, DINTargetAttention
 
 
 class Inputs(NamedTuple):
@@ -94,23 +98,32 @@ class GEM(nn.Module):
         d = cfg.d_model
         # -- inputs ---------------------------------------------------------------------------
         self.tables = nn.ModuleDict({t: nn.Embedding(rows, d) for t, rows in cfg.tables.items()})
-        self.dense = MLP(len(cfg.dense_features) + 2 * len(cfg.target_pairs), 2 * d, d)
-        self.dense_norm = nn.BatchNorm1d(len(cfg.dense_features), momentum=0.01)  # per-feature scale
+        n_wide = len(cfg.dense_features) + N_STATS * len(cfg.target_pairs)
+        self.dense = MLP(n_wide, 2 * d, d)
+        # training-window statistics (gem_model.normalization), saved with the weights
+        self.register_buffer("dense_mean", torch.zeros(len(cfg.dense_features)))
+        self.register_buffer("dense_std", torch.ones(len(cfg.dense_features)))
+        self.emb_drop = nn.Dropout(cfg.emb_dropout)
         self.time = TimeGapEncoding(cfg.time_buckets, d)
         self.seq_ln = nn.LayerNorm(d)
         self.cls = nn.Parameter(torch.randn(cfg.n_cls, d) * 0.02)
-        self.target = nn.ModuleList([TargetAttention(d) for _ in cfg.target_pairs])
+        self.target = nn.ModuleList([DINTargetAttention(d, cfg.seq_len, cfg.ta_hidden, cfg.dropout)
+                                     for _ in cfg.target_pairs])
         # -- trunk ----------------------------------------------------------------------------
         self.blocks = nn.ModuleList([InterFormerBlock(cfg) for _ in range(cfg.n_blocks)])
         self.final_cross = CrossArch(cfg.n_tokens, d, cfg.n_sum, cfg.n_cls, cfg.n_pma, cfg.n_recent, cfg.n_heads)
         self.summary = MLP((cfg.n_tokens + cfg.n_seq_summary) * d, cfg.head_hidden, cfg.summary_dim, cfg.dropout)
         self.summary_ln = nn.LayerNorm(cfg.summary_dim)
-        # -- heads: one per (surface, task) ---------------------------------------------------
-        n_s = len(cfg.surfaces)
-        self.head_w = nn.Parameter(torch.randn(n_s, len(TASKS), cfg.summary_dim) * 0.01)  # deep starts quiet
-        self.head_b = nn.Parameter(torch.full((n_s, len(TASKS)), -3.0))
-        n_wide = len(cfg.dense_features) + 2 * len(cfg.target_pairs)
-        self.wide = nn.Parameter(torch.zeros(n_s, len(TASKS), n_wide))  # a linear path, as in Wide & Deep
+        # -- heads: one per (surface, task), keyed by surface name (a warm start with one more
+        # surface keeps the others' heads) --------------------------------------------------------
+        n_s, n_t = len(cfg.surfaces), len(TASKS)
+        self.head_w = nn.ParameterDict({s: nn.Parameter(torch.randn(n_t, cfg.summary_dim) * 0.01)  # deep starts quiet
+                                        for s in cfg.surfaces})
+        self.head_b = nn.ParameterDict({s: nn.Parameter(torch.full((n_t,), -3.0)) for s in cfg.surfaces})
+        wide0 = torch.zeros(n_t, n_wide)
+        wide0[:, len(cfg.dense_features):] = STAT_INIT  # the match statistics start switched on
+        self.wide = nn.ParameterDict({s: nn.Parameter(wide0.clone())  # a linear path, as in Wide & Deep
+                                      for s in cfg.surfaces})
         # ... and a per-id logit offset per task for every sparse feature (a logistic regression on ids)
         wide_tables = dict.fromkeys(t for _, t in cfg.sparse_features)
         self.wide_tables = nn.ModuleDict({t: nn.Embedding(cfg.tables[t], len(TASKS)) for t in wide_tables})
@@ -133,7 +146,7 @@ class GEM(nn.Module):
     def embed(self, batch: Batch) -> Inputs:
         """Tokens of a batch: X, the jagged S with CLS tokens, target tokens, the wide inputs."""
         cfg = self.cfg
-        tokens = [self.tables[table](batch.sparse[:, j]) for j, (_, table) in enumerate(cfg.sparse_features)]
+        tokens = [self.emb_drop(self.tables[table](batch.sparse[:, j])) for j, (_, table) in enumerate(cfg.sparse_features)]
 
         offsets = batch.offsets.long()
         hist_len = offsets[1:] - offsets[:-1]
@@ -141,7 +154,7 @@ class GEM(nn.Module):
         h = None
         raw: dict[str, torch.Tensor] = {}
         for name, source, table in cfg.history_columns:
-            e = self.time(batch.history[name]) if source == "ts" else self.tables[table](batch.history[name])
+            e = self.time(batch.history[name]) if source == "ts" else self.emb_drop(self.tables[table](batch.history[name]))
             raw[name] = e
             h = e if h is None else h + e
         if h is None:
@@ -149,12 +162,15 @@ class GEM(nn.Module):
         h = self.seq_ln(h)
         seg_h = segment_ids(offsets, total)
         target = None
-        dense_in = [self.dense_norm(batch.dense.float())]
+        dense_in = [(batch.dense.float() - self.dense_mean) / self.dense_std]
+        pooled: list[torch.Tensor] = []
         if self.target:
             outs = [ta(tokens[j], raw[col], h, seg_h) for ta, (j, col) in zip(self.target, cfg.target_pairs, strict=True)]
             target = torch.stack([o[0] for o in outs], dim=1)
-            dense_in += [o[1] for o in outs]
+            pooled = [o[1] for o in outs]
+            dense_in += [o[2].float() for o in outs]
         tokens.append(self.dense(torch.cat(dense_in, dim=1)))
+        tokens += pooled
         x = torch.stack(tokens, dim=1)
 
         bsz, n_cls = x.shape[0], cfg.n_cls
@@ -183,12 +199,21 @@ class GEM(nn.Module):
     def head_logits(
         self, h: torch.Tensor, surface_idx: torch.Tensor, wide_in: torch.Tensor, sparse: torch.Tensor
     ) -> torch.Tensor:
+        names = self.cfg.surfaces
+        head_w = torch.stack([self.head_w[s] for s in names])[surface_idx]
+        wide_w = torch.stack([self.wide[s] for s in names])[surface_idx]
+        head_b = torch.stack([self.head_b[s] for s in names])[surface_idx]
         with torch.autocast(h.device.type, enabled=False):  # heads in fp32, whatever the autocast dtype
-            deep = torch.einsum("bd,btd->bt", h.float(), self.head_w[surface_idx].float())
-            wide = torch.einsum("bk,btk->bt", wide_in.float(), self.wide[surface_idx].float())
+            deep = torch.einsum("bd,btd->bt", h.float(), head_w.float())
+            wide = torch.einsum("bk,btk->bt", wide_in.float(), wide_w.float())
             for j, (_, table) in enumerate(self.cfg.sparse_features):
                 wide = wide + self.wide_tables[table](sparse[:, j]).float()
-            return deep + wide + self.head_b[surface_idx].float()
+            return deep + wide + head_b.float()
+
+    def set_dense_stats(self, mean: list[float] | torch.Tensor, std: list[float] | torch.Tensor) -> None:
+        """Standardise dense inputs with these (training-window) statistics from now on."""
+        self.dense_mean.copy_(torch.as_tensor(mean, dtype=torch.float32))
+        self.dense_std.copy_(torch.as_tensor(std, dtype=torch.float32))
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """Logits [B, 2] (click, conversion) of each row's surface heads."""

@@ -98,8 +98,11 @@ def test_resume_after_failure_matches_uninterrupted_run(lake, tmp_path):
     b = torch.load(tmp_path / "crash" / "checkpoint.pt", weights_only=True)["model"]
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6, msg=k)
-    torch.testing.assert_close(_weights(tmp_path / "full" / "model.pt")["head_b"],
-                               _weights(tmp_path / "crash" / "model.pt")["head_b"])
+    full_w, crash_w = _weights(tmp_path / "full" / "model.pt"), _weights(tmp_path / "crash" / "model.pt")
+    heads = [k for k in full_w if k.startswith("head_b.")]  # one per surface name
+    assert len(heads) == 4
+    for k in heads:
+        torch.testing.assert_close(full_w[k], crash_w[k])
 
 
 def test_resume_after_kill(lake, tmp_path):

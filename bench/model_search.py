@@ -1,0 +1,94 @@
+"""The foundation model's schedule / regularisation search, on the validation day E-1 only.
+
+    PYTHONPATH=. GEM_HOME=<a home with the demo lake> python bench/model_search.py [--variants a b ...]
+    PYTHONPATH=. python bench/model_search.py --world synthetic     # the history-only synthetic world
+
+`--world synthetic` writes the synthetic world of tests/model/test_model_quality.py (the click
+depends on the history only; 3 training days of 4000 rows, E-1 = 2026-11-04) to a temporary lake
+and searches the `tiny` preset there.
+
+Trains the foundation model (every surface, the calendar's teacher window, seed 0) once per variant
+of the preset's `train`/`model` settings, with validation on E-1 every `eval_every` steps and
+early stopping, and reports the best E-1 click NE per surface and its step. The evaluation day E is
+never read here (data.eval is unset). Appends the table to bench/MODEL_SEARCH.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# `python bench/model_search.py` puts bench/ first on sys.path, where bench/kernels.py would shadow the package.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(_HERE.parent))
+
+from gem_model.config import load_calendar  # noqa: E402
+from gem_model.train import train  # noqa: E402
+
+SYNTHETIC_WORLD = {"n_users": 400, "n_ads": 48, "n_items": 192, "n_topics": 6, "max_hist": 16}
+# name -> overrides of assets/models/<preset>.yaml
+VARIANTS: dict[str, dict] = {
+    "preset": {},
+    "emb_lr_0.1": {"train": {"emb_lr": 0.1}},
+    "emb_lr_0.05": {"train": {"emb_lr": 0.05}},
+    "emb_lr_0.003": {"train": {"emb_lr": 0.003}},
+    "lr_0.003": {"train": {"lr": 0.003}},
+    "wide_wd_0": {"train": {"wide_weight_decay": 0.0}},
+    "emb_dropout_0.1": {"model": {"emb_dropout": 0.1}},
+    "no_target_attention": {"model": {"target_attention": False}},
+}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--preset", default="small")
+    p.add_argument("--variants", nargs="*", default=list(VARIANTS))
+    p.add_argument("--world", choices=["lake", "synthetic"], default="lake")
+    p.add_argument("--out", default=str(Path(__file__).with_name("MODEL_SEARCH.md")))
+    a = p.parse_args()
+    lake = None
+    if a.world == "synthetic":
+        from gem_model.synthetic import write_synthetic_lake
+
+        lake = tempfile.mkdtemp(prefix="gem_search_")
+        days = [dt.date(2026, 11, 1) + dt.timedelta(days=i) for i in range(5)]
+        write_synthetic_lake(lake, days, 4000, seed=5, history_only=True, **SYNTHETIC_WORLD)
+        window, valid = (str(days[0]), str(days[2])), str(days[3])
+        extra = {"epochs": 4, "eval_every": 40, "patience": 3, "lr": 0.01, "emb_lr": 0.01}
+    else:
+        roles = load_calendar().roles()
+        window, valid = (str(roles.teacher[0]), str(roles.teacher[1])), str(roles.validation)
+        extra = {}
+    lines = [f"\n## {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {a.world} world, preset `{a.preset}`"
+             f"{' + ' + str(extra) if extra else ''}, training window {window[0]}..{window[1]}, "
+             f"selection on E-1 = {valid}\n",
+             "| variant | overrides | best E-1 score | best step / steps | E-1 click NE per surface | train s |",
+             "|---|---|---|---|---|---|"]
+    for name in a.variants:
+        over = VARIANTS[name]
+        with tempfile.TemporaryDirectory() as tmp:
+            t = time.time()
+            s = train({"preset": a.preset, "model": over.get("model", {}),
+                       "train": {"log_every": 10**6, **extra, **over.get("train", {})},
+                       "data": {"train": list(window), "valid": valid, "lake": lake},
+                       "seed": 0, "device": os.environ.get("GEM_DEVICE", "cpu"),
+                       "tracking": {"name": f"search-{name}"}}, out_dir=tmp)
+        per = ", ".join(f"{r['surface']} {r['ne']:.4f}" for r in s["valid_rows"]
+                        if r["task"] == "click" and math.isfinite(r["ne"]))
+        row = (f"| {name} | `{over}` | {s['best_valid_score']:.4f} | {s['best_step']} / {s['step']} | {per} | "
+               f"{time.time() - t:.0f} |")
+        print(row, flush=True)
+        lines.append(row)
+    with open(a.out, "a") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

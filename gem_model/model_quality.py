@@ -1,0 +1,123 @@
+"""The foundation model against the models engineers already use, on the same rows of E, with power.
+
+For each seed, every model's per-row click predictions on E (written by `train` and
+`gem_model.baselines`) are joined on request_id with the oracle's. Per surface, one Poisson
+bootstrap over the rows (the same resamples for every model and seed: differences are paired)
+gives the 95% interval of each model's seed-mean NE and of the difference foundation - other.
+"better" is said only where that interval excludes 0. Calibration = mean prediction / click rate.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from gem_model.config import load_calendar, load_surfaces
+from gem_model.metrics import bootstrap_ne, interval, normalized_entropy, paired_difference, read_oracle
+from gem_model.paths import models_dir, storage_options, table_uri
+
+PREDICTIONS = "eval_predictions.parquet"
+MODELS = ("foundation", "single_surface", "logistic_regression", "base_rate")
+N_BOOT = 1000
+
+
+def run_lr_baselines(result: dict[str, Any], seeds: list[int]) -> list[dict[str, Any]]:
+    """Base rate and logistic regression per seed, beside the foundation version; their rows."""
+    from gem_model.baselines import run_baselines
+
+    roles = load_calendar().roles()
+    days = [str(roles.teacher[0] + dt.timedelta(days=i)) for i in range((roles.teacher[1] - roles.teacher[0]).days + 1)]
+    rows: list[dict[str, Any]] = []
+    for seed in seeds:
+        out = Path(result["version_dir"]) / "baselines" / f"seed{seed}"
+        res = run_baselines(days, str(roles.validation), str(roles.evaluation), out, uri=table_uri("training_examples"),
+                            oracle_uri=table_uri("oracle"), seed=seed, storage_options=storage_options())
+        for model in ("base_rate", "logistic_regression"):
+            rows += [{"model": model, "seed": seed, **r} for r in res[model]]
+    return rows
+
+
+def _predictions(results: list[dict[str, Any]], seeds: list[int]) -> dict[tuple[str, int], pl.DataFrame]:
+    """(model, seed) -> request_id, surface, click, p_click on E; one `run_foundation` result per seed."""
+    out: dict[tuple[str, int], pl.DataFrame] = {}
+    for result, seed in zip(results, seeds, strict=True):
+        vdir = Path(result["version_dir"])
+        out[("foundation", seed)] = pl.read_parquet(vdir / PREDICTIONS)
+        single = [pl.read_parquet(models_dir("single_surface_baseline", s) / vdir.name / PREDICTIONS)
+                  for s in load_surfaces().names]
+        out[("single_surface", seed)] = pl.concat(single)
+        for model in ("logistic_regression", "base_rate"):
+            out[(model, seed)] = pl.read_parquet(vdir / "baselines" / f"seed{seed}" / model / PREDICTIONS)
+    return out
+
+
+def model_quality(results: list[dict[str, Any]], seeds: list[int], n_boot: int = N_BOOT) -> dict[str, Any]:
+    preds = _predictions(results, seeds)
+    roles = load_calendar().roles()
+    oracle = read_oracle([roles.evaluation], uri=table_uri("oracle"), storage_options=storage_options())
+    joined = oracle.select("request_id", pl.col("p_click").alias("oracle"))
+    first = preds[("foundation", seeds[0])].select("request_id", "surface", "click")
+    joined = first.join(joined, on="request_id", how="inner")
+    for (model, seed), df in preds.items():
+        joined = joined.join(df.select("request_id", pl.col("p_click").alias(f"{model}|{seed}")), on="request_id",
+                             how="inner")
+    out: dict[str, Any] = {"surfaces": {}, "n_boot": n_boot, "seeds": seeds}
+    for surface in sorted(joined["surface"].unique().to_list()):
+        sub = joined.filter(pl.col("surface") == surface)
+        y = sub["click"].to_numpy().astype(np.float64)
+        cols = {c: sub[c].to_numpy() for c in sub.columns if "|" in c}
+        boot = bootstrap_ne(y, cols, n_boot=n_boot, seed=0)
+        oracle_ne = normalized_entropy(y, sub["oracle"].to_numpy())
+        models: dict[str, Any] = {}
+        seed_mean: dict[str, np.ndarray] = {}
+        point: dict[str, float] = {}
+        for model in MODELS:
+            keys = [f"{model}|{s}" for s in seeds]
+            nes = [normalized_entropy(y, cols[k]) for k in keys]
+            cal = [float(np.mean(cols[k]) / np.mean(y)) for k in keys]
+            seed_mean[model] = np.mean([boot[k] for k in keys], axis=0)
+            point[model] = float(np.mean(nes))
+            lo, hi = interval(seed_mean[model])
+            models[model] = {
+                "ne": point[model], "ne_sd": float(np.std(nes, ddof=1)) if len(nes) > 1 else 0.0, "ne_lo": lo,
+                "ne_hi": hi, "calibration": float(np.mean(cal)),
+                "gap_closed": (1 - point[model]) / (1 - oracle_ne) if oracle_ne < 1 else None,
+            }
+        diffs = {other: paired_difference(seed_mean["foundation"], seed_mean[other],
+                                          point["foundation"] - point[other])
+                 for other in MODELS if other != "foundation"}
+        out["surfaces"][surface] = {"n": int(len(y)), "positives": int(y.sum()), "oracle_ne": oracle_ne,
+                                    "goal_ne": 1 - 0.6 * (1 - oracle_ne), "models": models,
+                                    "foundation_minus": diffs}
+    return out
+
+
+def quality_markdown(q: dict[str, Any], n_seeds: int, seconds: float) -> str:
+    lines = [
+        f"Click NE on E, mean +- sd over {n_seeds} seed(s), [95% bootstrap interval of the seed mean, "
+        f"{q['n_boot']} resamples]; calibration = mean prediction / click rate; gap = share of the "
+        "base-rate-to-oracle gap closed (goal >= 60%).",
+        "",
+        "| surface | positives | model | NE | 95% CI | calibration | gap closed |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for s, v in q["surfaces"].items():
+        for m, r in v["models"].items():
+            gap = f"{100 * r['gap_closed']:.0f}%" if r["gap_closed"] is not None else "-"
+            lines.append(f"| {s} | {v['positives']} | {m} | {r['ne']:.4f} +- {r['ne_sd']:.4f} | "
+                         f"[{r['ne_lo']:.4f}, {r['ne_hi']:.4f}] | {r['calibration']:.3f} | {gap} |")
+        lines.append(f"| {s} | {v['positives']} | oracle floor (goal NE <= {v['goal_ne']:.4f}) | {v['oracle_ne']:.4f} "
+                     "| | | 100% |")
+    lines += ["", "Paired differences, NE(foundation) - NE(other), same resampled rows (negative: foundation "
+              "better; a verdict only where the interval excludes 0):", "",
+              "| surface | other model | difference | 95% CI | verdict |", "|---|---|---|---|---|"]
+    for s, v in q["surfaces"].items():
+        for other, d in v["foundation_minus"].items():
+            verdict = {"a better": "foundation better", "b better": f"{other} better"}.get(d["verdict"], d["verdict"])
+            lines.append(f"| {s} | {other} | {d['diff']:+.4f} | [{d['lo']:+.4f}, {d['hi']:+.4f}] | {verdict} |")
+    lines += ["", f"Runtime: {seconds / 60:.1f} min."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,44 @@
+"""Dense-feature normalisation statistics of the training window, stored with the checkpoint.
+
+The model standardises its dense inputs with fixed (mean, std) buffers computed once over the
+training window, exactly as the Encoder transforms them (log1p where features.yaml says so, nulls
+as 0). They are saved in the state dict, so evaluation and serving use the training window's
+statistics: no running statistics that lag the data (BatchNorm with a small momentum kept most of
+its initial values after one epoch and shifted tenure by +2 sd at evaluation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import polars as pl
+
+from gem_model.config import DenseFeature, FeaturesConfig
+
+MIN_STD = 1e-6
+
+
+def dense_expr(f: DenseFeature) -> pl.Expr:
+    """The Encoder's transform of one dense column, as a polars expression."""
+    x = pl.col(f.name).cast(pl.Float64).fill_null(0.0)
+    return (x.clip(lower_bound=0.0).log1p() if f.transform == "log1p" else x).alias(f.name)
+
+
+def dense_stats(
+    uri: str, dates: Sequence[Any], surfaces: Sequence[str] | None, features: FeaturesConfig,
+    storage_options: dict[str, str] | None = None,
+) -> tuple[list[float], list[float]]:
+    """(mean, std) of every dense feature over the window's rows (population std, floored)."""
+    lf = pl.scan_delta(uri, storage_options=storage_options or {}).filter(pl.col("date").is_in(list(dates)))
+    if surfaces:
+        lf = lf.filter(pl.col("surface").is_in(list(surfaces)))
+    x = lf.select([dense_expr(f) for f in features.dense])
+    row = x.select(
+        [pl.col(f.name).mean().alias(f"m{j}") for j, f in enumerate(features.dense)]
+        + [pl.col(f.name).std(ddof=0).alias(f"s{j}") for j, f in enumerate(features.dense)]
+    ).collect().row(0)
+    n = len(features.dense)
+    mean = [float(v or 0.0) for v in row[:n]]
+    std = [max(float(v or 0.0), MIN_STD) for v in row[n:]]
+    return mean, std
