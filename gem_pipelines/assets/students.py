@@ -14,8 +14,8 @@ from gem_pipelines.metadata import distillation_plot, distillation_table
 from gem_pipelines.partitions import (
     CALENDAR,
     SURFACES,
-    date_partitions_def,
     domain_partitions_def,
+    role_date_partitions_def,
     surface_partitions_def,
 )
 from gem_pipelines.resources import AcceleratorResource, LakeResource, WandbResource
@@ -124,12 +124,14 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
 
 
 @dg.asset(
-    partitions_def=date_partitions_def,
+    partitions_def=role_date_partitions_def,
     group_name=GROUP_FOUNDATION,
     deps=[FOUNDATION_ASSET, "domain_models", dg.AssetDep("training_examples")],
     op_tags=GPU_TAGS,
     pool="gpu",
-    automation_condition=ON_TEACHER_CHANGE,
+    # every day's predictions follow a new teacher, not only the latest day's
+    automation_condition=dg.AutomationCondition.eager().without(dg.AutomationCondition.in_latest_time_window())
+    & dg.AutomationCondition.all_deps_blocking_checks_passed(),
 )
 def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, accelerator: AcceleratorResource):
     """One batched pass of every teacher over the day's examples: predictions + summary embeddings."""
