@@ -133,3 +133,37 @@ class CodeLocation:
         remote = self.repo.get_sensor(name) if self.repo.has_sensor(name) else self.repo.get_schedule(name)
         state = self.instance.get_instigator_state(self._instigator_origin(name).get_id(), remote.selector_id)
         return state.status if state else None
+
+
+def status(location: CodeLocation) -> dict[str, object]:
+    """What the UI would show: each job's current snapshot id, each schedule's and sensor's state and
+    description, and what switching the landing sensor on would ingest now."""
+    from gem_pipelines.sensors import landing_sensor
+
+    instigators = {}
+    for remote in [*location.repo.get_schedules(), *location.repo.get_sensors()]:
+        state = location.instance.get_instigator_state(location._instigator_origin(remote.name).get_id(),  # noqa: SLF001
+                                                       remote.selector_id)
+        instigators[remote.name] = {
+            "status": state.status.value if state else "DEFAULT",
+            "description": remote.description,
+            "cursor": getattr(state.instigator_data, "cursor", None) if state else None,
+        }
+    cursor = instigators[landing_sensor.name]["cursor"]
+    result = landing_sensor(dg.build_sensor_context(instance=location.instance, cursor=cursor))
+    return {
+        "location": location.name,
+        "repository_label": location.repository_origin.get_label(),
+        "jobs": {job.name: job.computed_job_snapshot_id
+                 for job in location.repo.get_all_jobs()},
+        "instigators": instigators,
+        "landing_sensor_would_request": [] if isinstance(result, dg.SkipReason) else [str(r.partition_key) for r in result],
+    }
+
+
+if __name__ == "__main__":
+    import json
+
+    from gem_pipelines.instance import get_instance
+
+    print(json.dumps(status(CodeLocation(get_instance())), indent=2, default=str))

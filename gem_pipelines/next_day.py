@@ -85,11 +85,28 @@ def automation_requests(result: dg.EvaluateAutomationConditionsResult, defs: dg.
     ]
 
 
+def frontier(requests: list[dg.RunRequest], defs: dg.Definitions) -> list[dg.RunRequest]:
+    """The requests none of whose assets has an ancestor requested in another run of the same tick.
+
+    A daemon launches a tick's runs at once; run one after another here, a child run next to its
+    parent's would read the old parent and be requested again once the parent updates. Deferred
+    requests come back on the next tick, when their parents updated; one whose parent failed does not.
+    """
+    graph = defs.resolve_asset_graph()
+    out = []
+    for request in requests:
+        own = set(request.asset_selection or [])
+        others = {k for r in requests if r is not request for k in (r.asset_selection or [])} - own
+        if not any(graph.get_ancestor_asset_keys(k) & others for k in own):
+            out.append(request)
+    return out
+
+
 def evaluate(instance: dg.DagsterInstance, when: dt.datetime, cursor: AssetDaemonCursor | None
              ) -> tuple[list[dg.RunRequest], AssetDaemonCursor]:
     defs = _defs()
     result = dg.evaluate_automation_conditions(defs=defs, instance=instance, evaluation_time=when, cursor=cursor)
-    return automation_requests(result, defs), result.cursor
+    return frontier(automation_requests(result, defs), defs), result.cursor
 
 
 def seed_automation_cursor(instance: dg.DagsterInstance) -> None:
