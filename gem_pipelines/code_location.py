@@ -39,8 +39,10 @@ from gem_model.config import REPO_ROOT
 
 WORKSPACE_YAML = REPO_ROOT / "workspace.yaml"
 IMPLICIT_ASSET_JOB = "__ASSET_JOB"
-# Steps run in this process, one after another, as `execute_in_process` did: no process per step.
-IN_PROCESS = {"execution": {"config": {"in_process": {}}}}
+# Steps run in this process, one after another, as `execute_in_process` did: no process per step;
+# the console shows warnings only (the UI shows every event of the run).
+IN_PROCESS = {"execution": {"config": {"in_process": {}}},
+              "loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
 class CodeLocation:

@@ -15,12 +15,9 @@ from gem_model.paths import gem_home, lake_root, reports_dir
 from gem_pipelines.code_location import CodeLocation
 from gem_pipelines.instance import get_instance, start_automation
 
-QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-
-
 def _run(location: CodeLocation, job: str, partition_key: str | None = None) -> None:
     t = time.time()
-    run = location.launch(job, partition_key=partition_key, tags={"gem/trigger": "demo"}, run_config=QUIET)
+    run = location.launch(job, partition_key=partition_key, tags={"gem/trigger": "demo"})
     ok = run.status == DagsterRunStatus.SUCCESS
     print(f"  {job:<24} {partition_key or '':<24} {'ok' if ok else 'FAILED'} ({time.time() - t:.1f}s)", flush=True)
     if not ok:

@@ -155,6 +155,14 @@ def run_day(location: CodeLocation, log=print) -> dict[str, object]:
                 summary["failed"].append(run.run_id)  # type: ignore[union-attr]
         return names
 
+    # The window grew by a day, so the time-partitioned assets' conditions start afresh (Dagster keeps
+    # no condition state across a changed partitions definition): evaluate once before the new day
+    # lands, so the evaluations after it see the landing as an update.
+    cursor_ = _load_cursor()
+    requests, cursor_ = evaluate(instance, at(1, 0), cursor_)
+    _save_cursor(cursor_)
+    summary["before_landing"] = launch("automation", requests)
+
     with dg.build_schedule_context(instance=instance, scheduled_execution_time=at(1, 30)) as ctx:
         result = daily_ingest_schedule(ctx)
     requests = [] if isinstance(result, dg.SkipReason) else list(result)
@@ -169,7 +177,6 @@ def run_day(location: CodeLocation, log=print) -> dict[str, object]:
     summary["sensor"] = launch("sensor", requests, landing_sensor.job_name)
 
     waves: list[list[str]] = []
-    cursor_ = _load_cursor()
     for wave in range(MAX_WAVES):
         requests, cursor_ = evaluate(instance, at(5, wave), cursor_)
         _save_cursor(cursor_)
