@@ -1,8 +1,9 @@
 """Two days in the life of the demo world (`make next-day` twice, on a copy of the session's demo):
 the automation alone (schedule and sensor through their own evaluation contexts, automation
 conditions through `dg.evaluate_automation_conditions`; no daemon, no sleeps) lands and ingests each
-new day, rebuilds its features, refreshes the teacher predictions, domain models and students, and
-retrains the foundation model on its cadence (Mondays); nothing else moves."""
+new day, rebuilds its features, its teacher predictions, the distillation report and the students,
+and on its cadence (Mondays) retrains the foundation model, then the domain models and every day's
+teacher predictions; nothing else moves."""
 
 from __future__ import annotations
 
@@ -52,11 +53,11 @@ def _changed(before: dict, after: dict) -> set[tuple[str, str]]:
     return {k for k in after if before.get(k) != after[k]} | (set(before) - set(after))
 
 
-def _day(table_day: str, role_days: list[str]) -> set[tuple[str, str]]:
+def _day(table_day: str, predicted_days: list[str]) -> set[tuple[str, str]]:
     """The partitions one new day writes: its four surfaces in each date x surface table, its
-    training_examples, and every role day's teacher predictions (the teachers changed)."""
+    training_examples, and the teacher predictions of `predicted_days`."""
     new = {(t, f"{table_day}|{s}") for t in LAKE[:4] for s in SURFACES} | {("training_examples", table_day)}
-    return new | {("teacher_predictions", d) for d in role_days}
+    return new | {("teacher_predictions", d) for d in predicted_days}
 
 
 @pytest.mark.timeout(3600)
@@ -73,33 +74,31 @@ def test_two_days_in_the_life(demo_copy: dict[str, str], tmp_path: Path) -> None
     assert day1["today"] == "2026-11-08" and day1["failed"] == []
     assert set(day1["schedule"]) == {f"land_and_ingest_job[2026-11-07|{s}]" for s in SURFACES}
     assert day1["sensor"] == []  # the schedule landed and ingested the files itself: nothing twice
-    role1 = [f"2026-11-0{d}" for d in range(3, 8)]
+    assert day1["before_landing"] == []
     assert _waves(day1) == [
         {"activity_by_day,training_examples[2026-11-07]"},
-        {"domain_models[commerce]", "domain_models[social]"},
-        {f"teacher_predictions[{d}]" for d in role1},
+        {"teacher_predictions[2026-11-07]"},  # the teachers did not change: only the new day
         {"distillation_report[]"},
         {f"students[{s}]" for s in SURFACES},
     ]
     parts1, acc1 = _partitions(home), _accepted(home)
-    assert _changed(parts0, parts1) == _day("2026-11-07", role1)
-    assert {k for k in acc1 if acc1[k] != acc0[k]} == students | domains  # the teacher kept its version
+    assert _changed(parts0, parts1) == _day("2026-11-07", ["2026-11-07"])
+    assert {k for k in acc1 if acc1[k] != acc0[k]} == students  # the teachers kept their versions
 
     # day 2: E = 2026-11-08, today Monday: the weekly cadence retrains the foundation model (warm start)
     day2 = _next_day(env, tmp_path)
     assert day2["today"] == "2026-11-09" and day2["failed"] == []
     assert set(day2["schedule"]) == {f"land_and_ingest_job[2026-11-08|{s}]" for s in SURFACES}
     assert day2["sensor"] == []
-    role2 = [*role1, "2026-11-08"]
     assert _waves(day2) == [
         {"activity_by_day,training_examples[2026-11-08]"},
         {"foundation_model[]"},
-        {"domain_models[commerce]", "domain_models[social]"},
-        {f"teacher_predictions[{d}]" for d in role2},
+        {"domain_models[commerce]", "domain_models[social]"},  # domain models follow their teacher
+        {f"teacher_predictions[2026-11-{d:02d}]" for d in range(3, 9)},  # every role day, new teachers
         {"distillation_report[]"},
         {f"students[{s}]" for s in SURFACES},
     ]
     parts2, acc2 = _partitions(home), _accepted(home)
-    assert _changed(parts1, parts2) == _day("2026-11-08", role2)
+    assert _changed(parts1, parts2) == _day("2026-11-08", [f"2026-11-{d:02d}" for d in range(3, 9)])
     assert {k for k in acc2 if acc2[k] != acc1[k]} == set(acc2)  # every model moved, the teacher included
     assert json.loads((home / "clock.json").read_text()) == {"extra_days": 2}
