@@ -15,6 +15,7 @@ from gem_model.paths import gem_home, lake_root, reports_dir
 from gem_pipelines.code_location import CodeLocation
 from gem_pipelines.instance import get_instance, start_automation
 
+
 def _run(location: CodeLocation, job: str, partition_key: str | None = None) -> None:
     t = time.time()
     run = location.launch(job, partition_key=partition_key, tags={"gem/trigger": "demo"})
