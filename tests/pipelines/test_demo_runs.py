@@ -47,10 +47,10 @@ def test_every_demo_run_is_a_run_of_the_code_location(demo_world, monkeypatch) -
             assert run.is_success, run.run_id
             assert run.remote_job_origin is not None, f"{run.job_name} {run.run_id} has no code-location origin"
             assert run.remote_job_origin.location_name == origin.location_name
-            # what the job page shows, and the snapshot it compares for re-execution ("origin-and-snapshot")
-            assert run.tags[REPOSITORY_LABEL_TAG] == label
+            assert run.remote_job_origin.repository_origin.get_label() == label  # stored as a run tag
+            # the snapshot the UI compares for re-execution ("origin-and-snapshot": no version warning)
             assert run.job_snapshot_id == status["jobs"][run.job_name], f"{run.job_name}: snapshot differs"
-        for job, n in EXPECTED_RUNS.items():
+        for job, n in EXPECTED_RUNS.items():  # what the job page lists: runs of the job under this location
             listed = instance.get_runs(dg.RunsFilter(job_name=job, tags={REPOSITORY_LABEL_TAG: label}))
             assert len(listed) == n, job
         partitioned = instance.get_runs(dg.RunsFilter(job_name="land_and_ingest_job"))
