@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -25,8 +26,8 @@ def _partitions(home: Path) -> dict[tuple[str, str], frozenset[str]]:
     """(table, partition) -> the data files that hold it now (a rewrite replaces them)."""
     out: dict[tuple[str, str], set[str]] = {}
     for table in LAKE:
-        actions = DeltaTable(str(home / "lake" / table)).get_add_actions(flatten=True).to_pylist()
-        for a in actions:
+        actions = pa.table(DeltaTable(str(home / "lake" / table)).get_add_actions(flatten=True))
+        for a in actions.to_pylist():
             key = "|".join(str(a[c]) for c in ("partition.date", "partition.surface") if c in a)
             out.setdefault((table, key), set()).add(a["path"])
     return {k: frozenset(v) for k, v in out.items()}
