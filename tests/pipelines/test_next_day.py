@@ -72,7 +72,7 @@ def test_two_days_in_the_life(demo_copy: dict[str, str], tmp_path: Path) -> None
 
     # day 1: E = 2026-11-07 (a Saturday; today Sunday): no foundation retraining
     day1 = _next_day(env, tmp_path)
-    assert day1["today"] == "2026-11-08" and day1["failed"] == []
+    assert day1["today"] == "2026-11-08" and day1["failed"] == [] and day1["not_run"] == []
     assert set(day1["schedule"]) == {f"land_and_ingest_job[2026-11-07|{s}]" for s in SURFACES}
     assert day1["sensor"] == []  # the schedule landed and ingested the files itself: nothing twice
     assert day1["before_landing"] == []
@@ -88,7 +88,7 @@ def test_two_days_in_the_life(demo_copy: dict[str, str], tmp_path: Path) -> None
 
     # day 2: E = 2026-11-08, today Monday: the weekly cadence retrains the foundation model (warm start)
     day2 = _next_day(env, tmp_path)
-    assert day2["today"] == "2026-11-09" and day2["failed"] == []
+    assert day2["today"] == "2026-11-09" and day2["failed"] == [] and day2["not_run"] == []
     assert set(day2["schedule"]) == {f"land_and_ingest_job[2026-11-08|{s}]" for s in SURFACES}
     assert day2["sensor"] == []
     assert _waves(day2) == [
