@@ -8,7 +8,7 @@ export WANDB_SILENT := true
 # pytest's "no tests collected" exit code (5) is a failure here, not a pass.
 PYTEST_ARGS ?=
 
-.PHONY: demo test ui bench eval lint clean
+.PHONY: demo next-day test ui bench eval lint clean
 
 .venv: pyproject.toml
 	python3 -m venv .venv
@@ -18,6 +18,10 @@ PYTEST_ARGS ?=
 
 demo: .venv
 	$(PY) -m gem_pipelines.demo
+
+# One more simulated day, handled by the automation alone (stop `make ui` first: its daemon would too).
+next-day: .venv
+	$(PY) -m gem_pipelines.next_day
 
 test: .venv
 	@$(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \

@@ -246,7 +246,14 @@ def load_surfaces(path: Path | None = None) -> SurfacesConfig:
 
 
 def load_calendar(path: Path | None = None, **overrides: Any) -> CalendarConfig:
-    return _load(CalendarConfig, path or ASSETS_DIR / "calendar.yaml", overrides)
+    """The window of assets/calendar.yaml, extended by the days `make next-day` added (gem_model.clock)."""
+    calendar = _load(CalendarConfig, path or ASSETS_DIR / "calendar.yaml", overrides)
+    if path is None and "days" not in overrides and calendar.days != "open":
+        from gem_model.clock import extra_days
+
+        if extra := extra_days():
+            calendar = calendar.model_copy(update={"days": calendar.days + extra})
+    return calendar
 
 
 def load_features(path: Path | None = None) -> FeaturesConfig:

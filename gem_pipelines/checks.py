@@ -18,4 +18,6 @@ freshness_checks = [
         assets=[dg.AssetKey(name)], lower_bound_delta=dt.timedelta(hours=QUALITY.freshness_hours[name])
     )
 ]
-freshness_sensor = dg.build_sensor_for_freshness_checks(freshness_checks=freshness_checks)
+freshness_sensor = dg.build_sensor_for_freshness_checks(
+    freshness_checks=freshness_checks, name="freshness_checks_sensor", minimum_interval_seconds=300
+)

@@ -1,5 +1,7 @@
 """`make demo`: materialize the whole asset graph for the calendar window through the instance
-at $GEM_HOME/dagster, so `make ui` afterwards shows every run and check result."""
+at $GEM_HOME/dagster, as real runs of the workspace's code location (each listed on its job page),
+then switch the automation on, so `make ui` afterwards shows every run, check result and a living
+system."""
 
 from __future__ import annotations
 
@@ -7,28 +9,25 @@ import argparse
 import sys
 import time
 
-import dagster as dg
+from dagster import DagsterRunStatus
 
 from gem_model.paths import gem_home, lake_root, reports_dir
-from gem_pipelines.instance import get_instance
+from gem_pipelines.code_location import CodeLocation
+from gem_pipelines.instance import get_instance, start_automation
 
-QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
-
-def _run(defs: dg.Definitions, job: str, instance: dg.DagsterInstance, partition_key: str | None = None,
-         ops: dict | None = None) -> None:
-    """One run of `job` (ops: per-op run config, e.g. {"foundation_model": {"config": {...}}})."""
+def _run(location: CodeLocation, job: str, partition_key: str | None = None, ops: dict | None = None) -> None:
+    """One real run of `job` (ops: per-op run config, e.g. {"foundation_model": {"config": {...}}})."""
     t = time.time()
-    result = defs.resolve_job_def(job).execute_in_process(
-        instance=instance, partition_key=partition_key, raise_on_error=False, run_config={**QUIET, "ops": ops or {}}
-    )
-    status = "ok" if result.success else "FAILED"
-    print(f"  {job:<24} {partition_key or '':<24} {status} ({time.time() - t:.1f}s)", flush=True)
-    if not result.success:
-        for event in result.all_events:
-            if event.is_failure:
-                print(event.message, file=sys.stderr)
-        raise SystemExit(f"{job} {partition_key or ''} failed: see the run in `make ui`")
+    run = location.launch(job, partition_key=partition_key, tags={"gem/trigger": "demo"},
+                          run_config={"ops": ops} if ops else None)
+    ok = run.status == DagsterRunStatus.SUCCESS
+    print(f"  {job:<24} {partition_key or '':<24} {'ok' if ok else 'FAILED'} ({time.time() - t:.1f}s)", flush=True)
+    if not ok:
+        for record in location.instance.all_logs(run.run_id):
+            if record.dagster_event and record.dagster_event.is_failure:
+                print(record.message, file=sys.stderr)
+        raise SystemExit(f"{job} {partition_key or ''} failed: see run {run.run_id} in `make ui`")
 
 
 def model_stages(dates: list[str]) -> list[tuple[str, list[str | None]]]:
@@ -38,7 +37,7 @@ def model_stages(dates: list[str]) -> list[tuple[str, list[str | None]]]:
     return [
         ("foundation_job", [None]),
         ("domain_models_job", SURFACES.domains),
-        ("teacher_predictions_job", list(dates[1:])),
+        ("teacher_predictions_job", list(dates[1:])),  # the warm-up day has no role: no partition
         ("distillation_report_job", [None]),
         ("students_job", SURFACES.names),
     ]
@@ -51,21 +50,24 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     start = time.time()
     instance = get_instance()
-    from gem_pipelines.definitions import defs
+    location = CodeLocation(instance)
     from gem_pipelines.partitions import CALENDAR, SURFACES, multi_key
 
     dates = [d.isoformat() for d in CALENDAR.dates()]
     print(f"GEM demo: {len(dates)} days x {len(SURFACES.names)} surfaces, GEM_HOME={gem_home()}", flush=True)
     for d in dates if not args.models_only else []:
         for s in SURFACES.names:
-            _run(defs, "land_and_ingest_job", instance, str(multi_key(d, s)))
+            _run(location, "land_and_ingest_job", str(multi_key(d, s)))
     if args.through in ("features", "all") and not args.models_only:
         for d in dates:
-            _run(defs, "features_job", instance, d)
+            _run(location, "features_job", d)
     if args.through == "all":
         for job, keys in model_stages(dates):
             for key in keys:
-                _run(defs, job, instance, key)
+                _run(location, job, key)
+    if args.through == "all":
+        for line in start_automation(location):
+            print(f"  automation: {line}")
     print(f"\nDone in {time.time() - start:.0f}s.")
     print(f"  lake (Delta tables):  {lake_root()}")
     print(f"  reports, Data Docs:   {reports_dir()}")

@@ -24,7 +24,7 @@ ingest_job = dg.define_asset_job(
 )
 # One job per asset for the date-, domain-, surface- and un-partitioned stages the demo drives in order.
 _SINGLE_ASSET_JOBS = {
-    "training_examples": "Build training_examples for one date.",
+    "training_examples": "Record one date's user_activity, then build training_examples for that date.",
     "foundation_model": "Train, evaluate and gate the GEM teacher (and the single-surface baselines).",
     "domain_models": "Distill one domain foundation model from the ACCEPTED teacher.",
     "teacher_predictions": "Cache every teacher's predictions and embeddings for one date.",
@@ -32,10 +32,12 @@ _SINGLE_ASSET_JOBS = {
     "students": "Train and export the production student of one surface.",
 }
 _JOB_NAMES = {"training_examples": "features_job"}
+# training_examples' histories read activity_by_day: the features job builds both for its date.
+_WITH = {"training_examples": ("activity_by_day",)}
 single_asset_jobs = [
     dg.define_asset_job(
         _JOB_NAMES.get(asset, f"{asset.removesuffix('_model')}_job"),
-        selection=dg.AssetSelection.assets(asset) - _FRESHNESS,
+        selection=dg.AssetSelection.assets(*_WITH.get(asset, ()), asset) - _FRESHNESS,
         description=description,
     )
     for asset, description in _SINGLE_ASSET_JOBS.items()

@@ -12,8 +12,10 @@ CALENDAR = load_calendar()
 SURFACES = load_surfaces()
 
 
-def date_partitions() -> dg.DailyPartitionsDefinition:
-    start = CALENDAR.start.isoformat()
+def date_partitions(first_role_day: bool = False) -> dg.DailyPartitionsDefinition:
+    """Every day of the window; with `first_role_day`, from the first day with a role (the warm-up
+    day only feeds histories, so a per-day model output there would show as "missing" forever)."""
+    start = (CALENDAR.start + dt.timedelta(days=int(first_role_day))).isoformat()
     if CALENDAR.days == "open":
         return dg.DailyPartitionsDefinition(start_date=start, timezone="UTC")
     end = (CALENDAR.end() + dt.timedelta(days=1)).isoformat()
@@ -21,6 +23,7 @@ def date_partitions() -> dg.DailyPartitionsDefinition:
 
 
 date_partitions_def = date_partitions()
+role_date_partitions_def = date_partitions(first_role_day=True)
 surface_partitions_def = dg.StaticPartitionsDefinition(SURFACES.names)
 domain_partitions_def = dg.StaticPartitionsDefinition(SURFACES.domains)
 date_surface_partitions_def = dg.MultiPartitionsDefinition(
@@ -30,7 +33,8 @@ date_surface_partitions_def = dg.MultiPartitionsDefinition(
 
 def split_key(context: dg.AssetExecutionContext) -> tuple[dt.date, str]:
     """(date, surface) of a date x surface run."""
-    keys = context.partition_key.keys_by_dimension  # type: ignore[attr-defined]
+    # a run launched from a tag (UI, schedule, sensor) carries the key as a plain "<date>|<surface>" string
+    keys = date_surface_partitions_def.get_partition_key_from_str(str(context.partition_key)).keys_by_dimension
     return dt.date.fromisoformat(keys["date"]), keys["surface"]
 
 

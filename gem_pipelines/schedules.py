@@ -1,4 +1,8 @@
-"""Schedules: land and ingest yesterday every day; maintain the lake every week."""
+"""Schedules: land and ingest yesterday every day; maintain the lake every week.
+
+"Yesterday" is the simulator's clock (the calendar window's last day E, moved by `make next-day`)
+for a fixed window, and the wall clock's yesterday for an open (production) window.
+"""
 
 
 import datetime as dt
@@ -6,29 +10,50 @@ import datetime as dt
 import dagster as dg
 
 from gem_pipelines.jobs import lake_maintenance_job, land_and_ingest_job
-from gem_pipelines.partitions import SURFACES, date_partitions_def, multi_key
+from gem_pipelines.partitions import CALENDAR, SURFACES, date_partitions_def, multi_key
 
 
-def ingest_requests_for(day: dt.date) -> list[dg.RunRequest] | dg.SkipReason:
-    """One run per surface for `day`, if `day` is a partition of the calendar."""
+def yesterday(scheduled: dt.datetime) -> dt.date:
+    if CALENDAR.days == "open":
+        return scheduled.astimezone(dt.UTC).date() - dt.timedelta(days=1)
+    return CALENDAR.end()
+
+
+def _ingested(instance: dg.DagsterInstance, key: dg.MultiPartitionKey) -> bool:
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey("events"), asset_partitions=[str(key)]), limit=1
+    ).records
+    return bool(records)
+
+
+def ingest_requests_for(day: dt.date, instance: dg.DagsterInstance | None = None) -> list[dg.RunRequest] | dg.SkipReason:
+    """One run per surface for `day`, if `day` is a partition of the calendar and not ingested yet."""
     key = day.isoformat()
     if key not in date_partitions_def.get_partition_keys(current_time=dt.datetime.combine(
         day + dt.timedelta(days=1), dt.time(), tzinfo=dt.UTC
     )):
         return dg.SkipReason(f"{key} is outside the calendar window (assets/calendar.yaml)")
+    keys = [multi_key(key, s) for s in SURFACES.names]
+    todo = [k for k in keys if instance is None or not _ingested(instance, k)]
+    if not todo:
+        return dg.SkipReason(f"{key} is already ingested for every surface")
     return [
-        dg.RunRequest(run_key=f"daily-{key}-{s}", partition_key=multi_key(key, s), tags={"gem/trigger": "daily"})
-        for s in SURFACES.names
+        dg.RunRequest(run_key=f"daily-{k}", partition_key=k, tags={"gem/trigger": "daily"}) for k in todo
     ]
 
 
-@dg.schedule(job=land_and_ingest_job, cron_schedule="30 1 * * *", execution_timezone="UTC")
+@dg.schedule(job=land_and_ingest_job, cron_schedule="30 1 * * *", execution_timezone="UTC",
+             description="At 01:30 UTC, land and ingest yesterday (the simulator's clock: the window's last day) "
+             "for every surface not ingested yet.")
 def daily_ingest_schedule(context: dg.ScheduleEvaluationContext):
     """At 01:30 UTC, land and ingest yesterday for every surface."""
-    yesterday = context.scheduled_execution_time.astimezone(dt.UTC).date() - dt.timedelta(days=1)
-    return ingest_requests_for(yesterday)
+    return ingest_requests_for(yesterday(context.scheduled_execution_time), context.instance)
 
 
 weekly_maintenance_schedule = dg.ScheduleDefinition(
-    job=lake_maintenance_job, cron_schedule="0 3 * * 0", execution_timezone="UTC"
+    name="weekly_maintenance_schedule",
+    job=lake_maintenance_job,
+    cron_schedule="0 3 * * 0",
+    execution_timezone="UTC",
+    description="Sundays 03:00 UTC: OPTIMIZE (compact small files) and VACUUM every lake table.",
 )

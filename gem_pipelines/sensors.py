@@ -1,4 +1,5 @@
-"""Sensors: ingest a partition when its raw files appear (or change) in landing/."""
+"""Sensors: ingest a partition when its raw files appear (or change) in landing/; run the
+automation conditions of every asset."""
 
 
 import json
@@ -11,8 +12,20 @@ from gem_pipelines.jobs import ingest_job
 from gem_pipelines.partitions import SURFACES, date_partitions_def, multi_key
 
 
-def scan_landing(cursor: dict[str, float]) -> tuple[list[dg.RunRequest], dict[str, float]]:
-    """Partitions whose complete set of raw files is new or newer than the cursor says."""
+def _last_ingested(instance: dg.DagsterInstance | None, key: str) -> float:
+    """When `events` of this partition was last materialized (0 if never, or with no instance)."""
+    if instance is None:
+        return 0.0
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey("events"), asset_partitions=[key]), limit=1
+    ).records
+    return records[0].timestamp if records else 0.0
+
+
+def scan_landing(cursor: dict[str, float], instance: dg.DagsterInstance | None = None
+                 ) -> tuple[list[dg.RunRequest], dict[str, float]]:
+    """Partitions whose complete set of raw files is newer than the cursor and than their last ingest
+    (files the daily schedule landed and ingested itself are not ingested twice)."""
     root = gem_home() / "landing"
     valid_dates = set(date_partitions_def.get_partition_keys())
     requests, new_cursor = [], dict(cursor)
@@ -30,6 +43,8 @@ def scan_landing(cursor: dict[str, float]) -> tuple[list[dg.RunRequest], dict[st
             key = f"{day_dir.name}|{surface.name}"
             if mtime > cursor.get(key, 0.0):
                 new_cursor[key] = mtime
+                if mtime <= _last_ingested(instance, key):
+                    continue
                 requests.append(
                     dg.RunRequest(
                         run_key=f"landing-{key}-{mtime:.6f}",
@@ -40,12 +55,29 @@ def scan_landing(cursor: dict[str, float]) -> tuple[list[dg.RunRequest], dict[st
     return requests, new_cursor
 
 
-@dg.sensor(job=ingest_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.STOPPED)
+def landing_cursor() -> str:
+    """The cursor of everything in landing/ now: what `make demo` hands the sensor, so that
+    switching it on does not ingest the demo's partitions again."""
+    return json.dumps(scan_landing({})[1], sort_keys=True)
+
+
+@dg.sensor(job=ingest_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.STOPPED,
+           description="Ingest every date x surface partition whose complete set of raw files is new in landing/ "
+           "(cursor: the files' modification times).")
 def landing_sensor(context: dg.SensorEvaluationContext):
     """Ingest every date x surface partition whose raw files are new in landing/."""
     cursor = json.loads(context.cursor) if context.cursor else {}
-    requests, new_cursor = scan_landing(cursor)
+    requests, new_cursor = scan_landing(cursor, context.instance)
     context.update_cursor(json.dumps(new_cursor, sort_keys=True))
     if not requests:
         return dg.SkipReason("no new raw files in landing/")
     return requests
+
+
+automation_sensor = dg.AutomationConditionSensorDefinition(
+    "automation_sensor",
+    target=dg.AssetSelection.all(),
+    default_status=dg.DefaultSensorStatus.STOPPED,
+    description="Evaluates every asset's automation condition: features and models follow new data, the "
+    "foundation model retrains on its cadence, each waiting for its upstream blocking checks.",
+)

@@ -4,6 +4,7 @@
 import datetime as dt
 
 import dagster as dg
+import polars as pl
 
 from gem_model.config import load_features
 from gem_pipelines.data import lake as lake_io
@@ -14,17 +15,44 @@ from gem_pipelines.partitions import date_partitions_def
 from gem_pipelines.resources import LakeResource
 
 _BY_DATE = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="date")
+LOOKBACK_DAYS = load_features().history.lookback_days
 
-# Wait for every upstream partition's blocking checks (GX suites, conservation) before joining.
-AFTER_CHECKS = dg.AutomationCondition.eager() & dg.AutomationCondition.all_deps_blocking_checks_passed()
+# Wait for every upstream partition's blocking checks (GX suites, conservation) before joining. Not
+# only the latest day: re-ingesting day D rebuilds every partition whose histories read D.
+AFTER_CHECKS = (
+    dg.AutomationCondition.eager().without(dg.AutomationCondition.in_latest_time_window())
+    & dg.AutomationCondition.all_deps_blocking_checks_passed()
+)
+
+
+@dg.asset(
+    partitions_def=date_partitions_def,
+    group_name="features",
+    deps=[dg.AssetDep("user_activity", partition_mapping=_BY_DATE)],
+    automation_condition=AFTER_CHECKS,
+)
+def activity_by_day(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
+    """One day of user_activity across every surface: the unit of history that training_examples reads
+    (Dagster maps a date x surface upstream to a date only by the same day, so the lookback window of
+    the histories is stated between two daily assets)."""
+    date = dt.date.fromisoformat(context.partition_key)
+    rows = (lake_io.scan("user_activity", root=lake.uri()).filter(pl.col("date") == date)
+            .group_by("surface").len().collect())
+    return dg.MaterializeResult(metadata={
+        "rows": int(rows["len"].sum()) if rows.height else 0,
+        "rows_by_surface": dg.MetadataValue.json({r["surface"]: int(r["len"]) for r in rows.iter_rows(named=True)}),
+        "user_activity_version": lake_io.table_version("user_activity", root=lake.uri()),
+    })
 
 
 @dg.asset(
     partitions_def=date_partitions_def,
     group_name="features",
     deps=[
-        dg.AssetDep("events", partition_mapping=_BY_DATE),
-        dg.AssetDep("user_activity", partition_mapping=_BY_DATE),
+        dg.AssetDep("events", partition_mapping=_BY_DATE),  # the day's impressions, every surface
+        # histories: activity of D-lookback_days .. D (data/history.py); days before the window do not exist
+        dg.AssetDep(activity_by_day, partition_mapping=dg.TimeWindowPartitionMapping(
+            start_offset=-LOOKBACK_DAYS, allow_nonexistent_upstream_partitions=True)),
     ],
     automation_condition=AFTER_CHECKS,
     check_specs=[

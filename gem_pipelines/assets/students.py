@@ -14,8 +14,8 @@ from gem_pipelines.metadata import distillation_plot, distillation_table
 from gem_pipelines.partitions import (
     CALENDAR,
     SURFACES,
-    date_partitions_def,
     domain_partitions_def,
+    role_date_partitions_def,
     surface_partitions_def,
 )
 from gem_pipelines.resources import AcceleratorResource, LakeResource, WandbResource
@@ -23,6 +23,18 @@ from gem_pipelines.resources import AcceleratorResource, LakeResource, WandbReso
 GROUP_FOUNDATION, GROUP_STUDENTS = "foundation", "students"
 # Students and domain models refresh when their teacher changes or new data lands, never retraining it.
 ON_TEACHER_CHANGE = dg.AutomationCondition.eager() & dg.AutomationCondition.all_deps_blocking_checks_passed()
+
+
+def _on_change_ignoring_checks_of(dep: str, *, every_day: bool = False) -> dg.AutomationCondition:
+    """ON_TEACHER_CHANGE, except for `dep`'s checks: Dagster 1.13 never finds them passed from a child
+    partitioned another way (daily training_examples -> domain models, domain models -> daily teacher
+    predictions). Nothing is lost: a training_examples partition that fails no_leakage is never written,
+    and downstream reads only the ACCEPTED version of a model. `every_day`: all partitions, not only
+    the latest, follow a change (a new teacher changes every day's predictions)."""
+    eager = dg.AutomationCondition.eager()
+    if every_day:
+        eager = eager.without(dg.AutomationCondition.in_latest_time_window())
+    return eager & dg.AutomationCondition.all_deps_blocking_checks_passed().ignore(dg.AssetSelection.assets(dep))
 
 
 def version_for(context: dg.AssetExecutionContext) -> str:
@@ -79,7 +91,7 @@ class StudentsConfig(dg.Config):
     deps=[FOUNDATION_ASSET, "training_examples"],
     op_tags=GPU_TAGS,
     pool="gpu",
-    automation_condition=ON_TEACHER_CHANGE,
+    automation_condition=_on_change_ignoring_checks_of("training_examples"),
 )
 def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, accelerator: AcceleratorResource,
                   wandb: WandbResource):
@@ -126,12 +138,13 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
 
 
 @dg.asset(
-    partitions_def=date_partitions_def,
+    partitions_def=role_date_partitions_def,
     group_name=GROUP_FOUNDATION,
     deps=[FOUNDATION_ASSET, "domain_models", dg.AssetDep("training_examples")],
     op_tags=GPU_TAGS,
     pool="gpu",
-    automation_condition=ON_TEACHER_CHANGE,
+    # every day's predictions follow a new teacher, not only the latest day's
+    automation_condition=_on_change_ignoring_checks_of("domain_models", every_day=True),
 )
 def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, accelerator: AcceleratorResource):
     """One batched pass of every teacher over the day's examples: predictions + summary embeddings."""

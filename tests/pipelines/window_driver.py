@@ -7,6 +7,7 @@ GEM_ASSETS_DIR, read at import, hence a fresh process)."""
 
 from __future__ import annotations
 
+from gem_pipelines.code_location import CodeLocation
 from gem_pipelines.demo import _run
 from gem_pipelines.instance import get_instance
 
@@ -14,22 +15,21 @@ REPORT_ARMS = {"arms": ["labels_only", "standard_kd"], "paths": ["direct"]}
 
 
 def main() -> None:
-    from gem_pipelines.definitions import defs
     from gem_pipelines.partitions import CALENDAR, SURFACES, multi_key
 
-    instance = get_instance()
+    location = CodeLocation(get_instance())
     dates = [d.isoformat() for d in CALENDAR.dates()]
     for d in dates:
         for s in SURFACES.names:
-            _run(defs, "land_and_ingest_job", instance, str(multi_key(d, s)))
+            _run(location, "land_and_ingest_job", str(multi_key(d, s)))
     for d in dates:
-        _run(defs, "features_job", instance, d)
-    _run(defs, "foundation_job", instance, ops={"foundation_model": {"config": {"baselines": False}}})
+        _run(location, "features_job", d)
+    _run(location, "foundation_job", ops={"foundation_model": {"config": {"baselines": False}}})
     for domain in SURFACES.domains:
-        _run(defs, "domain_models_job", instance, domain)
+        _run(location, "domain_models_job", domain)
     for d in dates[1:]:
-        _run(defs, "teacher_predictions_job", instance, d)
-    _run(defs, "distillation_report_job", instance, ops={"distillation_report": {"config": REPORT_ARMS}})
+        _run(location, "teacher_predictions_job", d)
+    _run(location, "distillation_report_job", ops={"distillation_report": {"config": REPORT_ARMS}})
 
 
 if __name__ == "__main__":

@@ -1,0 +1,171 @@
+"""Real runs of the code location, executed here: what `make demo` and `make next-day` launch.
+
+`execute_in_process` runs carry no code-location origin, so the UI lists them under no job. A
+`dagster job launch` per run starts a code server each time (too slow for ~50 runs). Here the
+workspace.yaml location is loaded once, in this process; each run is created exactly as the UI or
+the daemon would create it (job snapshot, execution plan, and the workspace's own origin, so the
+job page lists it and re-execution shows no version warning), then executed synchronously in this
+process, with the in-process executor, as a run worker would execute it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from pathlib import Path
+
+import dagster as dg
+from dagster._core.definitions.selector import JobSubsetSelector
+from dagster._core.execution.api import execute_run
+from dagster._core.remote_origin import (
+    InProcessCodeLocationOrigin,
+    RemoteInstigatorOrigin,
+    RemoteJobOrigin,
+    RemoteRepositoryOrigin,
+)
+from dagster._core.remote_representation.code_location import InProcessCodeLocation
+from dagster._core.scheduler.instigation import (
+    InstigatorState,
+    InstigatorStatus,
+    InstigatorType,
+    ScheduleInstigatorData,
+    SensorInstigatorData,
+)
+from dagster._core.storage.dagster_run import DagsterRun
+from dagster._core.workspace.load import location_origins_from_yaml_paths
+from dagster._utils.hosted_user_process import recon_job_from_origin
+
+from gem_model.config import REPO_ROOT
+
+WORKSPACE_YAML = REPO_ROOT / "workspace.yaml"
+IMPLICIT_ASSET_JOB = "__ASSET_JOB"
+# Steps run in this process, one after another, as `execute_in_process` did: no process per step;
+# the console shows warnings only (the UI shows every event of the run).
+IN_PROCESS = {"execution": {"config": {"in_process": {}}},
+              "loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+class CodeLocation:
+    """The workspace's one code location, loaded once, launching synchronous runs on `instance`."""
+
+    def __init__(self, instance: dg.DagsterInstance, workspace_yaml: Path = WORKSPACE_YAML):
+        origins = location_origins_from_yaml_paths([str(workspace_yaml)])
+        if len(origins) != 1:
+            raise ValueError(f"{workspace_yaml}: expected one code location, found {len(origins)}")
+        self.origin = origins[0]  # what `dagster dev` and the daemon load: runs are stamped with it
+        self.instance = instance
+        self.location = InProcessCodeLocation(
+            InProcessCodeLocationOrigin(self.origin.loadable_target_origin, location_name=self.origin.location_name),
+            instance=instance,
+        )
+        (self.repo,) = self.location.get_repositories().values()
+        self.repository_origin = RemoteRepositoryOrigin(self.origin, self.repo.name)
+
+    @property
+    def name(self) -> str:
+        return self.origin.location_name
+
+    def create_run(self, job_name: str, *, partition_key: str | None = None, tags: dict[str, str] | None = None,
+                   asset_selection: Iterable[dg.AssetKey] | None = None,
+                   run_config: dict | None = None) -> DagsterRun:
+        """A NOT_STARTED run of `job_name` (or of an asset subset of it), as the UI would create it."""
+        selection = frozenset(asset_selection) if asset_selection else None
+        selector = JobSubsetSelector(location_name=self.name, repository_name=self.repo.name, job_name=job_name,
+                                     op_selection=None, asset_selection=selection)
+        remote_job = self.location.get_job(selector)
+        config = {**IN_PROCESS, **(run_config or {})}
+        plan = self.location.get_execution_plan(remote_job, config, step_keys_to_execute=None, known_state=None,
+                                                instance=self.instance)
+        run_tags = {**remote_job.tags, **(tags or {})}
+        if partition_key is not None:
+            run_tags["dagster/partition"] = str(partition_key)
+        return self.instance.create_run(
+            job_name=job_name, run_id=None, run_config=config, resolved_op_selection=None,
+            step_keys_to_execute=None, op_selection=None, status=None, root_run_id=None, parent_run_id=None,
+            tags=run_tags, job_snapshot=remote_job.job_snapshot,
+            execution_plan_snapshot=plan.execution_plan_snapshot, parent_job_snapshot=remote_job.parent_job_snapshot,
+            remote_job_origin=RemoteJobOrigin(self.repository_origin, job_name),
+            job_code_origin=remote_job.get_python_origin(), asset_selection=selection, asset_check_selection=None,
+            asset_graph=self.repo.asset_graph,
+        )
+
+    def execute(self, run: DagsterRun) -> DagsterRun:
+        """Run it here and now; returns the finished run (its status says whether it succeeded)."""
+        execute_run(recon_job_from_origin(run.job_code_origin), run, self.instance)  # type: ignore[arg-type]
+        return self.instance.get_run_by_id(run.run_id)  # type: ignore[return-value]
+
+    def launch(self, job_name: str, **kwargs) -> DagsterRun:
+        return self.execute(self.create_run(job_name, **kwargs))
+
+    def launch_request(self, request: dg.RunRequest, job_name: str | None = None) -> DagsterRun:
+        """Execute what a schedule, a sensor or an automation evaluation asked for."""
+        tags = dict(request.tags)
+        if request.run_key:
+            tags["dagster/run_key"] = request.run_key
+        name = request.job_name or job_name or IMPLICIT_ASSET_JOB
+        return self.launch(name, partition_key=request.partition_key, tags=tags,
+                           asset_selection=request.asset_selection, run_config=dict(request.run_config or {}))
+
+    # -- schedules and sensors: state as the UI's toggle would store it, under the workspace's origin
+
+    def _instigator_origin(self, name: str) -> RemoteInstigatorOrigin:
+        return RemoteInstigatorOrigin(self.repository_origin, name)
+
+    def start_schedule(self, name: str) -> None:
+        remote = self.repo.get_schedule(name)
+        data = ScheduleInstigatorData(remote.cron_schedule, start_timestamp=dt.datetime.now(dt.UTC).timestamp())
+        self._store(InstigatorState(self._instigator_origin(name), InstigatorType.SCHEDULE,
+                                    InstigatorStatus.RUNNING, data), remote.selector_id)
+
+    def start_sensor(self, name: str, cursor: str | None = None) -> None:
+        remote = self.repo.get_sensor(name)
+        data = SensorInstigatorData(cursor=cursor, sensor_type=remote.sensor_type,
+                                    last_sensor_start_timestamp=dt.datetime.now(dt.UTC).timestamp())
+        self._store(InstigatorState(self._instigator_origin(name), InstigatorType.SENSOR,
+                                    InstigatorStatus.RUNNING, data), remote.selector_id)
+
+    def _store(self, state: InstigatorState, selector_id: str) -> None:
+        existing = self.instance.get_instigator_state(state.instigator_origin_id, selector_id)
+        if existing is None:
+            self.instance.add_instigator_state(state)
+        else:
+            self.instance.update_instigator_state(state)
+
+    def instigator_status(self, name: str) -> InstigatorStatus | None:
+        remote = self.repo.get_sensor(name) if self.repo.has_sensor(name) else self.repo.get_schedule(name)
+        state = self.instance.get_instigator_state(self._instigator_origin(name).get_id(), remote.selector_id)
+        return state.status if state else None
+
+
+def status(location: CodeLocation) -> dict[str, object]:
+    """What the UI would show: each job's current snapshot id, each schedule's and sensor's state and
+    description, and what switching the landing sensor on would ingest now."""
+    from gem_pipelines.sensors import landing_sensor
+
+    instigators = {}
+    for remote in [*location.repo.get_schedules(), *location.repo.get_sensors()]:
+        state = location.instance.get_instigator_state(location._instigator_origin(remote.name).get_id(),  # noqa: SLF001
+                                                       remote.selector_id)
+        instigators[remote.name] = {
+            "status": state.status.value if state else "DEFAULT",
+            "description": remote.description,
+            "cursor": getattr(state.instigator_data, "cursor", None) if state else None,
+        }
+    cursor = instigators[landing_sensor.name]["cursor"]
+    result = landing_sensor(dg.build_sensor_context(instance=location.instance, cursor=cursor))
+    return {
+        "location": location.name,
+        "repository_label": location.repository_origin.get_label(),
+        "jobs": {job.name: job.computed_job_snapshot_id
+                 for job in location.repo.get_all_jobs()},
+        "instigators": instigators,
+        "landing_sensor_would_request": [] if isinstance(result, dg.SkipReason) else [str(r.partition_key) for r in result],
+    }
+
+
+if __name__ == "__main__":
+    import json
+
+    from gem_pipelines.instance import get_instance
+
+    print(json.dumps(status(CodeLocation(get_instance())), indent=2, default=str))

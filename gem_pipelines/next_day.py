@@ -1,0 +1,225 @@
+"""`make next-day`: one more day of the simulated world, handled by the automation alone.
+
+The simulator's clock moves one day (gem_model.clock: the window gains a day, so every day role
+moves with E), then the automation does what the daemon would do, tick by tick, without a daemon:
+the daily schedule lands and ingests the new day, the landing sensor looks for raw files nobody
+ingested, and the automation conditions are evaluated (`dg.evaluate_automation_conditions`) until
+they request nothing more; every requested run is a real run of the code location, executed here.
+
+Run it with the UI stopped (or its automation sensor off): a running daemon would evaluate the same
+conditions on its own cursor and launch the same runs a second time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import time
+from typing import TYPE_CHECKING
+
+import dagster as dg
+from dagster_shared.serdes import deserialize_value, serialize_value
+
+from gem_model.paths import gem_home
+
+if TYPE_CHECKING:
+    from dagster._core.definitions.asset_daemon_cursor import AssetDaemonCursor
+
+    from gem_pipelines.code_location import CodeLocation
+
+MAX_WAVES = 12  # the longest chain (ingest -> features -> teacher -> domains -> predictions -> report -> students) is 7
+DAEMON_FRESH_S = 120
+
+
+def simulated_today() -> dt.date:
+    """The simulator's today: the day after the window's last day E ("yesterday" is E)."""
+    from gem_pipelines.partitions import CALENDAR
+
+    return CALENDAR.end() + dt.timedelta(days=1)
+
+
+def at(hour: int, minute: int = 0) -> dt.datetime:
+    return dt.datetime.combine(simulated_today(), dt.time(hour, minute), tzinfo=dt.UTC)
+
+
+def _cursor_path():
+    return gem_home() / "automation_cursor.json"
+
+
+def _load_cursor() -> AssetDaemonCursor | None:
+    from dagster._core.definitions.asset_daemon_cursor import AssetDaemonCursor
+
+    path = _cursor_path()
+    return deserialize_value(path.read_text(), AssetDaemonCursor) if path.exists() else None
+
+
+def _save_cursor(cursor: AssetDaemonCursor) -> None:
+    path = _cursor_path()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(serialize_value(cursor))
+    tmp.replace(path)
+
+
+def _defs() -> dg.Definitions:
+    from gem_pipelines.definitions import defs
+
+    return defs
+
+
+def automation_requests(result: dg.EvaluateAutomationConditionsResult, defs: dg.Definitions) -> list[dg.RunRequest]:
+    """One run per (partitions definition, partition key), assets in dependency order, as the daemon
+    groups what one tick requested."""
+    graph = defs.resolve_asset_graph()
+    groups: dict[tuple[int, str | None], list[dg.AssetKey]] = {}
+    defs_seen: list[dg.PartitionsDefinition | None] = []
+    for key in graph.toposorted_asset_keys:
+        pdef = graph.get(key).partitions_def
+        if pdef not in defs_seen:
+            defs_seen.append(pdef)
+        for pk in sorted(result.get_requested_partitions(key), key=str):
+            groups.setdefault((defs_seen.index(pdef), pk), []).append(key)
+    return [
+        dg.RunRequest(asset_selection=keys, partition_key=pk, tags={"gem/trigger": "automation"})
+        for (_, pk), keys in groups.items()
+    ]
+
+
+def _request_key(request: dg.RunRequest) -> tuple[tuple[str, ...], str | None]:
+    return tuple(sorted(k.to_user_string() for k in request.asset_selection or [])), request.partition_key
+
+
+def frontier(requests: list[dg.RunRequest], defs: dg.Definitions) -> list[dg.RunRequest]:
+    """The requests none of whose assets has an ancestor among the other requests.
+
+    A daemon launches a tick's runs at once and a child waits for nothing; run one after another here,
+    a child next to its parent's run would read the old parent (and Dagster 1.13 does not always
+    request it again once the parent updates, e.g. daily predictions below domain-partitioned
+    models). So the others wait, still requested, until their ancestors have run.
+    """
+    graph = defs.resolve_asset_graph()
+    out = []
+    for request in requests:
+        own = set(request.asset_selection or [])
+        others = {k for r in requests if r is not request for k in (r.asset_selection or [])} - own
+        if not any(graph.get_ancestor_asset_keys(k) & others for k in own):
+            out.append(request)
+    return out
+
+
+def evaluate(instance: dg.DagsterInstance, when: dt.datetime, cursor: AssetDaemonCursor | None
+             ) -> tuple[list[dg.RunRequest], AssetDaemonCursor]:
+    defs = _defs()
+    result = dg.evaluate_automation_conditions(defs=defs, instance=instance, evaluation_time=when, cursor=cursor)
+    return automation_requests(result, defs), result.cursor
+
+
+def seed_automation_cursor(instance: dg.DagsterInstance) -> None:
+    """After `make demo`: evaluate once at the simulator's clock and keep only the cursor. The demo
+    built everything already; later evaluations see only what changes after it."""
+    _, cursor = evaluate(instance, at(5), None)
+    _save_cursor(cursor)
+
+
+def _describe(request: dg.RunRequest) -> str:
+    assets = ",".join(k.to_user_string() for k in request.asset_selection or [])
+    return f"{request.job_name or assets}[{request.partition_key or ''}]"
+
+
+def _refuse_if_daemon_runs(instance: dg.DagsterInstance) -> None:
+    now = time.time()
+    for daemon, beat in (instance.get_daemon_heartbeats() or {}).items():
+        if now - beat.timestamp < DAEMON_FRESH_S:
+            raise SystemExit(f"dagster-daemon ({daemon}) is running on {instance.root_directory}: stop `make ui` "
+                             "first, or it would launch the same runs as `make next-day`")
+
+
+def _sensor_cursor(location: CodeLocation, name: str) -> tuple[object | None, str | None]:
+    remote = location.repo.get_sensor(name)
+    state = location.instance.get_instigator_state(location._instigator_origin(name).get_id(), remote.selector_id)  # noqa: SLF001
+    return state, (state.instigator_data.cursor if state and state.instigator_data else None)
+
+
+def run_day(location: CodeLocation, log=print) -> dict[str, object]:
+    """The automation of one simulated day; returns what each trigger requested, in order."""
+    from gem_pipelines.schedules import daily_ingest_schedule
+    from gem_pipelines.sensors import landing_sensor
+
+    instance = location.instance
+    _refuse_if_daemon_runs(instance)
+    summary: dict[str, object] = {"today": simulated_today().isoformat(), "failed": []}
+
+    def launch(trigger: str, requests: list[dg.RunRequest], job_name: str | None = None) -> list[str]:
+        names = []
+        for request in requests:
+            run = location.launch_request(request, job_name=job_name)
+            ok = run.status == dg.DagsterRunStatus.SUCCESS
+            names.append(_describe(request) if request.asset_selection else f"{job_name}[{request.partition_key}]")
+            log(f"  {trigger:<10} {names[-1]:<60} {'ok' if ok else 'FAILED ' + run.run_id}")
+            if not ok:
+                summary["failed"].append(run.run_id)  # type: ignore[union-attr]
+        return names
+
+    # The window grew by a day, so the time-partitioned assets' conditions start afresh (Dagster keeps
+    # no condition state across a changed partitions definition): evaluate once before the new day
+    # lands, so the evaluations after it see the landing as an update.
+    cursor_ = _load_cursor()
+    requests, cursor_ = evaluate(instance, at(1, 0), cursor_)
+    _save_cursor(cursor_)
+    summary["before_landing"] = launch("automation", requests)
+
+    with dg.build_schedule_context(instance=instance, scheduled_execution_time=at(1, 30)) as ctx:
+        result = daily_ingest_schedule(ctx)
+    requests = [] if isinstance(result, dg.SkipReason) else list(result)
+    summary["schedule"] = launch("schedule", requests, daily_ingest_schedule.job_name)
+
+    state, cursor = _sensor_cursor(location, landing_sensor.name)
+    ctx = dg.build_sensor_context(instance=instance, cursor=cursor)
+    result = landing_sensor(ctx)
+    if state is not None:
+        instance.update_instigator_state(state.with_data(state.instigator_data._replace(cursor=ctx.cursor)))  # type: ignore[union-attr]
+    requests = [] if isinstance(result, dg.SkipReason) else list(result)
+    summary["sensor"] = launch("sensor", requests, landing_sensor.job_name)
+
+    waves: list[list[str]] = []
+    pending: dict[tuple, dg.RunRequest] = {}  # requested, waiting for their ancestors' runs
+    for wave in range(MAX_WAVES):
+        requests, cursor_ = evaluate(instance, at(5, wave), cursor_)
+        _save_cursor(cursor_)
+        pending.update({_request_key(r): r for r in requests})
+        ready = frontier(list(pending.values()), _defs())
+        if not ready:
+            break
+        for request in ready:
+            del pending[_request_key(request)]
+        waves.append(launch("automation", ready))
+    summary["automation"] = waves
+    summary["not_run"] = [_describe(r) for r in pending.values()]  # below a failed run
+    return summary
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--summary", help="also write what each trigger requested to this JSON file")
+    args = parser.parse_args(argv)
+    from gem_model import clock
+    from gem_pipelines.instance import get_instance
+
+    start = time.time()
+    instance = get_instance()
+    _refuse_if_daemon_runs(instance)
+    clock.advance(1)  # before the code location loads: its partitions and day roles include the new day
+    from gem_pipelines.code_location import CodeLocation
+
+    print(f"GEM next day: the simulator's today is {simulated_today()}, E = {simulated_today() - dt.timedelta(days=1)}")
+    summary = run_day(CodeLocation(instance))
+    if args.summary:
+        with open(args.summary, "w") as f:
+            json.dump(summary, f, indent=2)
+    print(f"Done in {time.time() - start:.0f}s; reload definitions in `make ui` to see the new day.")
+    if summary["failed"]:
+        raise SystemExit(f"{len(summary['failed'])} run(s) failed: {summary['failed']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Two days in the life of the demo world (`make next-day` twice, on a copy of the session's demo):
+the automation alone (schedule and sensor through their own evaluation contexts, automation
+conditions through `dg.evaluate_automation_conditions`; no daemon, no sleeps) lands and ingests each
+new day, rebuilds its features, its teacher predictions, the distillation report and the students,
+and on its cadence (Mondays) retrains the foundation model, then the domain models and every day's
+teacher predictions; nothing else moves."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+pytestmark = pytest.mark.slow
+
+SURFACES = ("feed", "reels", "marketplace", "shops")
+LAKE = ("events", "user_activity", "events_quarantine", "oracle", "training_examples", "teacher_predictions")
+
+
+def _partitions(home: Path) -> dict[tuple[str, str], frozenset[str]]:
+    """(table, partition) -> the data files that hold it now (a rewrite replaces them)."""
+    out: dict[tuple[str, str], set[str]] = {}
+    for table in LAKE:
+        actions = pa.table(DeltaTable(str(home / "lake" / table)).get_add_actions(flatten=True))
+        for a in actions.to_pylist():
+            key = "|".join(str(a[c]) for c in ("partition.date", "partition.surface") if c in a)
+            out.setdefault((table, key), set()).add(a["path"])
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+def _accepted(home: Path) -> dict[str, str]:
+    return {str(p.relative_to(home / "models")): p.read_text().strip()
+            for p in sorted((home / "models").rglob("ACCEPTED"))}
+
+
+def _next_day(env: dict[str, str], tmp: Path) -> dict:
+    out = tmp / "summary.json"
+    proc = subprocess.run([sys.executable, "-m", "gem_pipelines.next_day", "--summary", str(out)], env=env,
+                          capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+def _waves(summary: dict) -> list[set[str]]:
+    return [set(w) for w in summary["automation"]]
+
+
+def _changed(before: dict, after: dict) -> set[tuple[str, str]]:
+    return {k for k in after if before.get(k) != after[k]} | (set(before) - set(after))
+
+
+def _day(table_day: str, predicted_days: list[str]) -> set[tuple[str, str]]:
+    """The partitions one new day writes: its four surfaces in each date x surface table, its
+    training_examples, and the teacher predictions of `predicted_days`."""
+    new = {(t, f"{table_day}|{s}") for t in LAKE[:4] for s in SURFACES} | {("training_examples", table_day)}
+    return new | {("teacher_predictions", d) for d in predicted_days}
+
+
+@pytest.mark.timeout(3600)
+def test_two_days_in_the_life(demo_copy: dict[str, str], tmp_path: Path) -> None:
+    env = demo_copy
+    home = Path(env["GEM_HOME"])
+    parts0, acc0 = _partitions(home), _accepted(home)
+    students = {f"students/{s}/ACCEPTED" for s in SURFACES}
+    domains = {"domain_models/commerce/ACCEPTED", "domain_models/social/ACCEPTED"}
+    assert set(acc0) == students | domains | {"foundation_model/ACCEPTED"}
+
+    # day 1: E = 2026-11-07 (a Saturday; today Sunday): no foundation retraining
+    day1 = _next_day(env, tmp_path)
+    assert day1["today"] == "2026-11-08" and day1["failed"] == [] and day1["not_run"] == []
+    assert set(day1["schedule"]) == {f"land_and_ingest_job[2026-11-07|{s}]" for s in SURFACES}
+    assert day1["sensor"] == []  # the schedule landed and ingested the files itself: nothing twice
+    assert day1["before_landing"] == []
+    assert _waves(day1) == [
+        {"activity_by_day,training_examples[2026-11-07]"},
+        {"teacher_predictions[2026-11-07]"},  # the teachers did not change: only the new day
+        {"distillation_report[]"},
+        {f"students[{s}]" for s in SURFACES},
+    ]
+    parts1, acc1 = _partitions(home), _accepted(home)
+    assert _changed(parts0, parts1) == _day("2026-11-07", ["2026-11-07"])
+    assert {k for k in acc1 if acc1[k] != acc0[k]} == students  # the teachers kept their versions
+
+    # day 2: E = 2026-11-08, today Monday: the weekly cadence retrains the foundation model (warm start)
+    day2 = _next_day(env, tmp_path)
+    assert day2["today"] == "2026-11-09" and day2["failed"] == [] and day2["not_run"] == []
+    assert set(day2["schedule"]) == {f"land_and_ingest_job[2026-11-08|{s}]" for s in SURFACES}
+    assert day2["sensor"] == []
+    assert _waves(day2) == [
+        {"activity_by_day,training_examples[2026-11-08]"},
+        {"foundation_model[]"},
+        {"domain_models[commerce]", "domain_models[social]"},  # domain models follow their teacher
+        {f"teacher_predictions[2026-11-{d:02d}]" for d in range(3, 9)},  # every role day, new teachers
+        {"distillation_report[]"},
+        {f"students[{s}]" for s in SURFACES},
+    ]
+    parts2, acc2 = _partitions(home), _accepted(home)
+    assert _changed(parts1, parts2) == _day("2026-11-08", [f"2026-11-{d:02d}" for d in range(3, 9)])
+    assert {k for k in acc2 if acc2[k] != acc1[k]} == set(acc2)  # every model moved, the teacher included
+    assert json.loads((home / "clock.json").read_text()) == {"extra_days": 2}
