@@ -13,12 +13,11 @@ its version directory:
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gem_model import atomic
 from gem_model.config import (
     CalendarConfig,
     FeaturesConfig,
@@ -145,9 +144,4 @@ def run_foundation(
 
 def write_eval_report(rows: list[dict[str, Any]], path: str | Path) -> Path:
     """{"rows": [...]} written atomically (e.g. reports/foundation_eval.json)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps({"rows": rows}, indent=2, default=str))
-    os.replace(tmp, path)
-    return path
+    return atomic.write_json(path, {"rows": rows})

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from gem_model.atomic import write_text
 from gem_model.paths import gem_home
 
 # Concurrency pools: dagster.yaml caps every pool at 1 (the gpu pool: one training step per GPU);
@@ -29,7 +30,7 @@ def dagster_home() -> Path:
     os.environ["DAGSTER_HOME"] = str(home)
     cfg = home / "dagster.yaml"
     if not cfg.exists():
-        cfg.write_text(DAGSTER_YAML)
+        write_text(cfg, DAGSTER_YAML)
     return home
 
 

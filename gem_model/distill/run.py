@@ -15,7 +15,6 @@ meaningless). Rows also carry both differences ("kd_gain", "kd_gain_standard") s
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,6 +25,7 @@ import numpy as np
 import polars as pl
 import torch
 
+from gem_model import atomic
 from gem_model.config import DayRoles, SurfacesConfig, load_calendar, load_features, load_surfaces
 from gem_model.data import TASKS, date_range
 from gem_model.distill.adapter import StudentAdapter
@@ -257,11 +257,7 @@ def write_report(rows: list[dict[str, Any]], path: str | Path | None = None, ext
         "selected": {s: dict(zip(("arm", "path"), select_student(rows, s), strict=True)) for s in surfaces},
         **(extra or {}),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, default=str))
-    tmp.replace(path)
-    return path
+    return atomic.write_json(path, doc)
 
 
 def run_distillation(

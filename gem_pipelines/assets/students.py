@@ -8,9 +8,10 @@ import os
 import dagster as dg
 
 from gem_model.paths import models_dir, reports_dir
+from gem_pipelines import quality_gate
 from gem_pipelines.assets.foundation import ASSET as FOUNDATION_ASSET
-from gem_pipelines.assets.foundation import GPU_TAGS
-from gem_pipelines.metadata import distillation_plot, distillation_table
+from gem_pipelines.assets.foundation import GPU_TAGS, rescore
+from gem_pipelines.metadata import distillation_plot, distillation_table, loss_curve_plot, metric_table
 from gem_pipelines.partitions import (
     CALENDAR,
     SURFACES,
@@ -19,6 +20,7 @@ from gem_pipelines.partitions import (
     surface_partitions_def,
 )
 from gem_pipelines.resources import AcceleratorResource, LakeResource, WandbResource
+from gem_pipelines.settings import QUALITY
 
 GROUP_FOUNDATION, GROUP_STUDENTS = "foundation", "students"
 # Students and domain models refresh when their teacher changes or new data lands, never retraining it.
@@ -73,6 +75,15 @@ class StudentsConfig(dg.Config):
     seeds: list[int] = [0]
 
 
+def _gate_spec(asset: str, partitions_def: dg.PartitionsDefinition, extra: str = "") -> dg.AssetCheckSpec:
+    return dg.AssetCheckSpec(
+        quality_gate.CHECK, asset=asset, blocking=True, partitions_def=partitions_def,
+        description="on day E, every (surface, task) with enough positives: NE below the base rate, no regression "
+        f"beyond max_regression against the last ACCEPTED version{extra} (assets/quality.yaml); only a passing "
+        "gate writes ACCEPTED",
+    )
+
+
 @dg.asset(
     partitions_def=domain_partitions_def,
     group_name=GROUP_FOUNDATION,
@@ -80,12 +91,14 @@ class StudentsConfig(dg.Config):
     op_tags=GPU_TAGS,
     pool="gpu",
     automation_condition=ON_TEACHER_CHANGE,
+    check_specs=[_gate_spec("domain_models", domain_partitions_def)],
 )
 def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, accelerator: AcceleratorResource,
                   wandb: WandbResource):
     """A domain foundation model: the teacher's weights, distilled from its predictions on the domain's surfaces."""
     from gem_model.distill import predict_teacher, save_domain_model, train_domain_model
-    from gem_model.registry import load_model, write_accepted
+    from gem_model.metrics import evaluate_day
+    from gem_model.registry import load_model
     from gem_model.tracking import Tracker
 
     wandb.apply()
@@ -109,8 +122,14 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
     tracker.log_artifact(path, name=f"domain-{domain}", metadata={"version": version})
     run_info = tracker.info()
     tracker.finish()
-    write_accepted("domain_models", version, domain)
-    return dg.MaterializeResult(
+    day = roles.evaluation.isoformat()
+    rows = evaluate_day(model, roles.evaluation, surfaces, uri=lake.table("training_examples"),
+                        oracle_uri=lake.table("oracle"), device=accelerator.resolved_device())
+    previous = quality_gate.accepted_rows("domain_models", day, domain,
+                                          rescore=lambda d: rescore(d, surfaces, lake_uri=lake.uri()))
+    verdict = quality_gate.gate(rows, previous, QUALITY.model_gate)
+    quality_gate.record(path.parent, verdict, rows, day)
+    yield dg.MaterializeResult(
         metadata={
             "version": version,
             "checkpoint": dg.MetadataValue.path(str(path)),
@@ -118,9 +137,14 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
             "surfaces": surfaces,
             "train_days": f"{roles.student[0]}..{roles.student[1]}",
             "steps": int(info.get("steps", 0)),
+            "accepted": verdict["passed"],
+            "evaluation": metric_table(rows),
+            "loss_curve": loss_curve_plot(list(enumerate(info.get("losses", [])))),
             **{f"wandb_{k}": str(v) for k, v in run_info.items() if v},
         }
     )
+    yield quality_gate.check_result(verdict, version, day)
+    quality_gate.accept("domain_models", version, verdict, domain)  # after the check event: traceable
 
 
 @dg.asset(
@@ -183,12 +207,12 @@ def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfi
     op_tags=GPU_TAGS,
     pool="gpu",
     automation_condition=ON_TEACHER_CHANGE,
+    check_specs=[_gate_spec("students", surface_partitions_def, ", and never worse than the labels_only arm of the "
+                            "distillation report by more than max_vs_labels_only")],
 )
 def students(context: dg.AssetExecutionContext, lake: LakeResource, wandb: WandbResource):
     """The production student of a surface: the (arm, path) with the lowest click NE on E-1, exported."""
     from gem_model.distill import select_student, train_production_student
-    from gem_model.registry import write_accepted
-
     wandb.apply()
     surface = context.partition_key
     report = json.loads((reports_dir() / "distillation_report.json").read_text())
@@ -198,16 +222,33 @@ def students(context: dg.AssetExecutionContext, lake: LakeResource, wandb: Wandb
     out = train_production_student(surface, arm, path, version=version, teachers=teachers,
                                    uri=lake.table("training_examples"), tp_uri=_tp_uri(lake),
                                    oracle_uri=lake.table("oracle"), tracking_group=_accepted_foundation()[1])
-    write_accepted("students", version, surface)
     evaluation = [r for r in out["rows"] if r["split"] == "evaluation"]
-    return dg.MaterializeResult(
+    day = CALENDAR.roles().evaluation.isoformat()
+    verdict = quality_gate.gate(evaluation, quality_gate.accepted_rows("students", day, surface),
+                                QUALITY.model_gate, reference=labels_only_rows(report["rows"], surface))
+    quality_gate.record(out["model_dir"], verdict, evaluation, day)
+    yield dg.MaterializeResult(
         metadata={
             "arm": arm, "path": path, "version": version,
             "model_dir": dg.MetadataValue.path(out["model_dir"]),
             "export": dg.MetadataValue.path(out["export"]) if out.get("export") else "none",
             "teacher_checkpoint": teachers["foundation"],
             "domain_model": teachers.get(f"domain:{SURFACES.get(surface).domain}", ""),
-            "evaluation": dg.MetadataValue.json(evaluation),
+            "accepted": verdict["passed"],
+            "evaluation": metric_table(evaluation),
             "models_dir": dg.MetadataValue.path(str(models_dir("students", surface))),
         }
     )
+    yield quality_gate.check_result(verdict, version, day)
+    quality_gate.accept("students", version, verdict, surface)  # after the check event: traceable
+
+
+def labels_only_rows(rows: list[dict], surface: str) -> list[dict]:
+    """The labels_only arm on E for one surface, NE averaged over seeds: the floor a student must reach."""
+    import polars as pl
+
+    df = pl.DataFrame(rows, infer_schema_length=None).filter(
+        (pl.col("arm") == "labels_only") & (pl.col("split") == "evaluation") & (pl.col("surface") == surface))
+    if df.height == 0:
+        return []
+    return df.group_by("surface", "task").agg(pl.col("ne").mean(), pl.col("positives").max()).to_dicts()

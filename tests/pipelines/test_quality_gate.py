@@ -25,3 +25,30 @@ def test_gate_fails_ne_above_one_and_regressions_against_accepted() -> None:
 def test_gate_with_nothing_to_gate_does_not_pass_silently() -> None:
     result = gate([row("feed", 0.9, positives=3)], None, CFG)
     assert not result["passed"] and "positives" in result["note"]
+
+
+def test_student_worse_than_labels_only_fails() -> None:
+    labels_only = [row("feed", 0.90), row("reels", 0.90)]
+    ok = gate([row("feed", 0.91), row("reels", 0.85)], None, CFG, reference=labels_only)
+    assert ok["passed"]
+    worse = gate([row("feed", 0.93), row("reels", 0.85)], None, CFG, reference=labels_only)
+    assert not worse["passed"] and "labels_only" in worse["failures"][0]["why"]
+    assert not gate([row("shops", 0.8)], None, CFG, reference=labels_only)["passed"]  # nothing to compare with
+
+
+def test_accepted_only_by_a_passing_gate_and_compared_on_the_same_day(gem_home) -> None:
+    from gem_model.registry import new_version, read_accepted, version_dir
+    from gem_pipelines import quality_gate
+
+    passing, failing = new_version(), new_version()
+    for v, ne in ((passing, 0.9), (failing, 1.2)):
+        version_dir("students", v, "feed").mkdir(parents=True)
+        verdict = gate([row("feed", ne)], None, CFG)
+        quality_gate.record(version_dir("students", v, "feed"), verdict, [row("feed", ne)], "2026-11-07")
+        assert quality_gate.accept("students", v, verdict, "feed") == verdict["passed"]
+    assert read_accepted("students", "feed").name == passing
+    assert quality_gate.accepted_rows("students", "2026-11-07", "feed") == [row("feed", 0.9)]
+    # the window moved: the accepted version is re-scored on the new E, or nothing is comparable
+    assert quality_gate.accepted_rows("students", "2026-11-08", "feed") is None
+    rescored = quality_gate.accepted_rows("students", "2026-11-08", "feed", rescore=lambda d: [row("feed", 0.95)])
+    assert rescored == [row("feed", 0.95)]
