@@ -24,13 +24,16 @@ GATE_FILE = "gate.json"  # beside each gated version: its evaluation day, metric
 
 
 def gate(rows: list[dict[str, Any]], previous: list[dict[str, Any]] | None, cfg: ModelGate,
-         reference: list[dict[str, Any]] | None = None, reference_name: str = "labels_only") -> dict[str, Any]:
+         reference: list[dict[str, Any]] | None = None, reference_name: str = "labels_only",
+         allow_ungated: bool = False) -> dict[str, Any]:
     """Pass iff every gated pair has NE < max_ne (below the base rate), NE <= (1 + max_regression) x
     the last accepted NE, and (students) NE <= (1 + max_vs_labels_only) x the `reference` arm's NE.
 
     Gated pairs: (surface, task) with at least `min_positives` positives on the evaluation day.
     `rows`, `previous` and `reference` are metric rows ({surface, task, ne, positives, ...}) on the
-    same evaluation day; `previous` is None when nothing was accepted yet.
+    same evaluation day; `previous` is None when nothing was accepted yet. With no gated pair the
+    model fails (nothing shows it is sane) unless `allow_ungated`: a per-surface model of a surface
+    too small to reach `min_positives` on one day then passes, with a note saying it was not judged.
     """
     prev = {(r["surface"], r["task"]): r["ne"] for r in previous or []}
     ref = {(r["surface"], r["task"]): r["ne"] for r in reference or []}
@@ -53,8 +56,10 @@ def gate(rows: list[dict[str, Any]], previous: list[dict[str, Any]] | None, cfg:
     if reference is not None:
         missing = [p for p in pairs if p[f"{reference_name}_ne"] is None]
         failures += [{**p, "why": f"no {reference_name} NE to compare with"} for p in missing]
-    return {"passed": not failures and bool(pairs), "gated_pairs": pairs, "failures": failures,
-            "note": "" if pairs else f"no (surface, task) pair has >= {cfg.min_positives} positives"}
+    note = "" if pairs else f"no (surface, task) pair has >= {cfg.min_positives} positives on E" + (
+        ": not judged, accepted unjudged (see the evaluation table)" if allow_ungated else "")
+    return {"passed": not failures and (bool(pairs) or allow_ungated), "gated_pairs": pairs, "failures": failures,
+            "note": note}
 
 
 def accepted_rows(asset: str, evaluation_date: str, partition: str | None = None,

@@ -25,6 +25,9 @@ def test_gate_fails_ne_above_one_and_regressions_against_accepted() -> None:
 def test_gate_with_nothing_to_gate_does_not_pass_silently() -> None:
     result = gate([row("feed", 0.9, positives=3)], None, CFG)
     assert not result["passed"] and "positives" in result["note"]
+    # a per-surface model of a surface too small to judge on one day passes, and says so
+    small = gate([row("shops", 1.3, positives=3)], None, CFG, allow_ungated=True)
+    assert small["passed"] and not small["gated_pairs"] and "not judged" in small["note"]
 
 
 def test_student_worse_than_labels_only_fails() -> None:
