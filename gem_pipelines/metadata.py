@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 import polars as pl
 
+from gem_pipelines.reports import report_links
+
 if TYPE_CHECKING:
     from gem_pipelines.data.validation import SuiteResult
 
@@ -32,10 +34,20 @@ def preview(df: pl.DataFrame, n: int = 5) -> dg.MetadataValue:
 
 def suite_metadata(suite: SuiteResult) -> dict[str, Any]:
     meta: dict[str, Any] = {k: v for k, v in suite.to_metadata().items() if isinstance(v, (int, float, str, bool))}
-    meta["result"] = dg.MetadataValue.json(suite.to_metadata())
-    if suite.docs_index:
-        meta["data_docs"] = dg.MetadataValue.path(suite.docs_index)
+    if suite.failed_expectations:
+        meta["failed_expectations"] = md_table(suite.failed_expectations, ["expectation", "column", "observed"])
+    if suite.page:  # the partition's own Data Docs page, served (see gem_pipelines.reports)
+        links = report_links(suite.page)
+        meta["data_docs"] = links.get("url", links["path"])
+        meta["data_docs_path"] = links["path"]
     return meta
+
+
+def md_table(rows: list[dict[str, Any]], cols: list[str]) -> dg.MetadataValue:
+    """Rows of dicts as a markdown table of `cols` (pipes escaped, floats to 4 places)."""
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(_fmt(r.get(c)).replace("|", "\\|") for c in cols) + " |" for r in rows]
+    return dg.MetadataValue.md("\n".join(lines))
 
 
 def png_markdown(fig: Any) -> dg.MetadataValue:
