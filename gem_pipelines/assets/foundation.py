@@ -9,7 +9,7 @@ import dagster as dg
 
 from gem_model.paths import models_dir, reports_dir
 from gem_pipelines import quality_gate
-from gem_pipelines.metadata import loss_curve_plot, metric_table
+from gem_pipelines.metadata import loss_curve_plot, metric_table, progress
 from gem_pipelines.resources import AcceleratorResource, LakeResource, WandbResource
 from gem_pipelines.settings import QUALITY
 
@@ -107,11 +107,14 @@ def foundation_model(
     if init_from is not None:
         context.log.info(f"warm start from the ACCEPTED version {init_from.name}")
     device = accelerator.resolved_device()
-    if accelerator.nproc_per_node > 1:
-        result = _run_torchrun(context, pipes, accelerator.nproc_per_node, config.preset, device, lake.uri(), init_from)
-    else:
-        result = run_foundation(config.preset, seeds=tuple(config.seeds), baselines=config.baselines, device=device,
-                                init_from=init_from, lake=lake.uri(), overrides={"train": accelerator.train_overrides()})
+    with progress(context.log, "foundation_model training"):
+        if accelerator.nproc_per_node > 1:
+            result = _run_torchrun(context, pipes, accelerator.nproc_per_node, config.preset, device, lake.uri(),
+                                   init_from)
+        else:
+            result = run_foundation(config.preset, seeds=tuple(config.seeds), baselines=config.baselines,
+                                    device=device, init_from=init_from, lake=lake.uri(),
+                                    overrides={"train": accelerator.train_overrides()})
     rows = result["rows"]
     report = write_eval_report(rows, reports_dir() / "foundation_eval.json")
     first_seed = config.seeds[0]

@@ -11,7 +11,13 @@ from gem_model.paths import models_dir, reports_dir
 from gem_pipelines import quality_gate
 from gem_pipelines.assets.foundation import ASSET as FOUNDATION_ASSET
 from gem_pipelines.assets.foundation import GPU_TAGS, rescore
-from gem_pipelines.metadata import distillation_plot, distillation_table, loss_curve_plot, metric_table
+from gem_pipelines.metadata import (
+    distillation_plot,
+    distillation_table,
+    loss_curve_plot,
+    metric_table,
+    progress,
+)
 from gem_pipelines.partitions import (
     CALENDAR,
     SURFACES,
@@ -115,9 +121,10 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
     # grouped with its teacher's W&B runs (foundation runs are grouped as foundation-<version>)
     tracker = Tracker(name=f"domain-{domain}", group=f"foundation-{teacher_version}", job_type="domain_model",
                       config={"domain": domain, "teacher_version": teacher_version, "version": version})
-    model, info = train_domain_model(domain, foundation, teacher_predictions=targets, dates=roles.student,
-                                     preset=os.environ.get("GEM_MODEL_PRESET", "small"),
-                                     uri=lake.table("training_examples"), log=tracker.log)
+    with progress(context.log, f"domain_models[{domain}] training"):
+        model, info = train_domain_model(domain, foundation, teacher_predictions=targets, dates=roles.student,
+                                         preset=os.environ.get("GEM_MODEL_PRESET", "small"),
+                                         uri=lake.table("training_examples"), log=tracker.log)
     path = save_domain_model(model, info, version=version)
     tracker.log_artifact(path, name=f"domain-{domain}", metadata={"version": version})
     run_info = tracker.info()
@@ -187,12 +194,19 @@ def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfi
                         wandb: WandbResource):
     """Every transfer arm x path x surface on the validation (E-1) and evaluation (E) days."""
     from gem_model.distill import run_distillation, write_report
+    from gem_model.distill.arms import arm_paths
 
     wandb.apply()
     teachers = {name: ckpt for name, (ckpt, _) in _accepted_teachers().items()}
-    rows = run_distillation(config.arms, config.paths, config.seeds, preset=config.preset, teachers=teachers,
-                            uri=lake.table("training_examples"), tp_uri=_tp_uri(lake),
-                            oracle_uri=lake.table("oracle"), tracking_group=_accepted_foundation()[1])
+    total = len(SURFACES.names) * len(config.seeds) * sum(len(arm_paths(a, config.paths)) for a in config.arms)
+    with progress(context.log, "distillation_report", total=total) as p:
+        rows = run_distillation(
+            config.arms, config.paths, config.seeds, preset=config.preset, teachers=teachers,
+            uri=lake.table("training_examples"), tp_uri=_tp_uri(lake), oracle_uri=lake.table("oracle"),
+            tracking_group=_accepted_foundation()[1],
+            on_student=lambda key, _m, _r, info: p.step(
+                f"{key['surface']} {key['arm']}/{key['path']} seed {key['seed']} ({int(info.get('steps', 0))} steps)"),
+        )
     path = write_report(rows, reports_dir() / "distillation_report.json")
     return dg.MaterializeResult(
         metadata={"report": dg.MetadataValue.path(str(path)), "rows": len(rows),
@@ -219,9 +233,10 @@ def students(context: dg.AssetExecutionContext, lake: LakeResource, wandb: Wandb
     arm, path = select_student(report["rows"], surface)
     teachers = {name: ckpt for name, (ckpt, _) in _accepted_teachers().items()}
     version = version_for(context)
-    out = train_production_student(surface, arm, path, version=version, teachers=teachers,
-                                   uri=lake.table("training_examples"), tp_uri=_tp_uri(lake),
-                                   oracle_uri=lake.table("oracle"), tracking_group=_accepted_foundation()[1])
+    with progress(context.log, f"students[{surface}] training ({arm}/{path})"):
+        out = train_production_student(surface, arm, path, version=version, teachers=teachers,
+                                       uri=lake.table("training_examples"), tp_uri=_tp_uri(lake),
+                                       oracle_uri=lake.table("oracle"), tracking_group=_accepted_foundation()[1])
     evaluation = [r for r in out["rows"] if r["split"] == "evaluation"]
     day = CALENDAR.roles().evaluation.isoformat()
     verdict = quality_gate.gate(evaluation, quality_gate.accepted_rows("students", day, surface),
