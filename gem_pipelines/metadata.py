@@ -33,7 +33,9 @@ def preview(df: pl.DataFrame, n: int = 5) -> dg.MetadataValue:
 
 
 def suite_metadata(suite: SuiteResult) -> dict[str, Any]:
-    meta: dict[str, Any] = {k: v for k, v in suite.to_metadata().items() if isinstance(v, (int, float, str, bool))}
+    # scalars only; file locations go in as links below (absolute paths would freeze GEM_HOME into the log)
+    meta: dict[str, Any] = {k: v for k, v in suite.to_metadata().items()
+                            if isinstance(v, (int, float, str, bool)) and k not in ("page", "docs_index")}
     if suite.failed_expectations:
         meta["failed_expectations"] = md_table(suite.failed_expectations, ["expectation", "column", "observed"])
     if suite.page:  # the partition's own Data Docs page, served (see gem_pipelines.reports)
