@@ -147,7 +147,7 @@ def test_launch_an_events_partition_from_the_ui_and_read_its_checks(tmp_path: Pa
                 assert re.search(r"Evaluation result\s+Passed", results[check]), results[check][:3000]
             assert re.search(r"missing\s+0\b", results["row_conservation"])
             page.goto(f"{base}/assets/events?view=checks&checkDetail=gx_suite")
-            link = page.get_by_role("link", name=re.compile(r"data_docs/validations/events/events__2026-11-02_feed/"))
+            link = page.locator(f"a[href*='/data_docs/validations/events/events__{DATE}_{SURFACE}/']").first
             href = link.get_attribute("href")
             assert href.startswith(env["GEM_REPORTS_URL"]), href
 
