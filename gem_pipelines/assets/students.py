@@ -15,6 +15,7 @@ from gem_pipelines.metadata import (
     distillation_plot,
     distillation_table,
     loss_curve_plot,
+    md_table,
     metric_table,
     progress,
 )
@@ -169,17 +170,18 @@ def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, a
 
     date = dt.date.fromisoformat(context.partition_key)
     teachers = _accepted_teachers()
-    rows, versions, delta_version = {}, {}, None
+    written = []
     for name, (ckpt, version) in teachers.items():
         model, _ = load_model(ckpt)
         surfaces = None if name == "foundation" else [s.name for s in SURFACES.in_domain(name.split(":", 1)[1])]
         df = predict_teacher(model, [date], name, version, surfaces=surfaces, uri=lake.table("training_examples"),
                              device=accelerator.resolved_device())
-        delta_version = write_teacher_predictions(df, uri=_tp_uri(lake))
-        rows[name], versions[name] = df.height, version
+        written.append({"teacher": name, "version": version, "rows": df.height,
+                        "delta_version": write_teacher_predictions(df, uri=_tp_uri(lake))})
     return dg.MaterializeResult(
-        metadata={"rows": sum(rows.values()), "rows_by_teacher": dg.MetadataValue.json(rows),
-                  "teacher_versions": dg.MetadataValue.json(versions), "delta_version": delta_version or -1}
+        metadata={"rows": sum(w["rows"] for w in written),
+                  "teachers": md_table(written, ["teacher", "version", "rows", "delta_version"]),
+                  "delta_version": max(w["delta_version"] for w in written)}
     )
 
 
