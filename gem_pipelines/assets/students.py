@@ -228,7 +228,7 @@ def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfi
 )
 def students(context: dg.AssetExecutionContext, lake: LakeResource, wandb: WandbResource):
     """The production student of a surface: the (arm, path) with the lowest click NE on E-1, exported."""
-    from gem_model.distill import select_student, train_production_student
+    from gem_model.distill import score_student, select_student, train_production_student
     wandb.apply()
     surface = context.partition_key
     report = json.loads((reports_dir() / "distillation_report.json").read_text())
@@ -240,8 +240,11 @@ def students(context: dg.AssetExecutionContext, lake: LakeResource, wandb: Wandb
                                        uri=lake.table("training_examples"), tp_uri=_tp_uri(lake),
                                        oracle_uri=lake.table("oracle"), tracking_group=_accepted_foundation()[1])
     evaluation = [r for r in out["rows"] if r["split"] == "evaluation"]
-    day = CALENDAR.roles().evaluation.isoformat()
-    verdict = quality_gate.gate(evaluation, quality_gate.accepted_rows("students", day, surface),
+    e = CALENDAR.roles().evaluation
+    day = e.isoformat()
+    previous = quality_gate.accepted_rows("students", day, surface, rescore=lambda d: score_student(
+        d, e, uri=lake.table("training_examples"), tp_uri=_tp_uri(lake), oracle_uri=lake.table("oracle")))
+    verdict = quality_gate.gate(evaluation, previous,
                                 QUALITY.model_gate, reference=labels_only_rows(report["rows"], surface),
                                 allow_ungated=True)
     quality_gate.record(out["model_dir"], verdict, evaluation, day)
