@@ -90,3 +90,22 @@ def test_maintenance_and_writers_exclude_each_other(gem_home: Path) -> None:
         assert not blocked.wait(0.5)
     t.join(timeout=30)
     assert blocked.is_set()
+
+
+def test_optimize_and_vacuum_waits_for_a_writer_and_keeps_the_rows(gem_home: Path) -> None:
+    schema = {"date": pl.Date, "surface": pl.String, "x": pl.Int64}
+    root = str(gem_home / "lake")
+    for surface in ("feed", "reels", "feed"):
+        lake.write_partition(pl.DataFrame({"date": [D], "surface": [surface], "x": [1]}, schema=schema), "oracle",
+                             {"date": D, "surface": surface}, schema, root=root)
+    before = lake.scan("oracle", root=root).collect().sort("surface")
+    done = threading.Event()
+    result: dict = {}
+    with delta.partition_lock(table_uri("oracle", root), "date=2026-11-02__surface=feed"):
+        t = threading.Thread(target=lambda: (result.update(lake.optimize_and_vacuum("oracle", root=root)), done.set()),
+                             daemon=True)
+        t.start()
+        assert not done.wait(0.5)  # maintenance does not run under a writer
+    t.join(timeout=60)
+    assert done.is_set() and result["version"] == lake.table_version("oracle", root=root)
+    assert lake.scan("oracle", root=root).collect().sort("surface").equals(before)
