@@ -132,7 +132,7 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
     tracker.finish()
     day = roles.evaluation.isoformat()
     rows = evaluate_day(model, roles.evaluation, surfaces, uri=lake.table("training_examples"),
-                        oracle_uri=lake.table("oracle"), device=accelerator.resolved_device())
+                        oracle_uri=lake.table("oracle"))  # on the device the model is on
     previous = quality_gate.accepted_rows("domain_models", day, domain,
                                           rescore=lambda d: rescore(d, surfaces, lake_uri=lake.uri()))
     verdict = quality_gate.gate(rows, previous, QUALITY.model_gate, allow_ungated=True)
