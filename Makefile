@@ -29,7 +29,7 @@ test: .venv
 
 ui: .venv
 	$(PY) -c "from gem_pipelines.instance import dagster_home; dagster_home()"
-	.venv/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	$(PY) -m gem_pipelines.reports & trap 'kill $$!' EXIT; .venv/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 bench: .venv
 	$(PY) bench/ingest.py

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gem_model import atomic
 from gem_model.config import (
     CalendarConfig,
     FeaturesConfig,
@@ -174,12 +174,7 @@ def run_foundation(
 
 def write_eval_report(rows: list[dict[str, Any]], path: str | Path, extra: dict[str, Any] | None = None) -> Path:
     """{"rows": [...], **extra} written atomically (e.g. reports/foundation_eval.json)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps({"rows": rows, **(extra or {})}, indent=2, default=str))
-    os.replace(tmp, path)
-    return path
+    return atomic.write_json(path, {"rows": rows, **(extra or {})})
 
 
 def main(argv: list[str] | None = None) -> int:

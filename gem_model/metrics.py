@@ -153,6 +153,30 @@ def metric_rows(preds: pl.DataFrame, oracle_df: pl.DataFrame | None = None) -> l
     return rows
 
 
+def evaluate_day(
+    model: torch.nn.Module,
+    day: Any,
+    surfaces: Iterable[str],
+    *,
+    uri: str | None = None,
+    oracle_uri: str | None = None,
+    batch_size: int = 2048,
+    device: torch.device | str | None = None,
+) -> list[dict[str, Any]]:
+    """Metric rows of a GEM model on one day of `training_examples` (the gate's evaluation), with
+    the oracle's NE when the lake has an oracle table."""
+    from gem_model.data import ExampleStream
+
+    surfaces = list(surfaces)
+    try:
+        oracle_df = read_oracle([day], surfaces, uri=oracle_uri)
+    except Exception:  # no oracle (real logs): metrics without the floor
+        oracle_df = None
+    stream = ExampleStream(day, day, surfaces, batch_size=batch_size, shuffle=False, uri=uri,
+                           max_len=getattr(getattr(model, "cfg", None), "seq_len", None))
+    return metric_rows(predict(model, stream, device=device), oracle_df)
+
+
 def evaluate(
     model: torch.nn.Module,
     loader: Iterable[Batch],

@@ -8,7 +8,6 @@ the quality gate; everything downstream reads the ACCEPTED version.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
 import secrets
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 import torch
 
+from gem_model import atomic
 from gem_model.models import GEM, GEMConfig
 from gem_model.paths import models_dir
 
@@ -63,11 +63,7 @@ def write_accepted(asset: str, version: str, partition: str | None = None, home:
     d = version_dir(asset, version, partition, home)
     if not d.is_dir():
         raise FileNotFoundError(f"{d} does not exist: cannot accept a version that was never written")
-    f = d.parent / ACCEPTED
-    tmp = f.with_name(f".{ACCEPTED}.tmp-{os.getpid()}")
-    tmp.write_text(version + "\n")
-    os.replace(tmp, f)
-    return f
+    return atomic.write_text(d.parent / ACCEPTED, version + "\n")
 
 
 def resolve_checkpoint(path: str | Path) -> Path:

@@ -45,6 +45,7 @@ import torch
 import torch.distributed as torch_dist
 import yaml
 
+from gem_model import atomic
 from gem_model.config import ASSETS_DIR, FeaturesConfig, SurfacesConfig, load_features, load_surfaces
 from gem_model.data import ExampleStream
 from gem_model.distributed import resume_step
@@ -186,18 +187,11 @@ def _set_rng_state(s: dict[str, torch.Tensor]) -> None:
         torch.cuda.set_rng_state(s["cuda"])
 
 
-def atomic_save(obj: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+atomic_save = atomic.torch_save  # (obj, path): gem_model.atomic is the one atomic-write helper
 
 
 def atomic_write_json(obj: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, default=str, allow_nan=True))
-    os.replace(tmp, path)
+    atomic.write_json(path, obj, allow_nan=True)
 
 
 def warm_start(model: torch.nn.Module, source: str | Path) -> dict[str, int]:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
+from gem_model.atomic import write_text
 from gem_model.paths import gem_home
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ def dagster_home() -> Path:
     os.environ["DAGSTER_HOME"] = str(home)
     cfg = home / "dagster.yaml"
     if not cfg.exists():
-        cfg.write_text(DAGSTER_YAML)
+        write_text(cfg, DAGSTER_YAML)
     return home
 
 

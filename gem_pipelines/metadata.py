@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 import polars as pl
 
+from gem_pipelines.reports import report_links
+
 if TYPE_CHECKING:
     from gem_pipelines.data.validation import SuiteResult
 
@@ -31,11 +33,23 @@ def preview(df: pl.DataFrame, n: int = 5) -> dg.MetadataValue:
 
 
 def suite_metadata(suite: SuiteResult) -> dict[str, Any]:
-    meta: dict[str, Any] = {k: v for k, v in suite.to_metadata().items() if isinstance(v, (int, float, str, bool))}
-    meta["result"] = dg.MetadataValue.json(suite.to_metadata())
-    if suite.docs_index:
-        meta["data_docs"] = dg.MetadataValue.path(suite.docs_index)
+    # scalars only; file locations go in as links below (absolute paths would freeze GEM_HOME into the log)
+    meta: dict[str, Any] = {k: v for k, v in suite.to_metadata().items()
+                            if isinstance(v, (int, float, str, bool)) and k not in ("page", "docs_index")}
+    if suite.failed_expectations:
+        meta["failed_expectations"] = md_table(suite.failed_expectations, ["expectation", "column", "observed"])
+    if suite.page:  # the partition's own Data Docs page, served (see gem_pipelines.reports)
+        links = report_links(suite.page)
+        meta["data_docs"] = links.get("url", links["path"])
+        meta["data_docs_path"] = links["path"]
     return meta
+
+
+def md_table(rows: list[dict[str, Any]], cols: list[str]) -> dg.MetadataValue:
+    """Rows of dicts as a markdown table of `cols` (pipes escaped, floats to 4 places)."""
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(_fmt(r.get(c)).replace("|", "\\|") for c in cols) + " |" for r in rows]
+    return dg.MetadataValue.md("\n".join(lines))
 
 
 def png_markdown(fig: Any) -> dg.MetadataValue:
@@ -137,3 +151,47 @@ def distillation_plot(rows: list[dict[str, Any]]) -> dg.MetadataValue:
     value = png_markdown(fig)
     plt.close(fig)
     return value
+
+
+class progress:  # noqa: N801  (used as a context manager, like contextlib's)
+    """Log a line at least every `every` seconds during a long step: what finished last, how long so far.
+
+    `progress.step(text)` records (and logs) a finished unit of work; a daemon thread repeats the
+    latest status when nothing finished for `every` seconds, so the UI's log never goes quiet.
+    """
+
+    def __init__(self, log: Any, name: str, total: int | None = None, every: float = 30.0) -> None:
+        import threading
+        import time
+
+        self.log, self.name, self.total, self.every = log, name, total, every
+        self.done, self.last = 0, "started"
+        self._t0, self._time = time.monotonic(), time.monotonic
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True)
+
+    def __enter__(self) -> progress:
+        self.log.info(f"{self.name}: started" + (f", {self.total} units" if self.total else ""))
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.log.info(f"{self.name}: {'finished' if exc[0] is None else 'failed'} after {self._elapsed()}")
+
+    def _elapsed(self) -> str:
+        return f"{self._time() - self._t0:.0f} s"
+
+    def _status(self) -> str:
+        of = f"/{self.total}" if self.total else ""
+        return f"{self.name}: {self.done}{of} done, {self._elapsed()} elapsed; last: {self.last}"
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.every):
+            self.log.info(self._status())
+
+    def step(self, text: str) -> None:
+        self.done += 1
+        self.last = text
+        self.log.info(self._status())

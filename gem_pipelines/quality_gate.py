@@ -1,31 +1,150 @@
-"""The model-quality gate: which (surface, task) pairs count, and whether a new version passes."""
+"""The model-quality gate of every model (foundation, domain models, students) and the one way a
+version becomes ACCEPTED.
+
+Each training asset evaluates its new version on day E, calls `gate`, yields a blocking
+`quality_gate` check with `check_result`, and only then calls `accept`: ACCEPTED is written (by
+`gem_model.registry.write_accepted`, atomically) after a passing check event is in the instance's
+event log, so every ACCEPTED file traces to one (`untraced_accepted` lists those that do not).
+"""
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+import dagster as dg
 
 from gem_pipelines.settings import ModelGate
 
+CHECK = "quality_gate"
+GATE_FILE = "gate.json"  # beside each gated version: its evaluation day, metric rows and verdict
 
-def gate(rows: list[dict[str, Any]], previous: list[dict[str, Any]] | None, cfg: ModelGate) -> dict[str, Any]:
-    """Pass iff every gated pair has NE < max_ne and NE <= (1 + max_regression) x the last accepted NE.
+
+def gate(rows: list[dict[str, Any]], previous: list[dict[str, Any]] | None, cfg: ModelGate,
+         reference: list[dict[str, Any]] | None = None, reference_name: str = "labels_only",
+         allow_ungated: bool = False) -> dict[str, Any]:
+    """Pass iff every gated pair has NE < max_ne (below the base rate), NE <= (1 + max_regression) x
+    the last accepted NE, and (students) NE <= (1 + max_vs_labels_only) x the `reference` arm's NE.
 
     Gated pairs: (surface, task) with at least `min_positives` positives on the evaluation day.
-    `rows` and `previous` are metric rows ({surface, task, ne, positives, ...}) of one model on the
-    same evaluation day; `previous` is None when nothing was accepted yet.
+    `rows`, `previous` and `reference` are metric rows ({surface, task, ne, positives, ...}) on the
+    same evaluation day; `previous` is None when nothing was accepted yet. With no gated pair the
+    model fails (nothing shows it is sane) unless `allow_ungated`: a per-surface model of a surface
+    too small to reach `min_positives` on one day then passes, with a note saying it was not judged.
     """
     prev = {(r["surface"], r["task"]): r["ne"] for r in previous or []}
+    ref = {(r["surface"], r["task"]): r["ne"] for r in reference or []}
     pairs, failures = [], []
     for r in rows:
         if r.get("positives", 0) < cfg.min_positives:
             continue
         key = (r["surface"], r["task"])
         entry = {"surface": key[0], "task": key[1], "ne": r["ne"], "positives": r["positives"],
-                 "accepted_ne": prev.get(key)}
+                 "accepted_ne": prev.get(key), f"{reference_name}_ne": ref.get(key)}
         pairs.append(entry)
-        if not r["ne"] < cfg.max_ne:
-            failures.append({**entry, "why": f"NE {r['ne']:.4f} >= {cfg.max_ne}"})
-        elif key in prev and r["ne"] > prev[key] * (1 + cfg.max_regression):
-            failures.append({**entry, "why": f"NE {r['ne']:.4f} regressed > {cfg.max_regression:.0%} vs {prev[key]:.4f}"})
-    return {"passed": not failures and bool(pairs), "gated_pairs": pairs, "failures": failures,
-            "note": "" if pairs else f"no (surface, task) pair has >= {cfg.min_positives} positives"}
+        ne = r["ne"]
+        if not (isinstance(ne, float | int) and math.isfinite(ne) and ne < cfg.max_ne):
+            failures.append({**entry, "why": f"NE {ne} >= {cfg.max_ne} (base rate)"})
+        elif key in prev and ne > prev[key] * (1 + cfg.max_regression):
+            failures.append({**entry, "why": f"NE {ne:.4f} regressed > {cfg.max_regression:.0%} vs {prev[key]:.4f}"})
+        elif key in ref and ne > ref[key] * (1 + cfg.max_vs_labels_only):
+            failures.append({**entry, "why": f"NE {ne:.4f} worse than {reference_name} {ref[key]:.4f} "
+                                             f"by > {cfg.max_vs_labels_only:.0%}"})
+    if reference is not None:
+        missing = [p for p in pairs if p[f"{reference_name}_ne"] is None]
+        failures += [{**p, "why": f"no {reference_name} NE to compare with"} for p in missing]
+    note = "" if pairs else f"no (surface, task) pair has >= {cfg.min_positives} positives on E" + (
+        ": not judged, accepted unjudged (see the evaluation table)" if allow_ungated else "")
+    return {"passed": not failures and (bool(pairs) or allow_ungated), "gated_pairs": pairs, "failures": failures,
+            "note": note}
+
+
+def accepted_rows(asset: str, evaluation_date: str, partition: str | None = None,
+                  rescore: Callable[[Path], list[dict[str, Any]]] | None = None) -> list[dict[str, Any]] | None:
+    """Metric rows of the last ACCEPTED version on `evaluation_date`, for the regression check.
+
+    When the accepted version was gated on another day (the window moved), it is re-scored on this
+    one with `rescore(version_dir)`; without a `rescore` there is nothing comparable (None).
+    """
+    from gem_model.registry import read_accepted
+
+    version_dir = read_accepted(asset, partition)
+    if version_dir is None:
+        return None
+    record = version_dir / GATE_FILE
+    if record.exists():
+        doc = json.loads(record.read_text())
+        if doc.get("evaluation_date") == evaluation_date:
+            return doc["rows"]
+    return rescore(version_dir) if rescore is not None else None
+
+
+def check_result(verdict: dict[str, Any], version: str, evaluation_date: str) -> dg.AssetCheckResult:
+    """The blocking quality_gate check: the verdict as a readable table, the version it judged."""
+    return dg.AssetCheckResult(
+        check_name=CHECK,
+        passed=verdict["passed"],
+        metadata={
+            "version": version,
+            "evaluation_date": evaluation_date,
+            "gated_pairs": len(verdict["gated_pairs"]),
+            "failures": len(verdict["failures"]),
+            "pairs": gate_table(verdict),
+            "note": verdict["note"] or ("; ".join(f["why"] for f in verdict["failures"]) or "passed"),
+        },
+    )
+
+
+def gate_table(verdict: dict[str, Any]) -> dg.MetadataValue:
+    failed = {(f["surface"], f["task"]): f["why"] for f in verdict["failures"]}
+    cols = [c for c in ("surface", "task", "positives", "ne", "accepted_ne", "labels_only_ne")
+            if any(p.get(c) is not None for p in verdict["gated_pairs"]) or c in ("surface", "task", "ne")]
+    lines = ["| " + " | ".join(cols) + " | verdict |", "|" + "---|" * (len(cols) + 1)]
+    for p in verdict["gated_pairs"]:
+        cells = [f"{p[c]:.4f}" if isinstance(p.get(c), float) else str(p.get(c) if p.get(c) is not None else "")
+                 for c in cols]
+        lines.append("| " + " | ".join(cells) + f" | {failed.get((p['surface'], p['task']), 'pass')} |")
+    return dg.MetadataValue.md("\n".join(lines) if verdict["gated_pairs"] else verdict["note"] or "(nothing gated)")
+
+
+def record(version_dir: str | Path, verdict: dict[str, Any], rows: list[dict[str, Any]], evaluation_date: str) -> None:
+    """Keep the gate's inputs and verdict beside the version (what the next gate compares with)."""
+    from gem_model.atomic import write_json
+
+    write_json(Path(version_dir) / GATE_FILE, {"evaluation_date": evaluation_date, "rows": rows, "verdict": verdict})
+
+
+def accept(asset: str, version: str, verdict: dict[str, Any], partition: str | None = None) -> bool:
+    """Point ACCEPTED at `version` iff its gate passed. Call after yielding `check_result`."""
+    from gem_model.registry import write_accepted
+
+    if verdict["passed"]:
+        write_accepted(asset, version, partition)
+    return bool(verdict["passed"])
+
+
+def untraced_accepted(instance: dg.DagsterInstance, home: Path) -> list[str]:
+    """ACCEPTED files under `home`/models with no passing quality_gate check of their version in the
+    event log (empty when every accepted version was let through by a gate)."""
+    passed: set[tuple[str, str | None, str]] = set()
+    for asset in ("foundation_model", "domain_models", "students"):
+        for record in instance.event_log_storage.get_asset_check_execution_history(
+            dg.AssetCheckKey(dg.AssetKey(asset), CHECK), limit=10_000
+        ):
+            evaluation = record.event and record.event.dagster_event and record.event.dagster_event.event_specific_data
+            if evaluation is None or not getattr(evaluation, "passed", False):
+                continue
+            version = evaluation.metadata.get("version")
+            partition = getattr(evaluation, "partition", None)
+            if version is not None:
+                passed.add((asset, partition, str(version.value)))
+    untraced = []
+    for f in sorted((home / "models").glob("**/ACCEPTED")):
+        rel = f.parent.relative_to(home / "models").parts
+        asset, partition = rel[0], (rel[1] if len(rel) > 1 else None)
+        if (asset, partition, f.read_text().strip()) not in passed:
+            untraced.append(str(f))
+    return untraced

@@ -11,6 +11,7 @@ class ModelGate(_Strict):
     min_positives: int = Field(default=100, ge=0)
     max_ne: float = Field(default=1.0, gt=0)
     max_regression: float = Field(default=0.02, ge=0)
+    max_vs_labels_only: float = Field(default=0.02, ge=0)
 
 
 class QualityConfig(_Strict):

@@ -11,12 +11,12 @@ input names and shapes are in the `<path>.json` sidecar.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from gem_model.atomic import atomic_path, write_json
 from gem_model.distill.student import Student
 
 
@@ -65,9 +65,8 @@ def export_student(model: Student, path: str | Path) -> Path:
     dyn = {"dense": {0: batch}, "sparse": {0: batch}, "rest": tuple({0: batch} for _ in args[2:])}
     with torch.no_grad():
         ep = torch.export.export(wrapper, args, dynamic_shapes=dyn, strict=False)
-    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
-    torch.export.save(ep, tmp)
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        torch.export.save(ep, tmp)
     meta = {
         "inputs": [
             {"name": n, "shape": ["B", *list(a.shape[1:])], "dtype": str(a.dtype).replace("torch.", "")}
@@ -76,5 +75,5 @@ def export_student(model: Student, path: str | Path) -> Path:
         "output": {"name": "probabilities", "shape": ["B", 2], "tasks": ["click", "conversion"]},
         "surface": model.cfg.get("surface"),
     }
-    Path(str(path) + ".json").write_text(json.dumps(meta, indent=2))
+    write_json(Path(str(path) + ".json"), meta)
     return path

@@ -15,7 +15,6 @@ meaningless). Rows also carry both differences ("kd_gain", "kd_gain_standard") s
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,6 +25,7 @@ import numpy as np
 import polars as pl
 import torch
 
+from gem_model import atomic
 from gem_model.config import DayRoles, SurfacesConfig, load_calendar, load_features, load_surfaces
 from gem_model.data import TASKS, date_range
 from gem_model.distill.adapter import StudentAdapter
@@ -35,7 +35,7 @@ from gem_model.distill.dataset import StudentData, attach_teacher, load_examples
 from gem_model.distill.export import export_student
 from gem_model.distill.student import Student, student_config
 from gem_model.distill.teacher import FOUNDATION, read_teacher_predictions, teacher_for
-from gem_model.distill.trainer import predict_student, save_student, train_student
+from gem_model.distill.trainer import load_student, predict_student, save_student, train_student
 from gem_model.metrics import metric_rows, read_oracle
 from gem_model.paths import models_dir, reports_dir
 from gem_model.tracking import Tracker
@@ -257,11 +257,7 @@ def write_report(rows: list[dict[str, Any]], path: str | Path | None = None, ext
         "selected": {s: dict(zip(("arm", "path"), select_student(rows, s), strict=True)) for s in surfaces},
         **(extra or {}),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, default=str))
-    tmp.replace(path)
-    return path
+    return atomic.write_json(path, doc)
 
 
 def run_distillation(
@@ -353,6 +349,37 @@ def train_production_student(
     return out
 
 
+def score_student(
+    model_dir: str | Path,
+    day: dt.date,
+    *,
+    teacher_predictions: pl.DataFrame | None = None,
+    uri: str | None = None,
+    tp_uri: str | None = None,
+    oracle_uri: str | None = None,
+    surfaces_config: SurfacesConfig | None = None,
+) -> list[dict[str, Any]]:
+    """Metric rows of a saved student on `day`: how the quality gate re-scores the ACCEPTED student
+    when the evaluation day moved. Its teacher's predictions of that day feed the representation arms."""
+    surfaces_config = surfaces_config or load_surfaces()
+    model = load_student(model_dir).eval()
+    cfg = model.cfg
+    surface, teacher = cfg["surface"], cfg.get("teacher")
+    data = load_examples([day], [surface], hist_k=int(cfg.get("hist_k", 0)), uri=uri, surfaces_config=surfaces_config)
+    data = data.for_surface(surfaces_config.names.index(surface))
+    if teacher:
+        embeddings = bool(cfg.get("teacher_emb_dim"))
+        tp = teacher_predictions if teacher_predictions is not None else read_teacher_predictions(
+            [day], [teacher], uri=tp_uri, embeddings=embeddings)
+        data = attach_teacher(data, tp, teacher, embeddings=embeddings)
+    try:
+        oracle_df = read_oracle([day], [surface], uri=oracle_uri)
+    except Exception:  # no oracle (real logs): metrics without the floor
+        oracle_df = None
+    preds = _preds_frame(data, predict_student(model, data), surface)
+    return [r for r in metric_rows(preds, oracle_df) if r["task"] in cfg.get("tasks", TASKS)]
+
+
 def report_grid_complete(rows: list[dict[str, Any]], arms: Sequence[str], paths: Sequence[str],
                          surfaces: Sequence[str]) -> list[tuple[str, str, str, str]]:
     """Missing (arm, path, surface, split) cells of a report (empty when complete)."""
@@ -363,5 +390,5 @@ def report_grid_complete(rows: list[dict[str, Any]], arms: Sequence[str], paths:
 
 __all__ = [
     "DEFAULT_ARMS", "DEFAULT_PATHS", "KD_EPS", "SPLITS", "TASKS", "kd_effectiveness", "report_grid_complete",
-    "run_distillation", "select_student", "summarize", "train_production_student", "write_report",
+    "run_distillation", "score_student", "select_student", "summarize", "train_production_student", "write_report",
 ]

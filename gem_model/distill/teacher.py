@@ -13,10 +13,10 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 import torch
-from deltalake import DeltaTable
 
 from gem_model.config import SurfacesConfig, load_surfaces, validate_name
 from gem_model.data import ExampleStream, date_range
+from gem_model.delta import overwrite_partition
 from gem_model.paths import storage_options as env_storage_options
 from gem_model.paths import table_uri
 from gem_model.precision import autocast_dtype
@@ -139,12 +139,10 @@ def write_teacher_predictions(
     if df.height == 0:
         raise ValueError("no teacher predictions to write")
     keys = df.select("date", "teacher").unique().sort("date", "teacher").rows()
-    opts: dict = {"partition_by": ["date"]}
-    if DeltaTable.is_deltatable(uri, storage_options=so):
-        pred = " OR ".join(f"(date = '{d.isoformat()}' AND teacher = '{t}')" for d, t in keys)
-        opts["predicate"] = pred
-    df.write_delta(uri, mode="overwrite", storage_options=so, delta_write_options=opts)
-    return int(DeltaTable(uri, storage_options=so).version())
+    pred = " OR ".join(f"(date = '{d.isoformat()}' AND teacher = '{t}')" for d, t in keys)
+    # one writer per date partition (gem_model.delta); the version is this write's own commit
+    dates = [f"date={d.isoformat()}" for d, _ in keys]
+    return overwrite_partition(df, uri, partition_by=["date"], lock_keys=dates, predicate=pred, storage_options=so)
 
 
 def read_teacher_predictions(

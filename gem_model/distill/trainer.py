@@ -4,8 +4,6 @@ selection on the validation day (E-1) by click log loss (= click NE ordering on 
 from __future__ import annotations
 
 import copy
-import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from gem_model import atomic
 from gem_model.distill.arms import arm_spec
 from gem_model.distill.dataset import StudentData
 from gem_model.distill.student import Student, share_tables
@@ -189,11 +188,9 @@ def save_student(model: Student, directory: str | Path, metrics: dict[str, Any] 
     """Atomically write model.pt ({"state_dict", "config"}), config.json and metrics.json."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    tmp = d / "model.pt.tmp"
-    torch.save({"state_dict": model.state_dict(), "config": dict(model.cfg)}, tmp)
-    os.replace(tmp, d / "model.pt")
-    (d / "config.json").write_text(json.dumps({"student": model.cfg, **(extra or {})}, indent=2, default=str))
-    (d / "metrics.json").write_text(json.dumps(metrics or {}, indent=2, default=str))
+    atomic.torch_save({"state_dict": model.state_dict(), "config": dict(model.cfg)}, d / "model.pt")
+    atomic.write_json(d / "config.json", {"student": model.cfg, **(extra or {})})
+    atomic.write_json(d / "metrics.json", metrics or {})
     return d
 
 

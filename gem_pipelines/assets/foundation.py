@@ -7,9 +7,9 @@ from pathlib import Path
 import dagster as dg
 
 from gem_model.paths import models_dir, reports_dir
+from gem_pipelines import quality_gate
 from gem_pipelines.k8s import GPU_POOL, gpu_step_tags, training_gpus
-from gem_pipelines.metadata import loss_curve_plot, metric_table
-from gem_pipelines.quality_gate import gate
+from gem_pipelines.metadata import loss_curve_plot, metric_table, progress
 from gem_pipelines.resources import AcceleratorResource, LakeResource, WandbResource
 from gem_pipelines.settings import QUALITY
 
@@ -28,15 +28,17 @@ class FoundationConfig(dg.Config):
     warm_start: bool = True  # start from the last ACCEPTED checkpoint when there is one
 
 
-def _accepted_rows() -> list[dict] | None:
-    """Evaluation rows of the last ACCEPTED teacher (same day E), for the regression gate."""
-    from gem_model.registry import read_accepted
+def rescore(version_dir: Path, surfaces: list[str] | None = None, lake_uri: str | None = None) -> list[dict]:
+    """Metric rows of a GEM version (foundation or domain model) on today's E: what a new version is
+    compared with when the accepted one was gated on an earlier E."""
+    from gem_model.config import load_calendar, load_surfaces
+    from gem_model.metrics import evaluate_day
+    from gem_model.paths import table_uri
+    from gem_model.registry import load_model
 
-    version_dir = read_accepted(ASSET)
-    if version_dir is None or not (version_dir / "eval_rows.json").exists():
-        return None
-    rows = json.loads((version_dir / "eval_rows.json").read_text())["rows"]
-    return [r for r in rows if r["model"] == "foundation"]
+    model, _ = load_model(version_dir)
+    return evaluate_day(model, load_calendar().roles().evaluation, surfaces or list(load_surfaces().names),
+                        uri=table_uri("training_examples", lake_uri), oracle_uri=table_uri("oracle", lake_uri))
 
 
 def launch_args(config: FoundationConfig, accelerator: AcceleratorResource, lake_uri: str | None,
@@ -74,8 +76,9 @@ def _run_torchrun(context: dg.AssetExecutionContext, pipes: dg.PipesSubprocessCl
             "quality_gate",
             asset=ASSET,
             blocking=True,
-            description="on day E, every (surface, task) with enough positives: NE < max_ne and no regression "
-            "beyond max_regression against the last ACCEPTED version (assets/quality.yaml)",
+            description="on day E, every (surface, task) with enough positives: NE below the base rate and no "
+            "regression beyond max_regression against the last ACCEPTED version (assets/quality.yaml); "
+            "only a passing gate writes ACCEPTED",
         )
     ],
     automation_condition=dg.AutomationCondition.on_cron("0 4 * * 1") & dg.AutomationCondition.all_deps_blocking_checks_passed(),
@@ -89,8 +92,9 @@ def foundation_model(
     pipes: dg.PipesSubprocessClient,
 ):
     """Train the GEM teacher on the calendar's teacher window, evaluate on E against the oracle floor."""
+    from gem_model.config import load_calendar
     from gem_model.foundation import run_foundation, write_eval_report
-    from gem_model.registry import new_version, read_accepted, write_accepted
+    from gem_model.registry import new_version, read_accepted
 
     wandb.apply()
     init_from = read_accepted(ASSET) if config.warm_start else None
@@ -98,14 +102,16 @@ def foundation_model(
         context.log.info(f"warm start from the ACCEPTED version {init_from.name}")
     args = launch_args(config, accelerator, lake.uri(), init_from, new_version(context.run_id))
     nproc = accelerator.nproc_per_node
-    result = _run_torchrun(context, pipes, nproc, args) if nproc > 1 else run_foundation(**args)
+    with progress(context.log, "foundation_model training"):
+        result = _run_torchrun(context, pipes, nproc, args) if nproc > 1 else run_foundation(**args)
     rows = result["rows"]
     report = write_eval_report(rows, reports_dir() / "foundation_eval.json")
     first_seed = config.seeds[0]
     teacher_rows = [r for r in rows if r["model"] == "foundation" and r["seed"] == first_seed]
-    verdict = gate(teacher_rows, _accepted_rows(), QUALITY.model_gate)
-    if verdict["passed"]:
-        write_accepted(ASSET, result["version"])
+    day = load_calendar().roles().evaluation.isoformat()
+    previous = quality_gate.accepted_rows(ASSET, day, rescore=lambda d: rescore(d, lake_uri=lake.uri()))
+    verdict = quality_gate.gate(teacher_rows, previous, QUALITY.model_gate)
+    quality_gate.record(models_dir(ASSET) / result["version"], verdict, teacher_rows, day)
     yield dg.MaterializeResult(
         metadata={
             "version": result["version"],
@@ -123,9 +129,5 @@ def foundation_model(
             **{f"wandb_{k}": str(v) for k, v in (result.get("wandb") or {}).items() if v},
         }
     )
-    yield dg.AssetCheckResult(
-        check_name="quality_gate",
-        passed=verdict["passed"],
-        metadata={"gated_pairs": len(verdict["gated_pairs"]), "failures": dg.MetadataValue.json(verdict["failures"]),
-                  "detail": dg.MetadataValue.json(verdict["gated_pairs"]), "note": verdict["note"]},
-    )
+    yield quality_gate.check_result(verdict, result["version"], day)
+    quality_gate.accept(ASSET, result["version"], verdict)  # after the check event: ACCEPTED traces to it

@@ -7,7 +7,7 @@ from gem_model.paths import reports_dir
 from gem_pipelines.data import lake as lake_io
 from gem_pipelines.data.formats import ORACLE_SCHEMA, REASONS
 from gem_pipelines.data.ingest import SuiteFailed, conservation, ingest_partition
-from gem_pipelines.metadata import preview, suite_metadata
+from gem_pipelines.metadata import md_table, preview, suite_metadata
 from gem_pipelines.partitions import SURFACES, date_surface_partitions_def, split_key
 from gem_pipelines.resources import LakeResource, SimulatorResource
 from gem_pipelines.settings import QUARANTINE_FAIL_RATE, QUARANTINE_WARN_RATE
@@ -50,7 +50,8 @@ def raw_logs(context: dg.AssetExecutionContext, lake: LakeResource, simulator: S
             "organic_records": sim.n_organic,
             "click_events": sim.n_click_events,
             "conversion_events": sim.n_conversion_events,
-            "injected_corruption": dg.MetadataValue.json(sim.n_corrupted),
+            "injected_corruption": md_table([{"reason": k, "records": v} for k, v in sim.n_corrupted.items() if v],
+                                            ["reason", "records"]),
         },
     )
     version = lake_io.write_partition(
@@ -121,7 +122,9 @@ def ingest(context: dg.AssetExecutionContext, lake: LakeResource, simulator: Sim
     per_table = {
         "events": (norm.events, {"click_rate": float(norm.events["click"].mean() or 0.0)}),
         "user_activity": (norm.user_activity, {"organic_rows": norm.organic.height}),
-        "events_quarantine": (norm.quarantine, {"by_reason": dg.MetadataValue.json(norm.reasons)}),
+        "events_quarantine": (norm.quarantine, {"by_reason": md_table(
+            [{"reason": k, "records": v, "meaning": REASONS[k]} for k, v in norm.reasons.items()],
+            ["reason", "records", "meaning"])}),
     }
     for table, (df, extra) in per_table.items():
         yield dg.MaterializeResult(

@@ -8,9 +8,17 @@ import os
 import dagster as dg
 
 from gem_model.paths import models_dir, reports_dir
+from gem_pipelines import quality_gate
 from gem_pipelines.assets.foundation import ASSET as FOUNDATION_ASSET
-from gem_pipelines.assets.foundation import GPU_TAGS
-from gem_pipelines.metadata import distillation_plot, distillation_table
+from gem_pipelines.assets.foundation import GPU_TAGS, rescore
+from gem_pipelines.metadata import (
+    distillation_plot,
+    distillation_table,
+    loss_curve_plot,
+    md_table,
+    metric_table,
+    progress,
+)
 from gem_pipelines.partitions import (
     CALENDAR,
     SURFACES,
@@ -19,6 +27,7 @@ from gem_pipelines.partitions import (
     surface_partitions_def,
 )
 from gem_pipelines.resources import AcceleratorResource, LakeResource, WandbResource
+from gem_pipelines.settings import QUALITY
 
 GROUP_FOUNDATION, GROUP_STUDENTS = "foundation", "students"
 # Students and domain models refresh when their teacher changes or new data lands, never retraining it.
@@ -85,6 +94,15 @@ class StudentsConfig(dg.Config):
     seeds: list[int] = [0]
 
 
+def _gate_spec(asset: str, partitions_def: dg.PartitionsDefinition, extra: str = "") -> dg.AssetCheckSpec:
+    return dg.AssetCheckSpec(
+        quality_gate.CHECK, asset=asset, blocking=True, partitions_def=partitions_def,
+        description="on day E, every (surface, task) with enough positives: NE below the base rate, no regression "
+        f"beyond max_regression against the last ACCEPTED version{extra} (assets/quality.yaml); only a passing "
+        "gate writes ACCEPTED",
+    )
+
+
 @dg.asset(
     partitions_def=domain_partitions_def,
     group_name=GROUP_FOUNDATION,
@@ -92,12 +110,14 @@ class StudentsConfig(dg.Config):
     op_tags=GPU_TAGS,
     pool="gpu",
     automation_condition=_on_change_ignoring_checks_of("training_examples"),
+    check_specs=[_gate_spec("domain_models", domain_partitions_def)],
 )
 def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, accelerator: AcceleratorResource,
                   wandb: WandbResource):
     """A domain foundation model: the teacher's weights, distilled from its predictions on the domain's surfaces."""
     from gem_model.distill import predict_teacher, save_domain_model, train_domain_model
-    from gem_model.registry import load_model, write_accepted
+    from gem_model.metrics import evaluate_day
+    from gem_model.registry import load_model
     from gem_model.tracking import Tracker
 
     wandb.apply()
@@ -115,16 +135,24 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
     # grouped with its teacher's W&B runs (foundation runs are grouped as foundation-<version>)
     tracker = Tracker(name=f"domain-{domain}", group=f"foundation-{teacher_version}", job_type="domain_model",
                       config={"domain": domain, "teacher_version": teacher_version, "version": version})
-    model, info = train_domain_model(domain, foundation, teacher_predictions=targets, dates=roles.student,
-                                     preset=os.environ.get("GEM_MODEL_PRESET", "small"),
-                                     uri=lake.table("training_examples"), log=tracker.log,
-                                     device=accelerator.resolved_device(), precision=accelerator.train_precision())
+    with progress(context.log, f"domain_models[{domain}] training"):
+        model, info = train_domain_model(domain, foundation, teacher_predictions=targets, dates=roles.student,
+                                         preset=os.environ.get("GEM_MODEL_PRESET", "small"),
+                                         uri=lake.table("training_examples"), log=tracker.log,
+                                         device=accelerator.resolved_device(),
+                                         precision=accelerator.train_precision())
     path = save_domain_model(model, info, version=version)
     tracker.log_artifact(path, name=f"domain-{domain}", metadata={"version": version})
     run_info = tracker.info()
     tracker.finish()
-    write_accepted("domain_models", version, domain)
-    return dg.MaterializeResult(
+    day = roles.evaluation.isoformat()
+    rows = evaluate_day(model, roles.evaluation, surfaces, uri=lake.table("training_examples"),
+                        oracle_uri=lake.table("oracle"))  # on the device the model is on
+    previous = quality_gate.accepted_rows("domain_models", day, domain,
+                                          rescore=lambda d: rescore(d, surfaces, lake_uri=lake.uri()))
+    verdict = quality_gate.gate(rows, previous, QUALITY.model_gate, allow_ungated=True)
+    quality_gate.record(path.parent, verdict, rows, day)
+    yield dg.MaterializeResult(
         metadata={
             "version": version,
             "checkpoint": dg.MetadataValue.path(str(path)),
@@ -132,9 +160,14 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
             "surfaces": surfaces,
             "train_days": f"{roles.student[0]}..{roles.student[1]}",
             "steps": int(info.get("steps", 0)),
+            "accepted": verdict["passed"],
+            "evaluation": metric_table(rows),
+            "loss_curve": loss_curve_plot(list(enumerate(info.get("losses", [])))),
             **{f"wandb_{k}": str(v) for k, v in run_info.items() if v},
         }
     )
+    yield quality_gate.check_result(verdict, version, day)
+    quality_gate.accept("domain_models", version, verdict, domain)  # after the check event: traceable
 
 
 @dg.asset(
@@ -153,17 +186,18 @@ def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, a
 
     date = dt.date.fromisoformat(context.partition_key)
     teachers = _accepted_teachers()
-    rows, versions, delta_version = {}, {}, None
+    written = []
     for name, (ckpt, version) in teachers.items():
         model, _ = load_model(ckpt)
         surfaces = None if name == "foundation" else [s.name for s in SURFACES.in_domain(name.split(":", 1)[1])]
         df = predict_teacher(model, [date], name, version, surfaces=surfaces, uri=lake.table("training_examples"),
                              device=accelerator.resolved_device(), precision=accelerator.train_precision())
-        delta_version = write_teacher_predictions(df, uri=_tp_uri(lake))
-        rows[name], versions[name] = df.height, version
+        written.append({"teacher": name, "version": version, "rows": df.height,
+                        "delta_version": write_teacher_predictions(df, uri=_tp_uri(lake))})
     return dg.MaterializeResult(
-        metadata={"rows": sum(rows.values()), "rows_by_teacher": dg.MetadataValue.json(rows),
-                  "teacher_versions": dg.MetadataValue.json(versions), "delta_version": delta_version or -1}
+        metadata={"rows": sum(w["rows"] for w in written),
+                  "teachers": md_table(written, ["teacher", "version", "rows", "delta_version"]),
+                  "delta_version": max(w["delta_version"] for w in written)}
     )
 
 
@@ -178,12 +212,19 @@ def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfi
                         wandb: WandbResource):
     """Every transfer arm x path x surface on the validation (E-1) and evaluation (E) days."""
     from gem_model.distill import run_distillation, write_report
+    from gem_model.distill.arms import arm_paths
 
     wandb.apply()
     teachers = {name: ckpt for name, (ckpt, _) in _accepted_teachers().items()}
-    rows = run_distillation(config.arms, config.paths, config.seeds, preset=config.preset, teachers=teachers,
-                            uri=lake.table("training_examples"), tp_uri=_tp_uri(lake),
-                            oracle_uri=lake.table("oracle"), tracking_group=_accepted_foundation()[1])
+    total = len(SURFACES.names) * len(config.seeds) * sum(len(arm_paths(a, config.paths)) for a in config.arms)
+    with progress(context.log, "distillation_report", total=total) as p:
+        rows = run_distillation(
+            config.arms, config.paths, config.seeds, preset=config.preset, teachers=teachers,
+            uri=lake.table("training_examples"), tp_uri=_tp_uri(lake), oracle_uri=lake.table("oracle"),
+            tracking_group=_accepted_foundation()[1],
+            on_student=lambda key, _m, _r, info: p.step(
+                f"{key['surface']} {key['arm']}/{key['path']} seed {key['seed']} ({int(info.get('steps', 0))} steps)"),
+        )
     path = write_report(rows, reports_dir() / "distillation_report.json")
     return dg.MaterializeResult(
         metadata={"report": dg.MetadataValue.path(str(path)), "rows": len(rows),
@@ -198,31 +239,53 @@ def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfi
     op_tags=GPU_TAGS,
     pool="gpu",
     automation_condition=ON_TEACHER_CHANGE,
+    check_specs=[_gate_spec("students", surface_partitions_def, ", and never worse than the labels_only arm of the "
+                            "distillation report by more than max_vs_labels_only")],
 )
 def students(context: dg.AssetExecutionContext, lake: LakeResource, wandb: WandbResource):
     """The production student of a surface: the (arm, path) with the lowest click NE on E-1, exported."""
-    from gem_model.distill import select_student, train_production_student
-    from gem_model.registry import write_accepted
-
+    from gem_model.distill import score_student, select_student, train_production_student
     wandb.apply()
     surface = context.partition_key
     report = json.loads((reports_dir() / "distillation_report.json").read_text())
     arm, path = select_student(report["rows"], surface)
     teachers = {name: ckpt for name, (ckpt, _) in _accepted_teachers().items()}
     version = version_for(context)
-    out = train_production_student(surface, arm, path, version=version, teachers=teachers,
-                                   uri=lake.table("training_examples"), tp_uri=_tp_uri(lake),
-                                   oracle_uri=lake.table("oracle"), tracking_group=_accepted_foundation()[1])
-    write_accepted("students", version, surface)
+    with progress(context.log, f"students[{surface}] training ({arm}/{path})"):
+        out = train_production_student(surface, arm, path, version=version, teachers=teachers,
+                                       uri=lake.table("training_examples"), tp_uri=_tp_uri(lake),
+                                       oracle_uri=lake.table("oracle"), tracking_group=_accepted_foundation()[1])
     evaluation = [r for r in out["rows"] if r["split"] == "evaluation"]
-    return dg.MaterializeResult(
+    e = CALENDAR.roles().evaluation
+    day = e.isoformat()
+    previous = quality_gate.accepted_rows("students", day, surface, rescore=lambda d: score_student(
+        d, e, uri=lake.table("training_examples"), tp_uri=_tp_uri(lake), oracle_uri=lake.table("oracle")))
+    verdict = quality_gate.gate(evaluation, previous,
+                                QUALITY.model_gate, reference=labels_only_rows(report["rows"], surface),
+                                allow_ungated=True)
+    quality_gate.record(out["model_dir"], verdict, evaluation, day)
+    yield dg.MaterializeResult(
         metadata={
             "arm": arm, "path": path, "version": version,
             "model_dir": dg.MetadataValue.path(out["model_dir"]),
             "export": dg.MetadataValue.path(out["export"]) if out.get("export") else "none",
             "teacher_checkpoint": teachers["foundation"],
             "domain_model": teachers.get(f"domain:{SURFACES.get(surface).domain}", ""),
-            "evaluation": dg.MetadataValue.json(evaluation),
+            "accepted": verdict["passed"],
+            "evaluation": metric_table(evaluation),
             "models_dir": dg.MetadataValue.path(str(models_dir("students", surface))),
         }
     )
+    yield quality_gate.check_result(verdict, version, day)
+    quality_gate.accept("students", version, verdict, surface)  # after the check event: traceable
+
+
+def labels_only_rows(rows: list[dict], surface: str) -> list[dict]:
+    """The labels_only arm on E for one surface, NE averaged over seeds: the floor a student must reach."""
+    import polars as pl
+
+    df = pl.DataFrame(rows, infer_schema_length=None).filter(
+        (pl.col("arm") == "labels_only") & (pl.col("split") == "evaluation") & (pl.col("surface") == surface))
+    if df.height == 0:
+        return []
+    return df.group_by("surface", "task").agg(pl.col("ne").mean(), pl.col("positives").max()).to_dicts()

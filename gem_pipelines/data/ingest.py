@@ -59,7 +59,7 @@ def ingest_partition(
     lake_root: str | None = None,
     validate: bool = True,
 ) -> IngestResult:
-    from gem_pipelines.data.validation import validate_frame
+    from gem_pipelines.data.validation import build_docs, validate_frame
 
     key = partition_key(date, surface.name)
     stage = stage_partition(surface.format, landing_root / surface.name / date.isoformat())
@@ -69,7 +69,8 @@ def ingest_partition(
     if validate:
         for table in (*BLOCKING_SUITES, "events_quarantine"):
             if frames[table].height:
-                suites[table] = validate_frame(table, frames[table], partition_key=key, docs_dir=docs_dir)
+                suites[table] = validate_frame(table, frames[table], partition_key=key, docs_dir=docs_dir, build=False)
+        build_docs(list(suites.values()), docs_dir)  # once per run: rendering the site costs more than a suite
         if any(not suites[t].success for t in BLOCKING_SUITES if t in suites):
             raise SuiteFailed(key, suites)
     part = {"date": date, "surface": surface.name}

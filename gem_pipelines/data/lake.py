@@ -2,6 +2,8 @@
 
 A partition is replaced by one Delta commit (`overwrite` with a predicate on the partition
 columns), so re-materializing is idempotent and a failed write leaves the previous version.
+Every write and OPTIMIZE/VACUUM goes through gem_model.delta: one writer per partition, maintenance
+never overlapping a write, commit conflicts retried, and the version returned is this write's own.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from gem_model.config import validate_name
+from gem_model.delta import overwrite_partition, table_lock
 from gem_model.paths import storage_options, table_uri
 
 PARTITION_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -58,7 +61,7 @@ def write_partition(
 ) -> int:
     """Replace exactly `partition` (e.g. {"date": d, "surface": "feed"}) of `table` with `df`.
 
-    Returns the new Delta version. Rows of `df` outside the partition are a bug and raise.
+    Returns the Delta version this write's commit created. Rows of `df` outside the partition are a bug and raise.
     """
     check_schema(df, schema, table)
     columns = PARTITION_COLUMNS[table]
@@ -68,14 +71,9 @@ def write_partition(
         if df.height and df.filter(pl.col(col) != value).height:
             raise ValueError(f"{table}: frame has rows outside partition {col}={value!r}")
     predicate = " AND ".join(f"{c} = {_literal(partition[c])}" for c in columns)
-    uri = table_uri(table, root)
-    df.write_delta(
-        uri,
-        mode="overwrite",
-        storage_options=storage_options(),
-        delta_write_options={"partition_by": list(columns), "predicate": predicate},
-    )
-    return DeltaTable(uri, storage_options=storage_options()).version()
+    lock_key = "__".join(f"{c}={partition[c]}" for c in columns)
+    return overwrite_partition(df, table_uri(table, root), partition_by=columns, lock_keys=[lock_key],
+                               predicate=predicate, storage_options=storage_options())
 
 
 def table_version(table: str, *, root: str | None = None) -> int | None:
@@ -118,9 +116,11 @@ def optimize_and_vacuum(table: str, *, retention_hours: int = 168, root: str | N
     """
     if retention_hours < 168:
         raise ValueError("retention_hours below 168 (7 days) is unsafe for concurrent readers")
-    dt_ = DeltaTable(table_uri(table, root), storage_options=storage_options())
-    compacted = dt_.optimize.compact()
-    removed = dt_.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=True)
+    uri = table_uri(table, root)
+    with table_lock(uri):  # no partition write of this table runs meanwhile
+        dt_ = DeltaTable(uri, storage_options=storage_options())
+        compacted = dt_.optimize.compact()
+        removed = dt_.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=True)
     return {
         "files_added": compacted.get("numFilesAdded", 0),
         "files_removed": compacted.get("numFilesRemoved", 0),

@@ -28,7 +28,6 @@ import datetime as dt
 import functools
 import json
 import math
-import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from gem_model.atomic import write_bytes
 from gem_model.config import SimulatorConfig, Surface, SurfacesConfig
 from gem_pipelines.data import formats as F
 
@@ -916,16 +916,7 @@ def _serialise(doc: _Doc) -> dict[str, bytes]:
 
 def _write_atomic(directory: Path, blobs: dict[str, bytes]) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, data in blobs.items():
-        path = directory / name
-        tmp = directory / f".{name}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        paths.append(path)
+    paths = [write_bytes(directory / name, data) for name, data in blobs.items()]
     for stale in directory.iterdir():  # leftovers of an earlier simulation of this partition
         if stale.name not in blobs and stale.is_file():
             stale.unlink()

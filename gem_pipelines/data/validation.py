@@ -8,16 +8,21 @@ needs no suite edit: `{"$PARAMETER": "surfaces"}` (surface names) and `{"$PARAME
 
 GX has no polars support: a partition is validated as `df.to_pandas()`, or as a seeded random sample
 of `max_rows` rows when it is larger (`sampled=True`). Each run is stored and rendered into a local
-Data Docs site (`<docs_dir>/index.html`, default `$GEM_HOME/reports/data_docs`); the suites and the
-JSON validation results behind the site are kept in `<docs_dir>/_stores/`, so the site keeps the
-history of every process that wrote to it. The GX context itself is ephemeral: no `gx/` folder, no
-network, no analytics, no progress bars. GX is imported lazily (about 3 s).
+Data Docs site (default `$GEM_HOME/reports/data_docs`): one page per validation run
+(`SuiteResult.page`, the partition's own page), rendered once per ingest run for all its suites
+(`build_docs`), not once per suite; the suites and the JSON validation results behind the site are
+kept in `<docs_dir>/_stores/`, so the site keeps the history of every process that wrote to it.
+The index (`<docs_dir>/index.html`) is rendered here as plain HTML: GX's own index draws its table
+with jQuery and bootstrap-table loaded from a CDN, so offline it shows nothing. The GX context itself
+is ephemeral: no `gx/` folder, no network, no analytics, no progress bars. GX is imported lazily
+(about 3 s).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import html
 import json
 import logging
 import os
@@ -26,9 +31,11 @@ import shutil
 import threading
 import warnings
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 from gem_model.config import ASSETS_DIR, ConfigError, load_surfaces, validate_name
 from gem_model.paths import reports_dir
@@ -41,6 +48,7 @@ DATASOURCE = "gem_lake"
 SITE_NAME = "gem_data_docs"
 STORES_SUBDIR = "_stores"
 INDEX_RESULTS_LIMIT = 1000  # the index lists at most this many (newest) validation runs
+MANIFEST = "index.json"  # in _stores/: one entry per rendered page, what the index lists
 KEEP_RUNS_PER_PARTITION = 5  # older runs of the same table partition are deleted from the site
 _MAX_OBSERVED = 200  # characters of the `observed` text of a failed expectation
 _RUN_NAME_RE = re.compile(r"[^A-Za-z0-9_.=-]+")
@@ -60,10 +68,13 @@ class SuiteResult:
     docs_index: str | None  # path of the Data Docs index.html
     rows_total: int = 0  # rows of the partition (== rows_validated unless sampled)
     partition_key: str = ""
+    page: str | None = None  # path of this run's own Data Docs page (written by build_docs)
+    run_time: str = ""
+    identifier: Any = field(default=None, repr=False, compare=False)  # GX's ValidationResultIdentifier
 
     def to_metadata(self) -> dict[str, Any]:
         """A plain JSON-able summary (Dagster metadata accepts it as is)."""
-        out = asdict(self)
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "identifier"}
         out["failed"] = self.evaluated - self.successful
         return json.loads(json.dumps(out, default=str))
 
@@ -146,11 +157,6 @@ class _Gx:
                         "class_name": "TupleFilesystemStoreBackend",
                         "base_directory": str(docs_dir),
                     },
-                    "site_index_builder": {
-                        "module_name": __name__,
-                        "class_name": "GemSiteIndexBuilder",
-                        "validation_results_limit": INDEX_RESULTS_LIMIT,
-                    },
                     "site_section_builders": {"profiling": "None"},
                 }
             },
@@ -170,7 +176,6 @@ class _Gx:
             return cached[1]
 
         import great_expectations as gx
-        from great_expectations.checkpoint import UpdateDataDocsAction
 
         suite = gx.ExpectationSuite(
             name=table,
@@ -194,7 +199,7 @@ class _Gx:
             gx.Checkpoint(
                 name=table,
                 validation_definitions=[vd],
-                actions=[UpdateDataDocsAction(name="update_data_docs", site_names=[SITE_NAME])],
+                actions=[],  # pages are rendered by build_docs, once per ingest run
                 result_format={"result_format": "SUMMARY", "partial_unexpected_count": 5},
             )
         )
@@ -216,86 +221,6 @@ def _build_expectations(table: str, spec: dict[str, Any]) -> list[Any]:
         except Exception as err:  # GX raises several unrelated types for a bad configuration
             raise ConfigError(f"{path}: field 'expectations[{i}]' ({e.get('type')}): {err}") from err
     return out
-
-
-def _site_index_builder_class() -> type:
-    """GX's DefaultSiteIndexBuilder, but listing validation runs from the raw result JSON.
-
-    The stock builder deserialises every stored result (about 10-20 ms each, through marshmallow)
-    just to read `success` and the asset name, on every run, so a site with a few hundred runs
-    costs seconds per validation. This reads the same fields with `json.loads` and falls back to
-    the stock code on anything unexpected. Plugged in through the site's `site_index_builder`
-    config (module_name/class_name), GX's documented extension point.
-    """
-    global _INDEX_BUILDER
-    if _INDEX_BUILDER is not None:
-        return _INDEX_BUILDER
-    from great_expectations.render.renderer.site_builder import DefaultSiteIndexBuilder
-    from great_expectations.render.util import resource_key_passes_run_name_filter
-
-    class GemSiteIndexBuilder(DefaultSiteIndexBuilder):
-        def _add_validations_to_index_links(
-            self, index_links_dict, validation_and_profiling_result_site_keys
-        ):
-            try:
-                run_filter = self.site_section_builders_config["validations"]["run_name_filter"]
-                store = self.data_context.stores[self.source_stores["validations"]]
-                backend = store.store_backend
-            except (KeyError, TypeError, AttributeError):
-                return super()._add_validations_to_index_links(
-                    index_links_dict, validation_and_profiling_result_site_keys
-                )
-            keys = sorted(
-                (
-                    k
-                    for k in validation_and_profiling_result_site_keys
-                    if resource_key_passes_run_name_filter(k, run_filter)
-                ),
-                key=lambda k: k.run_id.run_time,
-                reverse=True,
-            )
-            if self.validation_results_limit:
-                keys = keys[: self.validation_results_limit]
-            for key in keys:
-                try:
-                    raw = json.loads(backend.get(store.key_to_tuple(key)))
-                except Exception:  # a result being written or removed by another process
-                    continue
-                meta = raw.get("meta") or {}
-                batch_kwargs = meta.get("batch_kwargs") or {}
-                batch_spec = meta.get("batch_spec") or {}
-                asset_name = (
-                    batch_kwargs.get("data_asset_name")
-                    or batch_spec.get("data_asset_name")
-                    or (meta.get("active_batch_definition") or {}).get("data_asset_name")
-                )
-                self.add_resource_info_to_index_links_dict(
-                    index_links_dict=index_links_dict,
-                    expectation_suite_name=key.expectation_suite_identifier.name,
-                    section_name="validations",
-                    batch_identifier=key.batch_identifier,
-                    run_id=key.run_id,
-                    validation_success=raw.get("success"),
-                    run_time=key.run_id.run_time,
-                    run_name=key.run_id.run_name,
-                    asset_name=asset_name,
-                    batch_kwargs=batch_kwargs,
-                    batch_spec=batch_spec,
-                )
-
-    _INDEX_BUILDER = GemSiteIndexBuilder
-    return GemSiteIndexBuilder
-
-
-_INDEX_BUILDER: type | None = None
-
-
-def __getattr__(name: str) -> Any:
-    # GX instantiates the index builder by module and class name; building the class lazily keeps
-    # `import gem_pipelines.data.validation` free of the 3 s GX import.
-    if name == "GemSiteIndexBuilder":
-        return _site_index_builder_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 _CONTEXTS: dict[Path, _Gx] = {}
@@ -402,8 +327,10 @@ def validate_frame(
     max_rows: int = 500_000,
     docs_dir: Path | None = None,
     seed: int = 0,
+    build: bool = True,
 ) -> SuiteResult:
-    """Run the suite of `table` on one partition and render the result into the Data Docs site."""
+    """Run the suite of `table` on one partition; with `build`, render its Data Docs page and the
+    index now (an ingest run validates several tables and calls `build_docs` once instead)."""
     spec = load_suite_spec(table)
     if max_rows < 1:
         raise ValueError(f"max_rows must be >= 1, got {max_rows}")
@@ -428,7 +355,7 @@ def validate_frame(
                 expectation_parameters=params,
                 run_id=RunIdentifier(run_name=run_name),
             )
-    (vr,) = cp_result.run_results.values()
+    ((identifier, vr),) = cp_result.run_results.items()
     failed = [
         {
             "expectation": r.expectation_config.type,
@@ -440,7 +367,9 @@ def validate_frame(
     ]
     index = docs_dir / "index.html"
     stats = vr.statistics
-    return SuiteResult(
+    (site,) = gx_ctx.context.get_docs_sites_urls(resource_identifier=identifier, site_names=[SITE_NAME],
+                                                 only_if_exists=False)
+    result = SuiteResult(
         table=table,
         success=bool(vr.success),
         evaluated=int(stats["evaluated_expectations"]),
@@ -451,4 +380,77 @@ def validate_frame(
         docs_index=str(index) if index.exists() else None,
         rows_total=rows_total,
         partition_key=partition_key,
+        page=str(Path(url2pathname(urlparse(site["site_url"]).path))),
+        run_time=str(identifier.run_id.run_time),
+        identifier=identifier,
     )
+    if build:
+        build_docs([result], docs_dir)
+        result = replace(result, docs_index=str(index))
+    return result
+
+
+def build_docs(results: list[SuiteResult], docs_dir: Path | None = None) -> None:
+    """Render the pages of `results` and the index, once for all of them (one ingest run)."""
+    docs_dir = Path(docs_dir if docs_dir is not None else reports_dir() / "data_docs").expanduser().resolve()
+    results = [r for r in results if r.identifier is not None]
+    if not results:
+        return
+    with _quiet():
+        from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
+
+        gx_ctx = _gx_for(docs_dir)
+        suites = [ExpectationSuiteIdentifier(name=t) for t in sorted({r.table for r in results})]
+        with gx_ctx.lock, _site_lock(docs_dir):
+            gx_ctx.context.build_data_docs(site_names=[SITE_NAME], build_index=False,
+                                           resource_identifiers=[r.identifier for r in results] + suites)
+            _write_index(docs_dir, results)
+
+
+def _write_index(docs_dir: Path, new: list[SuiteResult]) -> None:
+    """Add `new` to the manifest, drop pruned pages, and render index.html as plain HTML (no scripts)."""
+    from gem_model.atomic import write_json, write_text
+
+    manifest_path = docs_dir / STORES_SUBDIR / MANIFEST
+    entries = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    for r in new:
+        rel = Path(r.page).relative_to(docs_dir).as_posix()
+        entries[rel] = {"table": r.table, "partition": r.partition_key, "run_time": r.run_time, "success": r.success,
+                        "evaluated": r.evaluated, "successful": r.successful, "rows": r.rows_validated,
+                        "sampled": r.sampled}
+    entries = {k: v for k, v in entries.items() if (docs_dir / k).exists()}
+    newest = sorted(entries.items(), key=lambda kv: kv[1]["run_time"], reverse=True)[:INDEX_RESULTS_LIMIT]
+    write_json(manifest_path, dict(newest))
+    rows = "\n".join(
+        f'<tr class="{"ok" if e["success"] else "failed"}"><td>{html.escape(e["table"])}</td>'
+        f'<td><a href="{html.escape(k)}">{html.escape(e["partition"])}</a></td><td>{html.escape(e["run_time"])}</td>'
+        f'<td>{"passed" if e["success"] else "FAILED"}</td><td>{e["successful"]}/{e["evaluated"]}</td>'
+        f'<td>{e["rows"]}{" (sample)" if e["sampled"] else ""}</td></tr>'
+        for k, e in newest
+    )
+    suites = "".join(f'<li><a href="expectations/{html.escape(p.name)}">{html.escape(p.stem)}</a></li>'
+                     for p in sorted((docs_dir / "expectations").glob("*.html")))
+    write_text(docs_dir / "index.html", _INDEX_HTML.format(rows=rows, suites=suites, n=len(newest)))
+
+
+_INDEX_HTML = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>GEM Data Docs</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; }}
+table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: 4px 10px; text-align: left; }}
+tr.failed td {{ background: #fde2e2; }} tr.ok td:nth-child(4) {{ color: #176b2c; }}
+</style></head>
+<body>
+<h1>GEM Data Docs</h1>
+<p>Great Expectations validation runs of the lake partitions, newest first ({n} runs). Each partition's page
+shows every expectation with its observed value. Rendered without scripts, so it reads offline.</p>
+<h2>Validation runs</h2>
+<table id="validations"><thead><tr><th>table</th><th>partition</th><th>run time (UTC)</th><th>status</th>
+<th>expectations met</th><th>rows validated</th></tr></thead>
+<tbody>
+{rows}
+</tbody></table>
+<h2>Expectation suites</h2>
+<ul>{suites}</ul>
+</body></html>
+"""

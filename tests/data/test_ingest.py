@@ -268,3 +268,24 @@ def test_failing_blocking_suite_commits_nothing(landing: Path) -> None:
     assert not failed.value.results["events"].success
     assert {t: DeltaTable(table_uri(t)).version() for t in versions} == versions
     assert pl.read_delta(table_uri("events"))["click"].to_list() == [1, 0, 1, 0, 1, 0]
+
+
+def test_validated_ingest_renders_data_docs_once_with_a_page_per_suite(landing: Path, monkeypatch) -> None:
+    from gem_pipelines.data import validation as V
+
+    make_feed(landing)
+    builds: list[list[str]] = []
+    real = V.build_docs
+    monkeypatch.setattr(V, "build_docs", lambda results, docs_dir=None: (builds.append([r.table for r in results]),
+                                                                       real(results, docs_dir))[1])
+    docs = landing.parent / "docs"
+    from gem_pipelines.data.ingest import SuiteFailed
+
+    with pytest.raises(SuiteFailed) as failed:  # make_feed clicks half the impressions: the suite fails
+        ingest_partition(FEED, D, landing, docs_dir=docs)
+    suites = failed.value.results  # a failing partition has its pages too: that is where to look
+    assert builds == [list(suites)] and len(suites) == 3  # one build for all the run's suites
+    for table, suite in suites.items():
+        page = Path(suite.page)
+        assert page.is_relative_to(docs / "validations" / table) and f"{table}__{D.isoformat()}_feed" in str(page)
+        assert page.exists()

@@ -339,3 +339,20 @@ def test_old_runs_of_a_partition_are_pruned(tmp_path, clean_frames, monkeypatch)
     assert len(list((docs / "validations" / "oracle" / "oracle__p1").iterdir())) == 2
     assert len(list((docs / V.STORES_SUBDIR / "validations" / "oracle" / "oracle__p1").iterdir())) == 2
     assert len(list((docs / "validations" / "oracle" / "oracle__p2").iterdir())) == 1
+
+
+def test_index_is_plain_html_linking_each_partition_page(tmp_path, clean_frames):
+    import re
+    from pathlib import Path
+
+    docs = tmp_path / "docs"
+    results = [V.validate_frame("oracle", clean_frames["oracle"], partition_key=f"2026-01-0{i}|shops", docs_dir=docs)
+               for i in (5, 6)]
+    index = (docs / "index.html").read_text()
+    assert "<script" not in index and "https://" not in index  # nothing to fetch: reads offline
+    links = re.findall(r'href="([^"]+)"', index)
+    assert all((docs / link).exists() for link in links)
+    for r in results:
+        page = Path(r.page)
+        assert page.relative_to(docs).as_posix() in links
+        assert r.partition_key.replace("|", "_") in page.read_text()  # the partition's own page, not the index

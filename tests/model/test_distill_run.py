@@ -15,6 +15,7 @@ from gem_model.distill import (
     load_student,
     report_grid_complete,
     run_distillation,
+    score_student,
     select_student,
     train_production_student,
     write_report,
@@ -129,3 +130,11 @@ def test_production_student_saved_loaded_exported(world, tmp_path):  # noqa: F81
     with torch.no_grad():
         torch.testing.assert_close(served(*args), torch.sigmoid(student(*args)))
     assert export_student  # the same function wrote it
+    # the gate re-scores an ACCEPTED student on a day: the same rows as its own evaluation
+    rescored = score_student(d, world.roles.evaluation, teacher_predictions=all_predictions(world), uri=world.te_uri,
+                             oracle_uri=f"{world.lake}/oracle")
+    saved = {(r["task"]): r for r in metrics["rows"] if r["split"] == "evaluation"}
+    assert {r["task"] for r in rescored} == set(saved)
+    for r in rescored:
+        assert r["ne"] == pytest.approx(saved[r["task"]]["ne"], rel=1e-5)
+        assert r["positives"] == saved[r["task"]]["positives"]

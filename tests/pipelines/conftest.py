@@ -27,7 +27,7 @@ def small_assets(dest: Path, *, days: int = 5, impressions: int = 2500, start: s
     (dest / "simulator.yaml").write_text(yaml.safe_dump(sim))
     # The gate's logic has its own tests; here a tiny model on a tiny world only has to be sane.
     quality = yaml.safe_load((dest / "quality.yaml").read_text())
-    quality["model_gate"].update(min_positives=5, max_ne=2.0)
+    quality["model_gate"].update(min_positives=5, max_ne=2.0, max_vs_labels_only=0.5)
     (dest / "quality.yaml").write_text(yaml.safe_dump(quality))
     return dest
 

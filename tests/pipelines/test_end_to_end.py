@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 
 from gem_model.config import load_surfaces
+from gem_pipelines.quality_gate import untraced_accepted
 
 pytestmark = pytest.mark.slow
 
@@ -22,6 +23,8 @@ CHECKS = [
     ("events_quarantine", "quarantine_rate"),
     ("training_examples", "no_leakage"),
     ("foundation_model", "quality_gate"),
+    ("domain_models", "quality_gate"),
+    ("students", "quality_gate"),
 ]
 
 
@@ -82,3 +85,7 @@ def test_demo_materializes_the_graph_with_green_checks(demo_world) -> None:
             assert "FAILED" not in statuses, f"{asset}:{check} failed: {statuses}"
         runs = instance.get_run_records()
         assert runs and all(r.dagster_run.is_success for r in runs)
+        # every model is gated, and every ACCEPTED file traces to a passing quality_gate check of its version
+        accepted = sorted(str(p.relative_to(home / "models")) for p in (home / "models").glob("**/ACCEPTED"))
+        assert {p.split("/")[0] for p in accepted} == {"foundation_model", "domain_models", "students"}, accepted
+        assert untraced_accepted(instance, home) == []

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import dagster as dg
+
+from gem_pipelines import quality_gate
 from gem_pipelines.quality_gate import gate
 from gem_pipelines.settings import ModelGate
 
@@ -25,3 +28,63 @@ def test_gate_fails_ne_above_one_and_regressions_against_accepted() -> None:
 def test_gate_with_nothing_to_gate_does_not_pass_silently() -> None:
     result = gate([row("feed", 0.9, positives=3)], None, CFG)
     assert not result["passed"] and "positives" in result["note"]
+    # a per-surface model of a surface too small to judge on one day passes, and says so
+    small = gate([row("shops", 1.3, positives=3)], None, CFG, allow_ungated=True)
+    assert small["passed"] and not small["gated_pairs"] and "not judged" in small["note"]
+
+
+def test_student_worse_than_labels_only_fails() -> None:
+    labels_only = [row("feed", 0.90), row("reels", 0.90)]
+    ok = gate([row("feed", 0.91), row("reels", 0.85)], None, CFG, reference=labels_only)
+    assert ok["passed"]
+    worse = gate([row("feed", 0.93), row("reels", 0.85)], None, CFG, reference=labels_only)
+    assert not worse["passed"] and "labels_only" in worse["failures"][0]["why"]
+    assert not gate([row("shops", 0.8)], None, CFG, reference=labels_only)["passed"]  # nothing to compare with
+
+
+def test_accepted_only_by_a_passing_gate_and_compared_on_the_same_day(gem_home) -> None:
+    from gem_model.registry import new_version, read_accepted, version_dir
+
+    passing, failing = new_version(), new_version()
+    for v, ne in ((passing, 0.9), (failing, 1.2)):
+        version_dir("students", v, "feed").mkdir(parents=True)
+        verdict = gate([row("feed", ne)], None, CFG)
+        quality_gate.record(version_dir("students", v, "feed"), verdict, [row("feed", ne)], "2026-11-07")
+        assert quality_gate.accept("students", v, verdict, "feed") == verdict["passed"]
+    assert read_accepted("students", "feed").name == passing
+    assert quality_gate.accepted_rows("students", "2026-11-07", "feed") == [row("feed", 0.9)]
+    # the window moved: the accepted version is re-scored on the new E, or nothing is comparable
+    assert quality_gate.accepted_rows("students", "2026-11-08", "feed") is None
+    rescored = quality_gate.accepted_rows("students", "2026-11-08", "feed", rescore=lambda d: [row("feed", 0.95)])
+    assert rescored == [row("feed", 0.95)]
+
+
+def test_every_accepted_file_traces_to_a_passing_check_in_the_event_log(gem_home) -> None:
+    """The asset pattern (materialize, yield the check, then accept) leaves an event-log trace;
+    an ACCEPTED written any other way is reported."""
+    from gem_model.registry import new_version, version_dir
+
+    parts = dg.StaticPartitionsDefinition(["feed", "shops"])
+    ne = {"feed": 0.9, "shops": 1.5}
+
+    @dg.asset(name="students", partitions_def=parts, check_specs=[
+        dg.AssetCheckSpec(quality_gate.CHECK, asset="students", blocking=False, partitions_def=parts)])
+    def fake_students(context):  # unannotated: a string annotation in a local scope does not resolve
+        version = new_version(context.run_id)
+        version_dir("students", version, context.partition_key).mkdir(parents=True)
+        rows = [row(context.partition_key, ne[context.partition_key])]
+        verdict = gate(rows, None, CFG)
+        yield dg.MaterializeResult(metadata={"version": version})
+        yield quality_gate.check_result(verdict, version, "2026-11-07")
+        quality_gate.accept("students", version, verdict, context.partition_key)
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        for key in ("feed", "shops"):
+            dg.materialize([fake_students], partition_key=key, instance=instance)
+        accepted = sorted(p.parent.name for p in (gem_home / "models").glob("**/ACCEPTED"))
+        assert accepted == ["feed"]  # the failing gate wrote nothing
+        assert quality_gate.untraced_accepted(instance, gem_home) == []
+        rogue = new_version()
+        version_dir("students", rogue, "shops").mkdir(parents=True)
+        (gem_home / "models" / "students" / "shops" / "ACCEPTED").write_text(rogue + "\n")
+        assert quality_gate.untraced_accepted(instance, gem_home) == [str(gem_home / "models/students/shops/ACCEPTED")]

@@ -1,0 +1,33 @@
+"""Readable reports in the UI: progress lines during long steps, tables instead of raw lists."""
+
+from __future__ import annotations
+
+import threading
+
+from gem_pipelines.metadata import md_table, progress
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.beats = threading.Event()
+
+    def info(self, text: str) -> None:
+        self.lines.append(text)
+        if sum("elapsed" in line for line in self.lines) >= 3:
+            self.beats.set()
+
+
+def test_progress_logs_while_nothing_finishes_and_after_each_unit() -> None:
+    log = _Log()
+    with progress(log, "distillation_report", total=4, every=0.02) as p:
+        p.step("feed labels_only/none seed 0")
+        assert log.beats.wait(30)  # the heartbeat speaks although no unit finished since
+    assert log.lines[0] == "distillation_report: started, 4 units"
+    assert "1/4 done" in log.lines[1] and "feed labels_only/none seed 0" in log.lines[1]
+    assert log.lines[-1].startswith("distillation_report: finished after")
+
+
+def test_md_table_escapes_pipes_and_formats_floats() -> None:
+    md = md_table([{"a": "x|y", "b": 0.123456}], ["a", "b"]).value
+    assert md.splitlines() == ["| a | b |", "|---|---|", "| x\\|y | 0.1235 |"]
