@@ -54,6 +54,10 @@ def main(argv: list[str] | None = None) -> None:
 
     dates = [d.isoformat() for d in CALENDAR.dates()]
     print(f"GEM demo: {len(dates)} days x {len(SURFACES.names)} surfaces, GEM_HOME={gem_home()}", flush=True)
+    from gem_pipelines import sources  # GEM_DATA=<dataset>: its files go to landing/ first (no-op for sim)
+
+    if not args.models_only and (note := sources.before_ingest()):
+        print(f"  {note}", flush=True)
     for d in dates if not args.models_only else []:
         for s in SURFACES.names:
             _run(defs, "land_and_ingest_job", instance, str(multi_key(d, s)))
@@ -64,7 +68,10 @@ def main(argv: list[str] | None = None) -> None:
         for job, keys in model_stages(dates):
             for key in keys:
                 _run(defs, job, instance, key)
+    reports = sources.after_run(models=args.through == "all")
     print(f"\nDone in {time.time() - start:.0f}s.")
+    for line in reports:
+        print(f"  {line}")
     print(f"  lake (Delta tables):  {lake_root()}")
     print(f"  reports, Data Docs:   {reports_dir()}")
     print(f"  Dagster instance:     {instance.root_directory}  (run `make ui` and open http://127.0.0.1:3000)")
