@@ -139,3 +139,20 @@ def write_real_report(dataset: str, *, n_boot: int = 200, lake: str | None = Non
     out.write_text(json.dumps(doc, indent=2, default=str))
     (reports_dir() / "real_data_report.md").write_text(to_markdown(doc))
     return out
+
+
+def main() -> None:
+    """`GEM_DATA=douban GEM_HOME=.gem/douban python -m gem_pipelines.sources.report`: (re)write the
+    report from the models and lake already there (the demo writes it at its end)."""
+    from gem_model.config import SIM, dataset_name
+
+    name = dataset_name()
+    if name == SIM:
+        raise SystemExit("GEM_DATA names no dataset: the simulated world has an oracle (reports/foundation_eval.json)")
+    path = write_real_report(name)
+    print((path.with_suffix(".md")).read_text())
+    print(f"written: {path}")
+
+
+if __name__ == "__main__":
+    main()
