@@ -64,13 +64,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.through in ("features", "all") and not args.models_only:
         for d in dates:
             _run(defs, "features_job", instance, d)
+    reports = [sources.after_ingest()] if not args.models_only else []
     if args.through == "all":
         for job, keys in model_stages(dates):
             for key in keys:
                 _run(defs, job, instance, key)
-    reports = sources.after_run(models=args.through == "all")
+        reports.append(sources.after_models())
     print(f"\nDone in {time.time() - start:.0f}s.")
-    for line in reports:
+    for line in filter(None, reports):
         print(f"  {line}")
     print(f"  lake (Delta tables):  {lake_root()}")
     print(f"  reports, Data Docs:   {reports_dir()}")

@@ -66,17 +66,22 @@ def before_ingest() -> str | None:
     return f"{name}: imported {rows} rows of {len(result.files)} files from {result.source_dir} into landing/"
 
 
-def after_run(models: bool) -> list[str]:
-    """Demo hook: per-file row accounting and, after the models, the real-data report (no oracle)."""
+def after_ingest() -> str | None:
+    """Demo hook: per source file, rows read = imported + quarantined, recounted from the lake."""
     from gem_model.config import SIM, dataset_name
     from gem_pipelines.sources.accounting import write_accounting
 
     name = dataset_name()
-    if name == SIM:
-        return []
-    out = [f"row accounting:       {write_accounting(name)}"]
-    if models:
-        from gem_pipelines.sources.report import write_real_report
+    return None if name == SIM else f"row accounting:       {write_accounting(name)}"
 
-        out.append(f"real-data report:     {write_real_report(name)}")
-    return out
+
+def after_models() -> str | None:
+    """Demo hook: the real-data report (no oracle: bootstrap intervals), after the models."""
+    from gem_model.config import SIM, dataset_name
+
+    name = dataset_name()
+    if name == SIM:
+        return None
+    from gem_pipelines.sources.report import write_real_report
+
+    return f"real-data report:     {write_real_report(name)}"
