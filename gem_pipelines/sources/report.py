@@ -39,7 +39,9 @@ def _foundation_version() -> tuple[str, bool] | None:
 def _scores(checkpoint: Path, day: str, surfaces: list[str], lake: str | None) -> pl.DataFrame:
     model, _ = load_model(checkpoint)
     uri = f"{lake.rstrip('/')}/training_examples" if lake else None
-    return predict(model, ExampleStream(day, day, surfaces, shuffle=False, batch_size=4096, uri=uri))
+    # the history length the model was trained with (as gem_model.train evaluates it)
+    stream = ExampleStream(day, day, surfaces, shuffle=False, batch_size=4096, uri=uri, max_len=model.cfg.seq_len)
+    return predict(model, stream)
 
 
 def _metric_block(preds: pl.DataFrame, surface: str, task: str, n_boot: int) -> dict[str, Any] | None:
