@@ -1,6 +1,17 @@
 # Every target runs inside .venv, which is (re)built when pyproject.toml changes.
 PY := .venv/bin/python
+# DATA: sim (the simulator) or a public dataset of assets/sources/ (douban, taobao, aliccp, mind),
+# each in a GEM_HOME of its own so worlds never mix: `make demo DATA=douban`.
+DATA ?= sim
+ifneq ($(shell printf '%s' '$(DATA)' | grep -xE '[a-z0-9_]+'),$(DATA))
+$(error DATA must match [a-z0-9_]+ (sim or a folder of assets/sources/), got '$(DATA)')
+endif
+export GEM_DATA := $(DATA)
+ifeq ($(DATA),sim)
 export GEM_HOME ?= $(CURDIR)/.gem
+else
+export GEM_HOME ?= $(CURDIR)/.gem/$(DATA)
+endif
 export DAGSTER_HOME := $(GEM_HOME)/dagster
 export DAGSTER_DISABLE_TELEMETRY := 1
 export WANDB_MODE ?= offline

@@ -18,6 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ASSETS_DIR = Path(os.environ.get("GEM_ASSETS_DIR", REPO_ROOT / "assets"))
+# GEM_DATA picks the world: `sim` (the simulator) or a public dataset with its own specs in
+# assets/sources/<name>/ (surfaces.yaml, calendar.yaml, source.yaml); files it lacks come from assets/.
+SOURCES_DIR = ASSETS_DIR / "sources"
+SIM = "sim"
 NAME_RE = re.compile(r"^[a-z0-9_]+$")
 RAW_FORMATS = ("jsonl_nested", "csv_ms", "parquet", "event_stream")
 TASKS = ("click", "conversion")
@@ -241,13 +245,34 @@ def _load(model: type[_M], path: Path, overrides: dict[str, Any] | None = None) 
         raise ConfigError(f"{path}: {problems}") from e
 
 
+def dataset_name() -> str:
+    """The data source named by GEM_DATA (default `sim`), validated before it becomes a path."""
+    name = os.environ.get("GEM_DATA") or SIM
+    try:
+        validate_name(name, "GEM_DATA")
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    if name != SIM and not (SOURCES_DIR / name / "source.yaml").is_file():
+        known = sorted(p.name for p in SOURCES_DIR.iterdir() if (p / "source.yaml").is_file()) if SOURCES_DIR.is_dir() else []
+        raise ConfigError(f"GEM_DATA={name!r}: no {SOURCES_DIR / name / 'source.yaml'}; known: {[SIM, *known]}")
+    return name
+
+
+def spec_path(filename: str) -> Path:
+    """assets/sources/<GEM_DATA>/<filename> when the dataset declares its own, else assets/<filename>."""
+    name = dataset_name()
+    if name != SIM and (SOURCES_DIR / name / filename).is_file():
+        return SOURCES_DIR / name / filename
+    return ASSETS_DIR / filename
+
+
 def load_surfaces(path: Path | None = None) -> SurfacesConfig:
-    return _load(SurfacesConfig, path or ASSETS_DIR / "surfaces.yaml")
+    return _load(SurfacesConfig, path or spec_path("surfaces.yaml"))
 
 
 def load_calendar(path: Path | None = None, **overrides: Any) -> CalendarConfig:
     """The window of assets/calendar.yaml, extended by the days `make next-day` added (gem_model.clock)."""
-    calendar = _load(CalendarConfig, path or ASSETS_DIR / "calendar.yaml", overrides)
+    calendar = _load(CalendarConfig, path or spec_path("calendar.yaml"), overrides)
     if path is None and "days" not in overrides and calendar.days != "open":
         from gem_model.clock import extra_days
 
@@ -257,7 +282,7 @@ def load_calendar(path: Path | None = None, **overrides: Any) -> CalendarConfig:
 
 
 def load_features(path: Path | None = None) -> FeaturesConfig:
-    return _load(FeaturesConfig, path or ASSETS_DIR / "features.yaml")
+    return _load(FeaturesConfig, path or spec_path("features.yaml"))
 
 
 def load_simulator(path: Path | None = None, **overrides: Any) -> SimulatorConfig:

@@ -258,3 +258,26 @@ def paired_difference(a: np.ndarray, b: np.ndarray, point: float, level: float =
     lo, hi = interval(a - b, level)
     verdict = "a better" if hi < 0 else "b better" if lo > 0 else "no difference shown"
     return {"diff": point, "lo": lo, "hi": hi, "verdict": verdict}
+
+
+def bootstrap_ci(
+    y: np.ndarray, p: np.ndarray, *, n_boot: int = 200, seed: int = 0, level: float = 0.95
+) -> dict[str, tuple[float, float]]:
+    """Percentile bootstrap intervals of NE, AUC and calibration (rows resampled with replacement).
+
+    With no oracle (real logs) these intervals are what says whether two models differ."""
+    y = np.asarray(y, dtype=np.float64)
+    p = np.asarray(p, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    stats: dict[str, list[float]] = {"ne": [], "auc": [], "calibration": []}
+    for _ in range(n_boot if len(y) else 0):
+        i = rng.integers(0, len(y), len(y))
+        stats["ne"].append(normalized_entropy(y[i], p[i]))
+        stats["auc"].append(auc(y[i], p[i]))
+        stats["calibration"].append(calibration(y[i], p[i]))
+    lo, hi = (1 - level) / 2 * 100, (1 + level) / 2 * 100
+    out = {}
+    for k, v in stats.items():
+        a = np.asarray([x for x in v if math.isfinite(x)])
+        out[k] = (float(np.percentile(a, lo)), float(np.percentile(a, hi))) if len(a) else (float("nan"), float("nan"))
+    return out

@@ -55,20 +55,27 @@ def main(argv: list[str] | None = None) -> None:
 
     dates = [d.isoformat() for d in CALENDAR.dates()]
     print(f"GEM demo: {len(dates)} days x {len(SURFACES.names)} surfaces, GEM_HOME={gem_home()}", flush=True)
+    from gem_pipelines import sources  # GEM_DATA=<dataset>: its files go to landing/ first (no-op for sim)
+
+    if not args.models_only and (note := sources.before_ingest()):
+        print(f"  {note}", flush=True)
     for d in dates if not args.models_only else []:
         for s in SURFACES.names:
             _run(location, "land_and_ingest_job", str(multi_key(d, s)))
     if args.through in ("features", "all") and not args.models_only:
         for d in dates:
             _run(location, "features_job", d)
+    reports = [sources.after_ingest()] if not args.models_only else []
     if args.through == "all":
         for job, keys in model_stages(dates):
             for key in keys:
                 _run(location, job, key)
-    if args.through == "all":
+        reports.append(sources.after_models())
         for line in start_automation(location):
             print(f"  automation: {line}")
     print(f"\nDone in {time.time() - start:.0f}s.")
+    for line in filter(None, reports):
+        print(f"  {line}")
     print(f"  lake (Delta tables):  {lake_root()}")
     print(f"  reports, Data Docs:   {reports_dir()}")
     print(f"  Dagster instance:     {instance.root_directory}  (run `make ui` and open http://127.0.0.1:3000)")

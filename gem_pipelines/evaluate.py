@@ -66,12 +66,15 @@ def main(argv: list[str] | None = None) -> None:
         if task == "click":
             print(f"  {model:<15} {surface:<12} {m:.4f} +- {sd:.4f}  (n={n})")
     oracle = {r["surface"]: r["oracle_ne"] for r in result["rows"] if r["task"] == "click"}
-    print("  oracle floor    " + "  ".join(f"{s}={v:.4f}" for s, v in sorted(oracle.items())))
+    if any(v is None for v in oracle.values()):  # real logs (GEM_DATA): no true probabilities
+        print("  oracle floor    none (real data): see reports/real_data_report.md for bootstrap intervals")
+    else:
+        print("  oracle floor    " + "  ".join(f"{s}={v:.4f}" for s, v in sorted(oracle.items())))
     if not args.skip_distillation:
         teachers = {"foundation": str(resolve_checkpoint(result["version_dir"]))}
         from gem_pipelines.partitions import SURFACES
 
-        for domain in SURFACES.domains:
+        for domain in [d for d in SURFACES.domains if len(SURFACES.in_domain(d)) >= 2]:  # hierarchical path
             accepted = read_accepted("domain_models", domain)
             if accepted is None:
                 raise SystemExit(f"no ACCEPTED domain model for {domain}: run `make demo` first")

@@ -128,7 +128,7 @@ def distillation_plot(rows: list[dict[str, Any]]) -> dg.MetadataValue:
     if rows:
         df = (
             pl.DataFrame(rows, infer_schema_length=None)
-            .filter((pl.col("task") == "click") & (pl.col("split") == "evaluation"))
+            .filter((pl.col("task") == "click") & (pl.col("split") == "evaluation") & pl.col("ne").is_not_null())
             .group_by("arm", "path", "surface")
             .agg(pl.col("ne").mean(), pl.col("oracle_ne").mean())
             .sort("surface", "arm", "path")
@@ -142,10 +142,11 @@ def distillation_plot(rows: list[dict[str, Any]]) -> dg.MetadataValue:
                    label=f"{arm}/{path}")
         floor = dict(df.group_by("surface").agg(pl.col("oracle_ne").mean()).iter_rows())
         for j, s in enumerate(surfaces):
-            ax.hlines(floor[s], j - 0.1, j + 0.9, colors="k", linestyles="dashed")
+            if floor.get(s) is not None:  # real logs have no oracle floor
+                ax.hlines(floor[s], j - 0.1, j + 0.9, colors="k", linestyles="dashed")
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(surfaces))], surfaces)
         ax.set_ylabel("click NE (E)")
-        lo = min(df["oracle_ne"].min(), df["ne"].min())
+        lo = min(v for v in (df["oracle_ne"].min(), df["ne"].min()) if v is not None)
         ax.set_ylim(lo - 0.02, max(df["ne"].max(), 1.0) + 0.01)
         ax.legend(fontsize=7, ncol=2)
     value = png_markdown(fig)

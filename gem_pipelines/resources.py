@@ -7,7 +7,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from gem_model.config import SimulatorConfig, load_simulator, validate_name
+from gem_model.config import SIM, SimulatorConfig, dataset_name, load_simulator, validate_name
 from gem_model.paths import gem_home, lake_root
 
 
@@ -66,7 +66,9 @@ def resources_for(env: str | None = None) -> dict[str, object]:
     if env == "local":
         return {
             "lake": LakeResource(),
-            "simulator": SimulatorResource(impressions_per_day=_env_int("GEM_IMPRESSIONS_PER_DAY")),
+            # a public dataset (GEM_DATA) is imported into landing/ first; ingest then reads those files
+            "simulator": SimulatorResource(source="simulator" if dataset_name() == SIM else "landing",
+                                           impressions_per_day=_env_int("GEM_IMPRESSIONS_PER_DAY")),
             "accelerator": AcceleratorResource(device=os.environ.get("GEM_DEVICE", "auto")),
             "wandb": WandbResource(),
             "pipes": dg.PipesSubprocessClient(),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from gem_model.config import ASSETS_DIR, _load, _Strict
+from gem_model.config import _load, _Strict, spec_path
 
 
 class ModelGate(_Strict):
@@ -21,6 +21,6 @@ class QualityConfig(_Strict):
     model_gate: ModelGate = ModelGate()
 
 
-QUALITY = _load(QualityConfig, ASSETS_DIR / "quality.yaml")
+QUALITY = _load(QualityConfig, spec_path("quality.yaml"))
 QUARANTINE_WARN_RATE = QUALITY.quarantine_warn_rate
 QUARANTINE_FAIL_RATE = QUALITY.quarantine_fail_rate

@@ -34,7 +34,7 @@ from gem_model.distill.config import load_student_preset
 from gem_model.distill.dataset import StudentData, attach_teacher, load_examples
 from gem_model.distill.export import export_student
 from gem_model.distill.student import Student, student_config
-from gem_model.distill.teacher import FOUNDATION, read_teacher_predictions, teacher_for
+from gem_model.distill.teacher import FOUNDATION, path_applies, read_teacher_predictions, teacher_for
 from gem_model.distill.trainer import load_student, predict_student, save_student, train_student
 from gem_model.metrics import metric_rows, read_oracle
 from gem_model.paths import models_dir, reports_dir
@@ -110,7 +110,8 @@ def _iter_students(
     needs_teacher = any(arm_spec(a)["kd"] != "none" for a in arms)
     needs_emb = any(arm_spec(a)["representation"] for a in arms)
     needs_tables = any(arm_spec(a)["share_tables"] for a in arms)
-    wanted = sorted({t for s in surfaces for p in paths if (t := teacher_for(p, s, surfaces_config))})
+    wanted = sorted({t for s in surfaces for p in paths
+                     if path_applies(p, s, surfaces_config) and (t := teacher_for(p, s, surfaces_config))})
     tp = None
     if needs_teacher:
         tp = teacher_predictions if teacher_predictions is not None else read_teacher_predictions(
@@ -132,6 +133,8 @@ def _iter_students(
         for arm in arms:
             spec = arm_spec(arm)
             for path in arm_paths(arm, paths):
+                if not path_applies(path, surface, surfaces_config):
+                    continue  # reported as not applicable by run_distillation
                 teacher = teacher_for(path, surface, surfaces_config)
                 if teacher not in by_teacher:
                     by_teacher[teacher] = attach_teacher(sd, tp, teacher, embeddings=needs_emb)
@@ -182,6 +185,26 @@ def _iter_students(
                     if tracker is not None:
                         tracker.log_metric_rows([{**r, "surface": f"{prefix}/{r['split']}"} for r in rows], "distill")
                     yield key, model, rows, info
+
+
+NOT_APPLICABLE = "not applicable: the domain has one surface"
+
+
+def not_applicable_rows(arms: Sequence[str], paths: Sequence[str], surfaces: Sequence[str],
+                        surfaces_config: SurfacesConfig) -> list[dict[str, Any]]:
+    """Report cells of paths that do not apply to a surface (no metrics, a `status` saying why)."""
+    out = []
+    for surface in surfaces:
+        for arm in arms:
+            for path in arm_paths(arm, paths):
+                if path_applies(path, surface, surfaces_config):
+                    continue
+                for split in SPLITS:
+                    out.append({"arm": arm, "path": path, "split": split, "surface": surface, "task": "click",
+                                "seed": None, "ne": None, "auc": None, "calibration": None, "oracle_ne": None,
+                                "kd_effectiveness": None, "n": 0, "positives": 0, "teacher": None,
+                                "status": NOT_APPLICABLE})
+    return out
 
 
 def kd_effectiveness(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -310,6 +333,7 @@ def run_distillation(
                              {"key": key, "hyperparameters": hp, "wandb": tracker.info()})
             if on_student is not None:
                 on_student(key, model, r, info)
+        rows.extend(not_applicable_rows(arms, paths, surfaces or surfaces_config.names, surfaces_config))
         kd_effectiveness(rows)
         tracker.summary({"distill/seconds": time.perf_counter() - t0, "distill/students": len({
             (r["surface"], r["arm"], r["path"], r["seed"]) for r in rows})})

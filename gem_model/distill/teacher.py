@@ -40,6 +40,15 @@ def domain_teacher(domain: str) -> str:
     return f"domain:{validate_name(domain, 'domain')}"
 
 
+def path_applies(path: str, surface: str, surfaces: SurfacesConfig | None = None) -> bool:
+    """The hierarchical path needs a domain of two or more surfaces (with one, the domain model is
+    the foundation re-distilled on the student's own data: not a hierarchy)."""
+    if path != "hierarchical":
+        return True
+    cfg = surfaces or load_surfaces()
+    return len(cfg.in_domain(cfg.get(surface).domain)) >= 2
+
+
 def teacher_for(path: str, surface: str, surfaces: SurfacesConfig | None = None) -> str | None:
     """The teacher a student on `surface` learns from on `path` (direct | hierarchical | none)."""
     if path == "none":

@@ -66,9 +66,14 @@ def _accepted_foundation() -> tuple[str, str]:
     return found
 
 
+def _hierarchical_domains() -> list[str]:
+    """Domains of two or more surfaces: only they have a domain model (the hierarchical path)."""
+    return [d for d in SURFACES.domains if len(SURFACES.in_domain(d)) >= 2]
+
+
 def _accepted_domains() -> dict[str, tuple[str, str]]:
     out = {}
-    for domain in SURFACES.domains:
+    for domain in _hierarchical_domains():
         found = accepted_checkpoint("domain_models", domain)
         if found is None:
             raise dg.Failure(f"no ACCEPTED domain model for {domain!r}: materialize domain_models[{domain}]")
@@ -120,8 +125,11 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
     from gem_model.registry import load_model
     from gem_model.tracking import Tracker
 
-    wandb.apply()
     domain = context.partition_key
+    if domain not in _hierarchical_domains():
+        return dg.MaterializeResult(metadata={"status": "not applicable: the domain has one surface",
+                                              "surfaces": [s.name for s in SURFACES.in_domain(domain)]})
+    wandb.apply()
     ckpt, teacher_version = _accepted_foundation()
     foundation, _ = load_model(ckpt)
     roles = CALENDAR.roles()

@@ -93,7 +93,7 @@ def _decode_json(raw: pl.Series, dtype: pl.Struct) -> tuple[pl.Series, pl.Series
     costs O(log n) decodes instead of a per-row Python loop.
     """
     try:
-        return raw.str.json_decode(dtype), pl.Series([False] * len(raw))
+        return raw.str.json_decode(dtype), pl.Series([False] * len(raw), dtype=pl.Boolean)
     except pl.exceptions.PolarsError:
         if len(raw) == 1:
             return pl.Series([None], dtype=dtype), pl.Series([True])

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
-from gem_model.config import ASSETS_DIR, ConfigError, load_surfaces, validate_name
+from gem_model.config import ASSETS_DIR, ConfigError, load_surfaces, spec_path, validate_name
 from gem_model.paths import reports_dir
 
 if TYPE_CHECKING:
@@ -80,7 +80,9 @@ class SuiteResult:
 
 
 def suite_path(table: str) -> Path:
-    return EXPECTATIONS_DIR / f"{validate_name(table, 'table')}.json"
+    name = validate_name(table, "table")
+    own = spec_path(f"expectations/{name}.json")  # a dataset's own suite: assets/sources/<GEM_DATA>/expectations/
+    return own if own.parent != ASSETS_DIR / "expectations" else EXPECTATIONS_DIR / f"{name}.json"
 
 
 def load_suite_spec(table: str) -> dict[str, Any]:

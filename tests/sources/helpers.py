@@ -1,0 +1,68 @@
+"""Shared by the importer tests: the samples' folder, importing into a tmp GEM_HOME, and recounting
+every source row through the unchanged parsers and row rules (no Delta, no GX: seconds)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from gem_model.config import SOURCES_DIR, load_calendar, load_surfaces
+from gem_pipelines.data.normalize import NormalizedPartition, normalize_partition
+from gem_pipelines.data.parsers import stage_partition
+from gem_pipelines.sources import _importers
+from gem_pipelines.sources.common import ImportResult, SourceConfig, load_source
+
+REAL = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "real"  # ../shared/data/real
+
+
+def need(sub: str) -> Path:
+    path = REAL / sub
+    if not path.exists():
+        pytest.fail(f"{path}: the shared real samples are missing (tests read ../shared/data/real/)")
+    return path
+
+
+def run_import(dataset: str, home: Path, src: Path | None = None, cfg: SourceConfig | None = None) -> ImportResult:
+    cfg = cfg or load_source(dataset)
+    src = src or need(Path(cfg.default_dir).name)
+    surfaces = load_surfaces(SOURCES_DIR / dataset / "surfaces.yaml")
+    calendar = load_calendar(SOURCES_DIR / dataset / "calendar.yaml")
+    return _importers()[cfg.importer](src, cfg, surfaces, calendar, home, dataset=dataset)
+
+
+def normalize_all(dataset: str, home: Path) -> dict[tuple[dt.date, str], NormalizedPartition]:
+    surfaces = load_surfaces(SOURCES_DIR / dataset / "surfaces.yaml")
+    calendar = load_calendar(SOURCES_DIR / dataset / "calendar.yaml")
+    out = {}
+    for day in calendar.dates():
+        for s in surfaces.surfaces:
+            stage = stage_partition(s.format, home / "landing" / s.name / day.isoformat())
+            out[(day, s.name)] = normalize_partition(stage, s, day)
+    return out
+
+
+def account(dataset: str, home: Path, parts: dict[tuple[dt.date, str], NormalizedPartition]) -> pl.DataFrame:
+    """Per source file: read (lineage rows), imported (events rows), quarantined, with reasons."""
+    lineage = pl.read_parquet(home / "imports" / dataset / "lineage.parquet").filter(pl.col("kind") == "row")
+    events = pl.concat([p.events.select("request_id") for p in parts.values()])
+    quarantine = pl.concat([p.quarantine.select("surface", "date", "source_file", "line_no", "reason")
+                            for p in parts.values()]).rename({"line_no": "feed_line", "source_file": "feed_file"})
+    imported = lineage.join(events, on="request_id", how="semi").group_by("source_file").len("imported")
+    q = lineage.join(quarantine, on=["surface", "date", "feed_file", "feed_line"], how="inner")
+    return (
+        lineage.group_by("source_file").len("read")
+        .join(imported, on="source_file", how="left")
+        .join(q.group_by("source_file").len("quarantined"), on="source_file", how="left")
+        .fill_null(0)
+        .sort("source_file")
+    )  # fmt: skip
+
+
+def data_rows(path: Path, header: bool = True) -> int:
+    """Rows of a source file counted independently of the importer: lines, minus the header."""
+    data = path.read_bytes()
+    n = data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
+    return n - (1 if header else 0)
