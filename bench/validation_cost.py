@@ -11,19 +11,11 @@ import datetime as dt
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-
-def best(fn, repeat: int = 3) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ingest import best_of as best  # noqa: E402  (bench/ingest.py: same best-of-3 timing)
 
 
 def main() -> None:
