@@ -48,7 +48,7 @@ def test_launch_args_are_the_config_verbatim(gem_home):
     args = launch_args(FoundationConfig(preset="tiny", seeds=[3, 4], baselines=False),
                        AcceleratorResource(device="cpu", nproc_per_node=2, compile=True, embedding_sharding="row"), "/lake", None, "v")
     assert args == {"preset": "tiny", "seeds": [3, 4], "baselines": False, "device": "cpu", "init_from": None,
-                    "lake": "/lake", "overrides": {"train": {"compile": True, "embedding_sharding": "row"}},
+                    "lake": "/lake", "overrides": {"train": {"compile": True, "precision": "fp32", "embedding_sharding": "row"}},
                     "version": "v"}
 
 
@@ -77,7 +77,8 @@ def test_foundation_asset_two_gloo_ranks_through_pipes(gem_home, monkeypatch):
     # launched with exactly the arguments the in-process path would get
     launch = json.loads((models / ASSET / version / "launch.json").read_text())
     assert launch["seeds"] == [1] and launch["baselines"] is True and launch["version"] == version
-    assert launch["init_from"].endswith(accepted) and launch["overrides"] == {"train": {"compile": False, "embedding_sharding": "replicated"}}
+    assert launch["init_from"].endswith(accepted) and launch["overrides"] == {"train": {"compile": False, "precision": "fp32",
+                                                                                  "embedding_sharding": "replicated"}}
 
     # the teacher trained on 2 ranks, with seed 1, warm-started from the accepted version
     teacher = json.loads((models / ASSET / version / "metrics.json").read_text())
