@@ -2,11 +2,17 @@
 
 Credentials reach the code under test only through the environment, as in production; the secret is a
 distinctive string so tests can prove it never lands in logs, metadata or files.
+
+The server runs in a child process, never as a thread of the test process: several deltalake 1.6 calls
+(`DeltaTable.history`, `is_deltatable`, the `DeltaStorageHandler` file system) do their HTTP requests while
+holding the GIL, so a server thread in the same interpreter can never answer them and each one hangs until
+object_store's retries give up ("operation timed out"). A real S3 is always another process.
 """
 
 from __future__ import annotations
 
-import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -48,18 +54,35 @@ class S3Endpoint:
         return [o["Key"] for page in pages for o in page.get("Contents", [])]
 
 
+# The child: moto's threaded server on a free loopback port; prints the port, stops when stdin closes, so
+# a test process that dies takes its server with it.
+_SERVE = """
+import logging, sys
+from moto.server import ThreadedMotoServer
+logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
+server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+server.start()
+print(server.get_host_and_port()[1], flush=True)
+sys.stdin.read()
+server.stop()
+"""
+
+
 @contextmanager
 def moto_s3(bucket: str = BUCKET) -> Iterator[S3Endpoint]:
-    """Start moto's threaded server on a free loopback port, create `bucket`, stop it afterwards."""
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
+    """Start moto's server in a child process on 127.0.0.1, create `bucket`, stop it afterwards."""
+    proc = subprocess.Popen([sys.executable, "-c", _SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        host, port = server.get_host_and_port()
-        s3 = S3Endpoint(f"http://{host}:{port}", bucket)
+        port = proc.stdout.readline().strip()
+        if not port.isdigit():
+            raise RuntimeError(f"moto server did not start (exit code {proc.poll()})")
+        s3 = S3Endpoint(f"http://127.0.0.1:{port}", bucket)
         s3.client().create_bucket(Bucket=bucket)
         yield s3
     finally:
-        server.stop()
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
