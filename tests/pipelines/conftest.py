@@ -25,9 +25,12 @@ def small_assets(dest: Path, *, days: int = 5, impressions: int = 2500, start: s
     sim = yaml.safe_load((dest / "simulator.yaml").read_text())
     sim.update(impressions_per_day=impressions, n_users=1500)
     (dest / "simulator.yaml").write_text(yaml.safe_dump(sim))
-    # The gate's logic has its own tests; here a tiny model on a tiny world only has to be sane.
+    # The gate's logic has its own tests (test_quality_gate.py); here a tiny model on a tiny world only
+    # has to be sane. One day of a surface holds ~10-20 click positives, so a retrained model's NE
+    # moves by several % against the ACCEPTED one on the same rows from noise alone (reels: 1.028 vs
+    # 0.990 on 11 positives): the relative thresholds are relaxed alike, or `make next-day` would fail.
     quality = yaml.safe_load((dest / "quality.yaml").read_text())
-    quality["model_gate"].update(min_positives=5, max_ne=2.0, max_vs_labels_only=0.5)
+    quality["model_gate"].update(min_positives=5, max_ne=2.0, max_regression=0.5, max_vs_labels_only=0.5)
     (dest / "quality.yaml").write_text(yaml.safe_dump(quality))
     return dest
 
