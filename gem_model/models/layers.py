@@ -189,30 +189,6 @@ class CrossArch(nn.Module):
         return x_sum, self.ln_out(torch.cat(parts, dim=1))
 
 
-class TargetAttention(nn.Module):
-    """DIN-style target attention on raw embeddings of a shared table (ads appear in histories as
-    items): cosine(candidate, history item) with a learnable temperature -> softmax pooling of the
-    history tokens, plus the best match as a learned direction. One token per (feature, column),
-    and two match statistics (best cosine, attention-weighted cosine) that join the dense token."""
-
-    def __init__(self, d: int, temperature: float = 5.0):
-        super().__init__()
-        self.log_t = nn.Parameter(torch.tensor(math.log(temperature)))
-        self.match = nn.Parameter(torch.randn(d) * 0.02)
-        self.ln = nn.LayerNorm(d)
-
-    def forward(
-        self, cand: torch.Tensor, items: torch.Tensor, tokens: torch.Tensor, seg: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        batch = cand.shape[0]
-        cos = F.cosine_similarity(F.normalize(cand, dim=-1)[seg], items, dim=-1)  # [L]
-        w = segment_softmax(cos * self.log_t.exp(), seg, batch)
-        pooled = segment_sum(tokens, seg, batch, weights=w[:, None])
-        best = segment_max(cos, seg, batch).float()  # 0 if empty
-        wcos = segment_sum(cos, seg, batch, weights=w, out_dtype=torch.float32)
-        return self.ln(pooled + best[:, None].to(pooled.dtype) * self.match), torch.stack([best, wcos], dim=1)
-
-
 # ------------------------------------------------------------------------------------------------
 # InterFormer sequence arch: personalised FFN, then multi-head attention over the jagged sequence
 

@@ -22,7 +22,7 @@ import math
 import torch
 from torch import nn
 
-from gem_model.models.layers import segment_softmax
+from gem_model.models.layers import segment_max, segment_softmax, segment_sum
 
 N_STATS = 5
 STAT_INIT = 0.5  # initial wide weight of each match statistic
@@ -50,17 +50,17 @@ class DINTargetAttention(nn.Module):
         v = self.v(tokens)
         soft = segment_softmax(score, seg, batch)
         gate = torch.sigmoid(score)
-        normed = v.new_zeros(batch, v.shape[-1]).index_add(0, seg, soft[:, None] * v)
-        summed = v.new_zeros(batch, v.shape[-1]).index_add(0, seg, gate[:, None] * v) / self.max_len
-        count = gate.new_zeros(batch).index_add(0, seg, gate)
-        has = torch.zeros(batch, dtype=torch.bool, device=cand.device).index_fill(0, seg, True)
-        best = score.new_full((batch,), -1e4).scatter_reduce(0, seg, score, "amax", include_self=True)
-        best = torch.where(has, best, torch.zeros_like(best))
-        lengths = torch.zeros_like(count).index_add(0, seg, torch.ones_like(score))
-        mean = score.new_zeros(batch).index_add(0, seg, score) / lengths.clamp_min(1.0)
+        # segment_sum/segment_max accumulate in fp32 whatever autocast hands over (bf16 v, fp32 weights)
+        normed = segment_sum(v, seg, batch, weights=soft[:, None])
+        summed = segment_sum(v, seg, batch, weights=gate[:, None]) / self.max_len
+        f32 = torch.float32
+        count = segment_sum(gate, seg, batch, out_dtype=f32)
+        lengths = segment_sum(torch.ones_like(score), seg, batch, out_dtype=f32)
+        best = torch.where(lengths > 0, segment_max(score, seg, batch, floor=-1e4).float(), 0.0)
+        mean = segment_sum(score, seg, batch, out_dtype=f32) / lengths.clamp_min(1.0)
         # the raw (unprojected) candidate . item affinity, averaged over the history: a factorised
         # match that needs no projection to be learned first
         raw = (cand[seg] * items).sum(-1) * RAW_SCALE
-        raw_mean = raw.new_zeros(batch).index_add(0, seg, raw) / lengths.clamp_min(1.0)
+        raw_mean = segment_sum(raw, seg, batch, out_dtype=f32) / lengths.clamp_min(1.0)
         stats = torch.stack([torch.log1p(count), count / self.max_len, mean, best, raw_mean], dim=1)
         return self.ln(normed), summed, stats

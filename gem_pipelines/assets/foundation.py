@@ -1,6 +1,5 @@
 """Foundation group: the GEM teacher (plus single-surface baselines), gated before it is ACCEPTED."""
 
-import json
 import os
 from pathlib import Path
 
@@ -52,12 +51,11 @@ def launch_args(config: FoundationConfig, accelerator: AcceleratorResource, lake
 def _run_torchrun(context: dg.AssetExecutionContext, pipes: dg.PipesSubprocessClient, nproc: int, args: dict) -> dict:
     """World size > 1: `torchrun -m gem_model.foundation` launched by Dagster Pipes; every rank runs
     `run_foundation(**args)`, rank 0 streams progress as Pipes log lines and sends the result as a message."""
+    from gem_model import atomic
     from gem_model.distributed import pipes_result, progress_messages, torchrun_command
     from gem_model.registry import version_dir
 
-    launch = version_dir(ASSET, args["version"]) / "launch.json"  # the launch config beside its version
-    launch.parent.mkdir(parents=True, exist_ok=True)
-    launch.write_text(json.dumps(args, indent=2))
+    launch = atomic.write_json(version_dir(ASSET, args["version"]) / "launch.json", args)  # beside its version
     invocation = pipes.run(command=torchrun_command("gem_model.foundation", nproc, ["--args", str(launch)]),
                            context=context)
     messages = invocation.get_custom_messages()

@@ -13,12 +13,12 @@ from gem_model.models import GEM
 from gem_model.models.layers import (
     PMA,
     CrossArch,
-    TargetAttention,
     segment_ids,
     segment_max,
     segment_softmax,
     segment_sum,
 )
+from gem_model.models.target_attention import DINTargetAttention
 from gem_model.precision import autocast_dtype
 from gem_model.train import train
 from tests.model.conftest import tiny_config
@@ -83,7 +83,7 @@ def _modules(d: int):
     torch.manual_seed(0)
     return {
         "pma": PMA(d, n_seeds=2, n_heads=1, cond_dim=2 * d),
-        "target": TargetAttention(d),
+        "target": DINTargetAttention(d, max_len=16),
         "cross": CrossArch(5, d, n_sum=2, n_cls=1, n_pma=2, n_recent=3, n_heads=1),
     }
 

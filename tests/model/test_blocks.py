@@ -14,11 +14,11 @@ from gem_model.models.layers import (
     GatedCompression,
     PersonalisedFFN,
     SequenceMHA,
-    TargetAttention,
     TimeGapEncoding,
     WukongLayer,
     segment_ids,
 )
+from gem_model.models.target_attention import N_STATS, DINTargetAttention
 from gem_model.train import load_preset
 from tests.model.helpers import make_batch, tiny_model_config
 
@@ -85,22 +85,23 @@ def test_sequence_blocks_shapes_and_grads():
     assert x_sum.shape == (4, 2, d) and s_sum.shape == (4, 1 + 2 + 3, d)
     te = TimeGapEncoding(8, d)
     assert te(torch.tensor([0.0, 1.0, 1e9])).shape == (3, d)
-    ta = TargetAttention(d)
-    tok, stats = ta(torch.randn(4, d), values.detach(), values, seg)
-    assert tok.shape == (4, d) and stats.shape == (4, 2)
+    ta = DINTargetAttention(d, max_len=16)
+    tok, summed, stats = ta(torch.randn(4, d), values.detach(), values, seg)
+    assert tok.shape == summed.shape == (4, d) and stats.shape == (4, N_STATS)
 
 
 def test_target_attention_finds_the_candidate():
     d = 16
+    torch.manual_seed(0)
     items = torch.randn(6, d)
     offsets = torch.tensor([0, 3, 6, 6])
     seg = segment_ids(offsets, 6)
-    cand = torch.stack([items[1], torch.randn(d), torch.randn(d)])
+    cand = torch.stack([items[1], -items[4], torch.randn(d)])
     with torch.no_grad():
-        _, stats = TargetAttention(d)(cand, items, items, seg)
-    assert float(stats[0, 0]) == pytest.approx(1.0, abs=1e-5)  # exact match in row 0
-    assert stats[1, 0] < 0.99
-    assert stats[2].abs().sum() == 0  # empty history: no match, no NaN
+        _, _, stats = DINTargetAttention(d, max_len=8)(cand, items, items, seg)
+    raw_mean = stats[:, 4]  # the raw candidate . item affinity over the history
+    assert raw_mean[0] > 0 > raw_mean[1]  # an exact match in row 0, an opposite one in row 1
+    assert stats[2].abs().sum() == 0 and torch.isfinite(stats).all()  # empty history: no match, no NaN
 
 
 def test_model_forward_backward_and_summary():
