@@ -6,15 +6,40 @@ Layout: q, k, v, out ``[L_total, H, D]`` (any strides with a unit last-dim strid
 * forward, grid ``(B * H, cdiv(max_len, BLOCK_M))``: a block of queries loops over the key blocks
   of its own sequence with an online softmax (running max / running sum in fp32, base-2
   exponentials) and stores the output and the row logsumexp (log2 domain, fp32, ``[L_total, H]``);
-* backward: ``delta = rowsum(dO * O)`` (PyTorch), then a dk/dv kernel, grid
-  ``(B * H, cdiv(max_len, BLOCK_N))``, in which a block of keys loops over the query blocks of its
-  sequence, and a dq kernel, grid ``(B * H, cdiv(max_len, BLOCK_M))``, in which a block of queries
-  loops over the key blocks.  Probabilities are recomputed from the stored logsumexp; no atomics.
+* backward: ``delta = rowsum(dO * O)`` (PyTorch), then one fused kernel, grid
+  ``(B * H, cdiv(max_len, BLOCK_N))`` (FlashAttention-2's scheme): a block of keys loops over the
+  query blocks of its sequence, recomputes P from the stored logsumexp and dP once per tile,
+  accumulates dK and dV in registers and adds its share of dQ = dS K into an fp32 buffer with
+  ``tl.atomic_add`` (cast to the input dtype once at the end).  ``GEM_KERNEL_DETERMINISTIC=1`` (or
+  ``torch.use_deterministic_algorithms(True)``) switches to the two-pass backward: the same dK/dV
+  kernel without dQ, then a dQ kernel, grid ``(B * H, cdiv(max_len, BLOCK_M))``, in which a block of
+  queries loops over the key blocks (no atomics, bitwise reproducible).
+
+Matmuls (``tl.dot``) per (query block, key block) tile, each 2 * BLOCK_M * BLOCK_N * D FLOPs:
+
+==========================  =====  =================================================
+pass                        dots   which
+==========================  =====  =================================================
+forward                     2      Q K^T, P V
+two-pass backward (before)  7      dK/dV: Q K^T, P^T dO, dO V^T, dS^T Q;  dQ: Q K^T, dO V^T, dS K
+fused backward (default)    5      Q K^T, P^T dO, dO V^T, dS^T Q, dS K  (+ one fp32 atomic add of
+                                   a BLOCK_M x D tile)
+one-tile backward (short)   5      the same five, one tile per (sequence, head), no atomics
+==========================  =====  =================================================
+
+so the backward's matmul work went from 3.5x to 2.5x the forward's (FlashAttention-2's ratio);
+its time was not measured (no GPU in the session that restructured it: see bench/RESULTS.md).
+
+Launch configs: on CUDA ``triton.autotune`` over small lists (FWD_CONFIGS, BWD_CONFIGS,
+SHORT_WARPS) keyed by head dim, length bucket (next power of two of max_len, >= 16), causal, dot
+precision and dtype, pruned by shared memory and bucket; under ``TRITON_INTERPRET=1`` one heuristic
+config (autotuning needs a GPU to time on).
 
 Short sequences (``max_len <= short_rows(D, dtype)``, 128 rows for the model's D=32 in bf16; the
 threshold ``GEM_KERNEL_SHORT_MAX``, default 128, 0 = off) take one-tile kernels instead: one
 program per (sequence, head), grid ``(B * H,)``, the forward without an online softmax and the
-backward computing P once and dQ, dK, dV in the same program (5 dots, no recompute).
+backward computing P once and dQ, dK, dV in the same program (5 dots, no recompute; delta is
+computed in the kernel too, which saves the PyTorch launches the tiled path spends on it).
 
 Programs whose block starts past their sequence's end return at once.  Accumulation is fp32;
 fp32 inputs use IEEE fp32 dots unless ``torch.backends.cuda.matmul.allow_tf32`` is set.
@@ -63,7 +88,7 @@ def _jagged_attn_fwd(
     Q, K, V, OUT, LSE, OFFSETS,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     stride_ot, stride_oh, stride_lt, stride_lh,
-    H, qk_scale,
+    H, qk_scale, len_bucket,
     CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     PREC: tl.constexpr,
 ):  # fmt: skip
@@ -131,14 +156,17 @@ def _jagged_attn_fwd(
 
 @triton.jit
 def _jagged_attn_bwd_dkdv(
-    Q, K, V, DO, LSE, DELTA, DK, DV, OFFSETS,
+    Q, K, V, DO, LSE, DELTA, DK, DV, DQ, OFFSETS,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     stride_dot, stride_doh, stride_lt, stride_lh,
-    stride_dkt, stride_dkh, stride_dvt, stride_dvh,
-    H, qk_scale, scale,
+    stride_dkt, stride_dkh, stride_dvt, stride_dvh, stride_dqt, stride_dqh,
+    H, qk_scale, scale, len_bucket,
     CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    PREC: tl.constexpr,
+    PREC: tl.constexpr, FUSED_DQ: tl.constexpr,
 ):  # fmt: skip
+    # FUSED_DQ: DQ is an fp32 [L_total, H, D] buffer of zeros to which every key block adds its
+    # share dS K (tl.atomic_add), so P and dP are computed once per tile (5 dots instead of 4 here
+    # plus 3 in the dq kernel).  Otherwise DQ is unused and _jagged_attn_bwd_dq computes dQ.
     pid_bh = tl.program_id(0)
     pid_n = tl.program_id(1)
     b = pid_bh // H
@@ -195,6 +223,14 @@ def _jagged_attn_bwd_dkdv(
         dp_t = tl.dot(v, tl.trans(do), input_precision=PREC)
         ds_t = p_t * (dp_t - delta[None, :])
         dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PREC)
+        if FUSED_DQ:
+            dq = tl.dot(tl.trans(ds_t).to(k.dtype), k, input_precision=PREC) * scale  # [BLOCK_M, BLOCK_D]
+            tl.atomic_add(
+                DQ + (start + rows[:, None]) * stride_dqt + h * stride_dqh + offs_d[None, :],
+                dq,
+                mask=mask_m[:, None],
+                sem="relaxed",
+            )
 
     dk = dk * scale
     tl.store(
@@ -214,7 +250,7 @@ def _jagged_attn_bwd_dq(
     Q, K, V, DO, LSE, DELTA, DQ, OFFSETS,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     stride_dot, stride_doh, stride_lt, stride_lh, stride_dqt, stride_dqh,
-    H, qk_scale, scale,
+    H, qk_scale, scale, len_bucket,
     CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     PREC: tl.constexpr,
 ):  # fmt: skip
@@ -328,9 +364,9 @@ def _jagged_attn_fwd_short(
 
 @triton.jit
 def _jagged_attn_bwd_short(
-    Q, K, V, DO, LSE, DELTA, DQ, DK, DV, OFFSETS,
+    Q, K, V, OUT, DO, LSE, DQ, DK, DV, OFFSETS,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
-    stride_dot, stride_doh, stride_lt, stride_lh,
+    stride_ot, stride_oh, stride_dot, stride_doh, stride_lt, stride_lh,
     stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh,
     H, qk_scale, scale,
     CAUSAL: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
@@ -350,8 +386,10 @@ def _jagged_attn_bwd_short(
     k = tl.load(K + rows * stride_kt + h * stride_kh + offs_d[None, :], mask=mask[:, None], other=0.0)
     v = tl.load(V + rows * stride_vt + h * stride_vh + offs_d[None, :], mask=mask[:, None], other=0.0)
     do = tl.load(DO + rows * stride_dot + h * stride_doh + offs_d[None, :], mask=mask[:, None], other=0.0)
+    o = tl.load(OUT + rows * stride_ot + h * stride_oh + offs_d[None, :], mask=mask[:, None], other=0.0)
     lse = tl.load(LSE + (start + offs) * stride_lt + h * stride_lh, mask=mask, other=0.0)
-    delta = tl.load(DELTA + (start + offs) * stride_lt + h * stride_lh, mask=mask, other=0.0)
+    # delta = rowsum(dO * O) here, not in PyTorch: the whole sequence is in this program.
+    delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
 
     s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale  # [M, N], log2 domain
     valid = mask[:, None] & mask[None, :]
@@ -372,6 +410,7 @@ def _jagged_attn_bwd_short(
 
 
 SHORT_MAX_ENV = "GEM_KERNEL_SHORT_MAX"
+DETERMINISTIC_ENV = "GEM_KERNEL_DETERMINISTIC"
 
 
 def short_max() -> int:
@@ -388,10 +427,99 @@ def short_rows(dim: int, dtype: torch.dtype) -> int:
     return min(short_max(), max(16, budget // dim) if short_max() else 0)
 
 
+def deterministic() -> bool:
+    """Two-pass tiled backward (a dK/dV kernel, then a dQ kernel: no atomics, bitwise
+    reproducible, 7 dots per tile instead of 5) when ``GEM_KERNEL_DETERMINISTIC=1`` or
+    ``torch.use_deterministic_algorithms(True)``. Read at every call."""
+    flag = os.environ.get(DETERMINISTIC_ENV, "0").lower() in ("1", "true", "on", "yes")
+    return flag or torch.are_deterministic_algorithms_enabled()
+
+
+def length_bucket(max_len: int) -> int:
+    """The autotuning key's length: next power of two of max_len, at least 16 (the smallest
+    tl.dot); every batch of the model (histories up to 68) falls in one bucket."""
+    return max(16, triton.next_power_of_2(max(1, int(max_len))))
+
+
+# ------------------------------------------------------------------------------------------------
+# Launch configurations.  Under TRITON_INTERPRET (no GPU to time anything) one heuristic config
+# each; on CUDA `triton.autotune` picks among the small lists below, keyed by head dim, length
+# bucket, causal, dot precision and (added by Triton) the tensors' dtypes, after pruning configs
+# that cannot fit (shared memory) or waste the tile (a block longer than the bucket).
+
+AUTOTUNE_KEY = ["BLOCK_D", "len_bucket", "CAUSAL", "PREC"]
+SHORT_AUTOTUNE_KEY = ["BLOCK_D", "BLOCK", "CAUSAL", "PREC"]
+SMEM_BUDGET = 160 * 1024  # bytes per program the pruning allows (H100/H200: 227 KiB)
+
+# (BLOCK_M, BLOCK_N, num_warps, num_stages); forward: BLOCK_M queries per program, BLOCK_N keys
+# per iteration; fused backward: BLOCK_N keys per program, BLOCK_M queries per iteration.
+FWD_CONFIGS = ((64, 64, 4, 2), (128, 64, 8, 2), (64, 32, 4, 3), (128, 32, 4, 3), (32, 32, 4, 2), (16, 16, 2, 1))
+BWD_CONFIGS = ((32, 64, 4, 2), (64, 64, 4, 2), (32, 128, 8, 2), (64, 128, 8, 1), (32, 32, 4, 1), (16, 16, 2, 1))
+SHORT_WARPS = (2, 4, 8)
+
+
+def short_configs() -> list:
+    return [triton.Config({}, num_warps=w, num_stages=1) for w in SHORT_WARPS]
+
+
+def _tiled_configs(table) -> list:
+    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=st) for m, n, w, st in table]
+
+
+def smem_bytes(block_m: int, block_n: int, dim: int, stages: int, elem: int, backward: bool) -> int:
+    """Rough shared memory of one program: the pipelined operand tiles (forward: K, V per key
+    block; backward: Q, dO per query block, times num_stages) plus the resident ones (Q; K, V)."""
+    if backward:
+        return (2 * block_m * stages + 2 * block_n) * dim * elem
+    return (2 * block_n * stages + block_m) * dim * elem
+
+
+def prune_tiled(configs, named_args, backward: bool) -> list:
+    """Drop configs that overflow SMEM_BUDGET or whose blocks exceed the length bucket (at least
+    one config always remains: the smallest)."""
+    dim, bucket = named_args["BLOCK_D"], named_args["len_bucket"]
+    elem = 4 if named_args.get("PREC") == "ieee" or named_args["Q"].dtype == torch.float32 else 2
+    keep = [c for c in configs
+            if smem_bytes(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], dim, c.num_stages, elem, backward) <= SMEM_BUDGET
+            and max(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) <= bucket]
+    return keep or [min(configs, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"])]
+
+
+def prune_short(configs, named_args) -> list:
+    """2 warps only for tiles up to 32 rows (larger tiles spill registers with so few threads)."""
+    keep = [c for c in configs if c.num_warps > 2 or named_args["BLOCK"] <= 32]
+    return keep or list(configs)
+
+
+def _prune(backward: bool):
+    return {"early_config_prune": lambda configs, named_args, **_: prune_tiled(configs, named_args, backward)}
+
+
+def _autotuned():
+    """The autotuned launchers (built lazily: only on CUDA, where they can be timed)."""
+    global _AUTOTUNED
+    if _AUTOTUNED is None:
+        short = short_configs()
+        prune = {"early_config_prune": lambda configs, named_args, **_: prune_short(configs, named_args)}
+        _AUTOTUNED = {
+            "fwd": triton.autotune(_tiled_configs(FWD_CONFIGS), key=AUTOTUNE_KEY,
+                                   prune_configs_by=_prune(False))(_jagged_attn_fwd),
+            "bwd": triton.autotune(_tiled_configs(BWD_CONFIGS), key=AUTOTUNE_KEY, prune_configs_by=_prune(True),
+                                   reset_to_zero=["DQ"])(_jagged_attn_bwd_dkdv),
+            "fwd_short": triton.autotune(short, key=SHORT_AUTOTUNE_KEY, prune_configs_by=prune)(_jagged_attn_fwd_short),
+            "bwd_short": triton.autotune(short, key=SHORT_AUTOTUNE_KEY, prune_configs_by=prune)(_jagged_attn_bwd_short),
+        }
+    return _AUTOTUNED
+
+
+_AUTOTUNED = None
+
+
 def _short_config(max_len: int, dim: int, dtype: torch.dtype, backward: bool) -> dict:
-    """One tile of next_pow2(max_len) rows (at least 16, the smallest tl.dot); warps grow with the
-    tile (the backward keeps P and dP live: 8 warps from 128 rows or fp32 64-row tiles)."""
-    block = max(16, triton.next_power_of_2(max_len))
+    """Heuristic (interpreter) config of the one-tile kernels: one tile of next_pow2(max_len) rows
+    (at least 16, the smallest tl.dot); warps grow with the tile (the backward keeps P and dP live:
+    8 warps from 128 rows or fp32 64-row tiles)."""
+    block = length_bucket(max_len)
     if interpreting():
         return {"BLOCK": block, "num_warps": 1, "num_stages": 1}
     wide = block >= 128 or (backward and block >= 64 and (dtype == torch.float32 or dim >= 64))
@@ -399,14 +527,23 @@ def _short_config(max_len: int, dim: int, dtype: torch.dtype, backward: bool) ->
 
 
 def _launch_config(dim: int, backward: bool) -> dict:
-    """Block sizes and launch options.  Small blocks under the interpreter (speed); on GPU,
-    conservative untuned defaults (no GPU was available when these were chosen)."""
+    """Heuristic config of the tiled kernels: small blocks under the interpreter (speed); on GPU
+    the deterministic two-pass backward's config (the other launches are autotuned)."""
     if interpreting():
         return {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 1, "num_stages": 1}
     if backward:
         block_n = 64 if dim <= 64 else 32
         return {"BLOCK_M": 64, "BLOCK_N": block_n, "num_warps": 4 if dim <= 64 else 8, "num_stages": 2}
     return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4 if dim <= 64 else 8, "num_stages": 2}
+
+
+def _launch(name: str, kernel, grid, args, heuristic: dict, **constexprs) -> None:
+    """Launch `kernel` with the heuristic config under the interpreter, autotuned on CUDA.
+    `grid(meta)` gets the chosen block sizes."""
+    if interpreting():
+        kernel[grid(heuristic)](*args, **constexprs, **heuristic)
+    else:
+        _autotuned()[name][grid](*args, **constexprs)
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -432,65 +569,68 @@ def _forward(q, k, v, offsets, max_len, causal, scale):
     lse = _alloc(q[:, :, 0], torch.float32)
     if total == 0 or batch == 0 or max_len == 0 or heads == 0:
         return out, lse
+    common = dict(CAUSAL=causal, BLOCK_D=dim, PREC=_precision(q.dtype))
     if max_len <= short_rows(dim, q.dtype):
         cfg = _short_config(max_len, dim, q.dtype, backward=False)
-        _jagged_attn_fwd_short[(batch * heads,)](
+        _launch("fwd_short", _jagged_attn_fwd_short, lambda meta: (batch * heads,), (
             q, k, v, out, lse, offsets,
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
             out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
             heads, scale * LOG2E,
-            CAUSAL=causal, BLOCK_D=dim, PREC=_precision(q.dtype), **cfg,
-        )  # fmt: skip
+        ), {k_: v_ for k_, v_ in cfg.items() if k_ != "BLOCK"}, BLOCK=cfg["BLOCK"], **common)  # fmt: skip
         return out, lse
-    cfg = _launch_config(dim, backward=False)
-    grid = (batch * heads, triton.cdiv(max_len, cfg["BLOCK_M"]))
-    _jagged_attn_fwd[grid](
+    _launch("fwd", _jagged_attn_fwd, lambda meta: (batch * heads, triton.cdiv(max_len, meta["BLOCK_M"])), (
         q, k, v, out, lse, offsets,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
-        heads, scale * LOG2E,
-        CAUSAL=causal, BLOCK_D=dim, PREC=_precision(q.dtype), **cfg,
-    )  # fmt: skip
+        heads, scale * LOG2E, length_bucket(max_len),
+    ), _launch_config(dim, backward=False), **common)  # fmt: skip
     return out, lse
 
 
 def _backward(do, q, k, v, out, lse, offsets, max_len, causal, scale):
     total, heads, dim = q.shape
     batch = offsets.numel() - 1
-    dq, dk, dv = _alloc(q), _alloc(k), _alloc(v)
+    dk, dv = _alloc(k), _alloc(v)
     if total == 0 or batch == 0 or max_len == 0 or heads == 0:
+        return _alloc(q), dk, dv
+    common = dict(CAUSAL=causal, BLOCK_D=dim, PREC=_precision(q.dtype))
+    if max_len <= short_rows(dim, q.dtype):
+        dq = _alloc(q)
+        cfg = _short_config(max_len, dim, q.dtype, backward=True)
+        _launch("bwd_short", _jagged_attn_bwd_short, lambda meta: (batch * heads,), (
+            q, k, v, out, do, lse, dq, dk, dv, offsets,
+            q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+            out.stride(0), out.stride(1), do.stride(0), do.stride(1), lse.stride(0), lse.stride(1),
+            dq.stride(0), dq.stride(1), dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1),
+            heads, scale * LOG2E, scale,
+        ), {k_: v_ for k_, v_ in cfg.items() if k_ != "BLOCK"}, BLOCK=cfg["BLOCK"], **common)  # fmt: skip
         return dq, dk, dv
     delta = (do.float() * out.float()).sum(-1).contiguous()  # [L_total, H]
     assert delta.stride() == lse.stride()
-    prec = _precision(q.dtype)
-    if max_len <= short_rows(dim, q.dtype):
-        cfg = _short_config(max_len, dim, q.dtype, backward=True)
-        _jagged_attn_bwd_short[(batch * heads,)](
-            q, k, v, do, lse, delta, dq, dk, dv, offsets,
-            q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-            do.stride(0), do.stride(1), lse.stride(0), lse.stride(1),
-            dq.stride(0), dq.stride(1), dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1),
-            heads, scale * LOG2E, scale,
-            CAUSAL=causal, BLOCK_D=dim, PREC=prec, **cfg,
-        )  # fmt: skip
-        return dq, dk, dv
-    cfg = _launch_config(dim, backward=True)
-    grid_kv = (batch * heads, triton.cdiv(max_len, cfg["BLOCK_N"]))
-    _jagged_attn_bwd_dkdv[grid_kv](
-        q, k, v, do, lse, delta, dk, dv, offsets,
+    fused = not deterministic()
+    # fused: dQ accumulates in fp32 (atomics), cast once at the end; two-pass: written by _bwd_dq
+    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if fused else _alloc(q)
+    args = (
+        q, k, v, do, lse, delta, dk, dv, dq, offsets,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         do.stride(0), do.stride(1), lse.stride(0), lse.stride(1),
-        dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1),
-        heads, scale * LOG2E, scale,
-        CAUSAL=causal, BLOCK_D=dim, PREC=prec, **cfg,
+        dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1), dq.stride(0), dq.stride(1),
+        heads, scale * LOG2E, scale, length_bucket(max_len),
     )  # fmt: skip
-    grid_q = (batch * heads, triton.cdiv(max_len, cfg["BLOCK_M"]))
-    _jagged_attn_bwd_dq[grid_q](
+    if fused:
+        _launch("bwd", _jagged_attn_bwd_dkdv, lambda meta: (batch * heads, triton.cdiv(max_len, meta["BLOCK_N"])),
+                args, _launch_config(dim, backward=True), FUSED_DQ=True, **common)
+        return dq.to(q.dtype), dk, dv
+    cfg = _launch_config(dim, backward=True)
+    _jagged_attn_bwd_dkdv[(batch * heads, triton.cdiv(max_len, cfg["BLOCK_N"]))](*args, FUSED_DQ=False, **common,
+                                                                                 **cfg)
+    _jagged_attn_bwd_dq[(batch * heads, triton.cdiv(max_len, cfg["BLOCK_M"]))](
         q, k, v, do, lse, delta, dq, offsets,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         do.stride(0), do.stride(1), lse.stride(0), lse.stride(1), dq.stride(0), dq.stride(1),
-        heads, scale * LOG2E, scale,
-        CAUSAL=causal, BLOCK_D=dim, PREC=prec, **cfg,
+        heads, scale * LOG2E, scale, length_bucket(max_len),
+        **common, **cfg,
     )  # fmt: skip
     return dq, dk, dv
 

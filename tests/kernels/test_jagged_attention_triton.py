@@ -1,8 +1,9 @@
 """Triton jagged attention (interpreted on CPU, or on CUDA when present) vs a float64 reference.
 
-Two kernel paths: the one-tile kernels for short sequences (max_len <= GEM_KERNEL_SHORT_MAX, the
-model's histories) and the tiled kernels (online softmax, dK/dV and dQ passes) for longer ones; the
-`path` fixture forces one by setting the threshold (0 = tiled everywhere)."""
+Kernel paths: the one-tile kernels for short sequences (max_len <= GEM_KERNEL_SHORT_MAX, the
+model's histories) and the tiled kernels (online softmax; a fused backward with dQ accumulated by
+atomics, or the deterministic dK/dV + dQ passes) for longer ones; the `path` fixture forces one by
+setting the threshold (0 = tiled everywhere) and GEM_KERNEL_DETERMINISTIC."""
 
 from __future__ import annotations
 
@@ -32,11 +33,15 @@ def poison_outputs(monkeypatch):
 @pytest.fixture
 def tiled(monkeypatch):
     monkeypatch.setenv(tja.SHORT_MAX_ENV, "0")
+    monkeypatch.setenv(tja.DETERMINISTIC_ENV, "0")
 
 
-@pytest.fixture(params=["short", "tiled"])
+@pytest.fixture(params=["short", "tiled", "two_pass"])
 def path(request, monkeypatch):
+    """short: one-tile kernels; tiled: fused backward (dQ by atomics); two_pass: the deterministic
+    backward (dK/dV kernel, then dQ kernel)."""
     monkeypatch.setenv(tja.SHORT_MAX_ENV, "128" if request.param == "short" else "0")
+    monkeypatch.setenv(tja.DETERMINISTIC_ENV, "1" if request.param == "two_pass" else "0")
     return request.param
 
 
@@ -153,3 +158,46 @@ def test_triton_fp32_with_tf32_allowed_stays_within_tf32_tolerance():
             assert rel_err(g, rg) < 1e-2
     finally:
         torch.set_float32_matmul_precision(before)
+
+
+class _Forbidden:
+    """Stands in for a kernel that must not be launched."""
+
+    def __getitem__(self, grid):
+        raise AssertionError("the two-pass dQ kernel was launched")
+
+
+def test_fused_backward_is_the_default_and_skips_the_dq_pass(tiled, monkeypatch):
+    """Default tiled backward: one fused kernel (dQ by atomics), never the separate dQ pass."""
+    assert not tja.deterministic()
+    monkeypatch.setattr(tja, "_jagged_attn_bwd_dq", _Forbidden())
+    check_against_reference([40, 3, 17], 2, 32, True, torch.float32)
+
+
+def test_deterministic_backward_is_two_pass_and_bitwise_reproducible(tiled, monkeypatch):
+    monkeypatch.setenv(tja.DETERMINISTIC_ENV, "1")
+    assert tja.deterministic()
+    offsets = make_offsets([40, 3, 17], device=DEVICE)
+    q, k, v = (t.requires_grad_() for t in random_qkv(int(offsets[-1]), 2, 32, torch.float32, DEVICE))
+    runs = []
+    for _ in range(2):
+        out = tja.triton_jagged_attention(q, k, v, offsets, causal=True)
+        runs.append(torch.autograd.grad(out.square().sum(), (q, k, v)))
+    for a, b in zip(*runs, strict=True):
+        assert torch.equal(a, b)
+    monkeypatch.setattr(tja, "_jagged_attn_bwd_dq", _Forbidden())
+    with pytest.raises(AssertionError, match="dQ kernel was launched"):
+        out = tja.triton_jagged_attention(q, k, v, offsets, causal=True)
+        torch.autograd.grad(out.sum(), (q, k, v))
+
+
+def test_torch_deterministic_mode_selects_the_two_pass_backward(monkeypatch):
+    monkeypatch.delenv(tja.DETERMINISTIC_ENV, raising=False)
+    before = torch.are_deterministic_algorithms_enabled()
+    try:
+        torch.use_deterministic_algorithms(True)
+        assert tja.deterministic()
+        torch.use_deterministic_algorithms(False)
+        assert not tja.deterministic()
+    finally:
+        torch.use_deterministic_algorithms(before)
