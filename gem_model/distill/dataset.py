@@ -65,6 +65,11 @@ class StudentData:
             kw[f.name] = v
         return StudentData(**kw)
 
+    def to(self, device: torch.device | str) -> StudentData:
+        """The tensors moved to `device` (request ids and dates stay numpy)."""
+        return replace(self, **{f.name: v.to(device) for f in fields(self)
+                                if isinstance(v := getattr(self, f.name), torch.Tensor)})
+
     def where(self, mask: np.ndarray | torch.Tensor) -> StudentData:
         return self.take(np.flatnonzero(np.asarray(mask)))
 

@@ -96,6 +96,8 @@ def _iter_students(
     oracle_uri: str | None,
     surfaces_config: SurfacesConfig,
     tracker: Tracker | None,
+    device: str | None = None,
+    precision: str = "fp32",
 ) -> Iterable[tuple[dict[str, Any], Student, list[dict[str, Any]], dict[str, Any]]]:
     """Train every (surface, arm, path, seed); yield (key, model, metric rows, train info)."""
     for a in arms:
@@ -165,7 +167,8 @@ def _iter_students(
                     log = (lambda d, step=None, _p=prefix: tracker.log({f"{_p}/{k}": v for k, v in d.items()})) if (
                         tracker is not None and tracker.enabled) else None
                     info = train_student(model, train, val, arm, hp["train"], seed=int(seed), adapter=adapter,
-                                         teacher_model=modules.get(teacher) if spec["share_tables"] else None, log=log)
+                                         teacher_model=modules.get(teacher) if spec["share_tables"] else None, log=log,
+                                         device=device, precision=precision)
                     if adapter is not None:
                         info["adapter"] = adapter.to_dict()
                     info["dates"] = {"train": [d.isoformat() for d in train.date_set],
@@ -302,6 +305,8 @@ def run_distillation(
     tracking_project: str = "gem",
     surfaces_config: SurfacesConfig | None = None,
     on_student: Callable[[dict[str, Any], Student, list[dict[str, Any]], dict[str, Any]], None] | None = None,
+    device: str | None = None,
+    precision: str = "fp32",
 ) -> list[dict[str, Any]]:
     """Train and evaluate every arm x path x surface x seed; return the report rows (see module doc).
 
@@ -312,7 +317,9 @@ def run_distillation(
     roles: the calendar's day roles (default load_calendar().roles()). uri / tp_uri / oracle_uri:
     training_examples / teacher_predictions / oracle tables (default: the lake's). save_root: save
     every student under <save_root>/<surface>/<arm>-<path>-s<seed>/. tracking_group: W&B group (the
-    teacher's run). on_student(key, model, rows, info): called after each student."""
+    teacher's run). on_student(key, model, rows, info): called after each student. device / precision:
+    where and in which autocast precision the students train (the accelerator resource's; default:
+    the CPU in fp32); each student is handed back on the CPU."""
     surfaces_config = surfaces_config or load_surfaces()
     roles = roles or load_calendar().roles()
     hp = load_student_preset(preset, overrides=overrides)
@@ -324,7 +331,7 @@ def run_distillation(
         for key, model, r, info in _iter_students(
             arms, paths, seeds, surfaces, teachers=teachers, teacher_predictions=teacher_predictions, hp=hp,
             roles=roles, uri=uri, tp_uri=tp_uri, oracle_uri=oracle_uri, surfaces_config=surfaces_config,
-            tracker=tracker,
+            tracker=tracker, device=device, precision=precision,
         ):
             rows.extend(r)
             if save_root is not None:
@@ -356,7 +363,7 @@ def train_production_student(
     """Train the production student of `surface` with the selected (arm, path) and save it under
     <root or $GEM_HOME/models/students>/<surface>/<version>/ (model.pt, config.json, metrics.json,
     student.pt2 + student.pt2.json). kw: as run_distillation (teachers, teacher_predictions,
-    preset, overrides, roles, uri, tp_uri, oracle_uri, tracking_group, surfaces_config).
+    preset, overrides, roles, uri, tp_uri, oracle_uri, tracking_group, surfaces_config, device, precision).
     Returns {"surface", "arm", "path", "version", "model_dir", "export", "rows", "train"}."""
     version = version or dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     base = Path(root) / surface if root is not None else models_dir("students", surface)

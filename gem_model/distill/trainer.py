@@ -17,6 +17,7 @@ from gem_model.distill.arms import arm_spec
 from gem_model.distill.dataset import StudentData
 from gem_model.distill.student import Student, share_tables
 from gem_model.optim import RowWiseAdagrad
+from gem_model.precision import autocast_dtype
 
 
 def masked_bce(logits: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -62,13 +63,14 @@ def arm_loss(
 
 @torch.no_grad()
 def predict_student(model: Student, data: StudentData, batch_size: int = 8192) -> np.ndarray:
-    """Serving probabilities [N, 2]."""
+    """Serving probabilities [N, 2] (computed on the model's device)."""
     was = model.training
     model.eval()
+    device = next(model.parameters()).device
     out = []
     for i in range(0, len(data), batch_size):
-        part = data.take(np.arange(i, min(i + batch_size, len(data))))
-        out.append(torch.sigmoid(model(*student_inputs(model, part))).numpy())
+        part = data.take(np.arange(i, min(i + batch_size, len(data)))).to(device)
+        out.append(torch.sigmoid(model(*student_inputs(model, part)).float()).cpu().numpy())
     model.train(was)
     return np.concatenate(out) if out else np.zeros((0, 2), np.float32)
 
@@ -91,24 +93,29 @@ def train_student(
     adapter: Any | None = None,
     teacher_model: torch.nn.Module | None = None,
     log: Any | None = None,
+    device: torch.device | str | None = None,
+    precision: str = "fp32",
 ) -> dict[str, Any]:
     """Train `model` in place for `arm`; returns info (losses per step, copied tables, the epoch
     kept). The state kept is the epoch with the lowest click log loss on `val` (E-1).
 
     train_cfg: a preset's `train` section (batch_size, epochs, max_steps, lr, emb_lr, kd_weight,
     share_tables, torch_threads). adapter: a fitted StudentAdapter (student_adapter and later arms).
-    teacher_model: the module whose `tables` parameter sharing copies. log: f(dict, step=) or None."""
+    teacher_model: the module whose `tables` parameter sharing copies. log: f(dict, step=) or None.
+    device: where to train (the accelerator resource's; default: where the model is); the model goes
+    back to its own device afterwards (saving and export read it there). precision: fp32 | bf16 |
+    auto, autocast around the forward (the losses are fp32)."""
     threads = train_cfg.get("torch_threads")
     if threads:
         before = torch.get_num_threads()
         torch.set_num_threads(int(threads))
         try:
             return _train_student(model, train, val, arm, train_cfg, seed=seed, adapter=adapter,
-                                  teacher_model=teacher_model, log=log)
+                                  teacher_model=teacher_model, log=log, device=device, precision=precision)
         finally:
             torch.set_num_threads(before)
     return _train_student(model, train, val, arm, train_cfg, seed=seed, adapter=adapter,
-                          teacher_model=teacher_model, log=log)
+                          teacher_model=teacher_model, log=log, device=device, precision=precision)
 
 
 def _train_student(
@@ -122,6 +129,8 @@ def _train_student(
     adapter: Any | None,
     teacher_model: torch.nn.Module | None,
     log: Any | None,
+    device: torch.device | str | None = None,
+    precision: str = "fp32",
 ) -> dict[str, Any]:
     spec = arm_spec(arm)
     torch.manual_seed(seed)
@@ -135,6 +144,10 @@ def _train_student(
     if spec["adapter"] and adapter is None:
         raise ValueError(f"arm {arm!r} needs a fitted StudentAdapter")
     target_all = kd_target(train, adapter if spec["adapter"] else None) if spec["kd"] != "none" else None
+    home = next(model.parameters()).device
+    dev = torch.device(device) if device is not None else home
+    model.to(dev)  # before the optimisers: they hold the parameters of the device they train on
+    amp_dtype = autocast_dtype(precision, dev)
 
     emb = list(model.tables.parameters())
     emb_ids = {id(p) for p in emb}
@@ -152,9 +165,10 @@ def _train_student(
         order = torch.randperm(len(train), generator=gen)
         for i in range(0, len(train) - bs + 1 if len(train) >= bs else 1, bs):
             idx = order[i : i + bs]
-            part = train.take(idx)
-            target = target_all[idx] if target_all is not None else None
-            loss, parts = arm_loss(model, part, arm, float(train_cfg.get("kd_weight", 1.0)), target)
+            part = train.take(idx).to(dev)
+            target = target_all[idx].to(dev) if target_all is not None else None
+            with torch.autocast(dev.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
+                loss, parts = arm_loss(model, part, arm, float(train_cfg.get("kd_weight", 1.0)), target)
             for opt in opts:
                 opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -174,6 +188,7 @@ def _train_student(
             break
     if best[1] is not None:
         model.load_state_dict(best[1])
+    model.to(home)
     info.update(steps=step, epoch_kept=best[2], val_click_logloss=best[0] if best[1] is not None else None,
                 train_seconds=time.perf_counter() - t0)
     return info

@@ -219,7 +219,7 @@ def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, a
     automation_condition=ON_TEACHER_CHANGE,
 )
 def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfig, lake: LakeResource,
-                        wandb: WandbResource):
+                        wandb: WandbResource, accelerator: AcceleratorResource):
     """Every transfer arm x path x surface on the validation (E-1) and evaluation (E) days."""
     from gem_model.distill import run_distillation, write_report
     from gem_model.distill.arms import arm_paths
@@ -232,6 +232,7 @@ def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfi
             config.arms, config.paths, config.seeds, preset=config.preset, teachers=teachers,
             uri=lake.table("training_examples"), tp_uri=_tp_uri(lake), oracle_uri=lake.table("oracle"),
             tracking_group=_accepted_foundation()[1],
+            device=accelerator.resolved_device(), precision=accelerator.train_precision(),
             on_student=lambda key, _m, _r, info: p.step(
                 f"{key['surface']} {key['arm']}/{key['path']} seed {key['seed']} ({int(info.get('steps', 0))} steps)"),
         )
@@ -252,7 +253,8 @@ def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfi
     check_specs=[_gate_spec("students", surface_partitions_def, ", and never worse than the labels_only arm of the "
                             "distillation report by more than max_vs_labels_only")],
 )
-def students(context: dg.AssetExecutionContext, lake: LakeResource, wandb: WandbResource):
+def students(context: dg.AssetExecutionContext, lake: LakeResource, wandb: WandbResource,
+             accelerator: AcceleratorResource):
     """The production student of a surface: the (arm, path) with the lowest click NE on E-1, exported."""
     from gem_model.distill import score_student, select_student, train_production_student
     wandb.apply()
@@ -264,7 +266,9 @@ def students(context: dg.AssetExecutionContext, lake: LakeResource, wandb: Wandb
     with progress(context.log, f"students[{surface}] training ({arm}/{path})"):
         out = train_production_student(surface, arm, path, version=version, teachers=teachers,
                                        uri=lake.table("training_examples"), tp_uri=_tp_uri(lake),
-                                       oracle_uri=lake.table("oracle"), tracking_group=_accepted_foundation()[1])
+                                       oracle_uri=lake.table("oracle"), tracking_group=_accepted_foundation()[1],
+                                       device=accelerator.resolved_device(),
+                                       precision=accelerator.train_precision())
     evaluation = [r for r in out["rows"] if r["split"] == "evaluation"]
     e = CALENDAR.roles().evaluation
     day = e.isoformat()
