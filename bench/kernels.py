@@ -13,6 +13,13 @@ small shapes, e.g. the CPU dry run of bench/gpu_check.sh).
   ``F.scaled_dot_product_attention`` (same real tokens padded to the max length, boolean
   key-padding mask) and ``torch.nested`` jagged-layout SDPA; B=256, H=4, D in {64, 128}, max
   length in {256, 1024, 4096}, lengths uniform in [1, max] and [1, max/5], bf16.
+* Triton rows: "triton jagged" is the default dispatch (one-tile kernels up to 128 rows at D=32,
+  else tiled with the fused backward), "triton tiled" the tiled kernels where the one-tile ones
+  would run, "triton tiled, two-pass bwd" the deterministic backward (GEM_KERNEL_DETERMINISTIC=1),
+  so the fused backward's bwd / fwd sits next to the two-pass one's.
+* ``--quick`` on CPU with ``TRITON_INTERPRET=1`` (bench/gpu_check.sh --dry-run): the Triton rows
+  through the interpreter at toy sizes (one model point at B=4, a B=2 grid point), so every code
+  path of the tables runs in CI; the numbers mean nothing.
 * CPU (no CUDA): the PyTorch reference path vs the same two baselines at small sizes (B=32, H=2,
   D=32, max 64/256, fp32) so the script always runs; single-threaded by default (``--threads``),
   as intra-op threads make timings erratic on small, shared machines.  The reference itself pads
@@ -47,6 +54,7 @@ torch._logging.set_logs(all=logging.ERROR)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels import jagged_attention, jagged_to_padded  # noqa: E402
+from kernels.triton import triton_jagged_attention as tja  # noqa: E402
 
 warnings.filterwarnings("ignore")
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
@@ -182,8 +190,14 @@ def measure(lengths, heads, dim, dtype, device, causal, min_time, gen, impl_name
     case = Case(lengths, heads, dim, dtype, device, causal, gen)
     results = {}
     impls = [(impl_name, case.run_jagged), ("padded SDPA", case.run_padded), ("nested SDPA", case.run_nested)]
-    if device.type == "cuda":  # the tiled kernels where the one-tile ones would run (the comparison)
-        impls.insert(1, (TILED, lambda backward, run=case.run_jagged: _tiled(run, backward)))
+    if impl_name != REFERENCE:
+        # the deterministic two-pass backward (7 dots per tile) next to the fused one (5), and the
+        # tiled kernels where the one-tile ones would run
+        impls.insert(1, (TWO_PASS, lambda backward, run=case.run_jagged: _with_env(
+            run, backward, GEM_KERNEL_SHORT_MAX="0", GEM_KERNEL_DETERMINISTIC="1")))
+        if case.max_len <= tja.short_rows(dim, dtype):
+            impls.insert(1, (TILED, lambda backward, run=case.run_jagged: _with_env(
+                run, backward, GEM_KERNEL_SHORT_MAX="0", GEM_KERNEL_DETERMINISTIC="0")))
     for name, fn in impls:
         try:
             t_f = time_fn(lambda fn=fn: fn(False), device, min_time=min_time)
@@ -199,19 +213,24 @@ def measure(lengths, heads, dim, dtype, device, causal, min_time, gen, impl_name
 
 
 TILED = "triton tiled"
+TWO_PASS = "triton tiled, two-pass bwd"
+REFERENCE = "torch reference"
+INTERPRETED = "triton jagged (interpreted)"
 
 
-def _tiled(run, backward: bool):
-    """Run with the one-tile short-sequence kernels switched off (GEM_KERNEL_SHORT_MAX=0)."""
-    old = os.environ.get("GEM_KERNEL_SHORT_MAX")
-    os.environ["GEM_KERNEL_SHORT_MAX"] = "0"
+def _with_env(run, backward: bool, **env: str):
+    """Run with kernel switches set (GEM_KERNEL_SHORT_MAX=0: no one-tile kernels;
+    GEM_KERNEL_DETERMINISTIC=1: the two-pass backward), restored afterwards."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         return run(backward)
     finally:
-        if old is None:
-            del os.environ["GEM_KERNEL_SHORT_MAX"]
-        else:
-            os.environ["GEM_KERNEL_SHORT_MAX"] = old
+        for k, v in old.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
 
 
 def summary_line(label: str, dtype: torch.dtype, res: dict[str, tuple], impl_name: str) -> str:
@@ -224,20 +243,23 @@ def run_model_points(args, device, impl_name, gen) -> list[str]:
     """The model's own shapes: B=4096, H in {1, 4}, D=32, lengths U[4, 68] and U[4, 36]."""
     cuda = device.type == "cuda"
     batch = 4096 if cuda else (32 if args.quick else 256)
+    if impl_name == INTERPRETED:
+        batch = 4  # Triton's CPU interpreter: only the code path is exercised, not the speed
     dtypes = (torch.bfloat16, torch.float32) if cuda else (torch.float32,)
     min_time = 0.2 if cuda else 0.05
     lines = []
+    points = [(1, 36)] if impl_name == INTERPRETED else [(1, 68), (1, 36), (4, 68), (4, 36)]
     for dtype in dtypes:
-        for heads in (1, 4):
-            for hi in (68, 36):
-                dense = dense_throughput(batch, hi, heads, 32, dtype, device, args.causal, min_time, gen)
-                lengths = make_lengths(batch, hi, hi, gen, lo=4)
-                res = measure(lengths, heads, 32, dtype, device, args.causal, min_time, gen, impl_name, dense)
-                lines.append(summary_line(f"model B={batch} H={heads} D=32 U[4,{hi}]", dtype, res, impl_name))
-                if TILED in res:
-                    lines.append(summary_line(f"model B={batch} H={heads} D=32 U[4,{hi}], tiled kernels", dtype,
-                                              res, TILED))
-                print(lines[-1], file=sys.stderr, flush=True)
+        for heads, hi in points:
+            dense = dense_throughput(batch, hi, heads, 32, dtype, device, args.causal, min_time, gen)
+            lengths = make_lengths(batch, hi, hi, gen, lo=4)
+            res = measure(lengths, heads, 32, dtype, device, args.causal, min_time, gen, impl_name, dense)
+            lines.append(summary_line(f"model B={batch} H={heads} D=32 U[4,{hi}]", dtype, res, impl_name))
+            for variant in (TILED, TWO_PASS):
+                if variant in res:
+                    lines.append(summary_line(f"model B={batch} H={heads} D=32 U[4,{hi}], {variant}", dtype,
+                                              res, variant))
+            print(lines[-1], file=sys.stderr, flush=True)
     return lines
 
 
@@ -256,9 +278,14 @@ def run(args) -> list[str]:
         impl_name = "triton jagged"
     else:
         batch, heads, dims, max_lens, dtype, min_time = 32, 2, (32,), (64, 256), torch.float32, 0.15
-        impl_name = "torch reference"
+        impl_name = REFERENCE
+        if args.quick and tja.interpreting():  # the dry run: every Triton row of the tables, interpreted
+            os.environ["GEM_KERNEL_BACKEND"] = "triton"
+            impl_name = INTERPRETED
     if args.quick:
         batch, dims, max_lens, min_time = min(batch, 8), dims[:1], max_lens[:1], 0.02
+    if impl_name == INTERPRETED:
+        batch, max_lens, min_time = 2, (24,), 0.0
     gen = torch.Generator().manual_seed(0)
     summary = [*SUMMARY_HEADER, *run_model_points(args, device, impl_name, gen)]
     lines = [
