@@ -360,7 +360,7 @@ def synthetic_rows(a) -> list[tuple[str, str]]:
         ("step time (ms)", f"{r['step_ms']:.2f}"),
         ("aten operators per step, all / compute (profiler)", f"{r['aten_ops']} / {r['compute_ops']}"),
         ("CUDA kernel launches per step (profiler)", str(r["cuda_kernels"]) if a.device == "cuda" else "n/a (cpu)"),
-        ("peak memory (GiB)", f"{r['peak_mem_gib']:.2f}"),
+        ("peak memory (GiB)", f"{r['peak_mem_gib']:.2f}" if a.device == "cuda" else "n/a (cpu)"),
         ("model GFLOP per step", f"{r['gflop_per_step']:.1f}"),
         (f"MFU (vs {a.peak_tflops:g} TFLOP/s)", f"{r['mfu']:.3%}" if a.device == "cuda" else "n/a (cpu)"),
         ("warm-up, 3 steps (s)", f"{r['warmup_s']:.1f}"),
