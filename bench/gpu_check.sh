@@ -26,7 +26,7 @@ WORK=$(mktemp -d)
 export WANDB_MODE=disabled GEM_HOME=$WORK/gem PYTHONDONTWRITEBYTECODE=1
 if [ "$DRY" = 1 ]; then
   export PYTHONPATH=$ROOT/bench/gpu_check_blocker:$ROOT TRITON_INTERPRET=1 CUDA_VISIBLE_DEVICES=""
-  TESTS=(tests/kernels/test_kernels_dispatch.py tests/model/test_compile.py tests/model/test_cuda.py)
+  TESTS=(tests/kernels/test_kernels_dispatch.py tests/kernels/test_kernel_autotune.py tests/model/test_compile.py tests/model/test_cuda.py)
   TRAIN_ARGS=(--synthetic --device cpu --preset tiny --batch-size 64 --steps 3 --smoke-steps 12 --threads 2)
   KERNEL_ARGS=(--cpu --quick --threads 2)
   T_TESTS=600; T_TRAIN=600; T_KERNELS=600

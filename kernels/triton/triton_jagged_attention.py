@@ -32,8 +32,8 @@ its time was not measured (no GPU in the session that restructured it: see bench
 
 Launch configs: on CUDA ``triton.autotune`` over small lists (FWD_CONFIGS, BWD_CONFIGS,
 SHORT_WARPS) keyed by head dim, length bucket (next power of two of max_len, >= 16), causal, dot
-precision and dtype, pruned by shared memory and bucket; under ``TRITON_INTERPRET=1`` one heuristic
-config (autotuning needs a GPU to time on).
+precision and dtype, pruned by shared memory and bucket; under ``TRITON_INTERPRET=1`` or with
+``GEM_KERNEL_AUTOTUNE=0`` one heuristic config (autotuning needs a GPU to time on).
 
 Short sequences (``max_len <= short_rows(D, dtype)``, 128 rows for the model's D=32 in bf16; the
 threshold ``GEM_KERNEL_SHORT_MAX``, default 128, 0 = off) take one-tile kernels instead: one
@@ -411,6 +411,7 @@ def _jagged_attn_bwd_short(
 
 SHORT_MAX_ENV = "GEM_KERNEL_SHORT_MAX"
 DETERMINISTIC_ENV = "GEM_KERNEL_DETERMINISTIC"
+AUTOTUNE_ENV = "GEM_KERNEL_AUTOTUNE"
 
 
 def short_max() -> int:
@@ -433,6 +434,12 @@ def deterministic() -> bool:
     ``torch.use_deterministic_algorithms(True)``. Read at every call."""
     flag = os.environ.get(DETERMINISTIC_ENV, "0").lower() in ("1", "true", "on", "yes")
     return flag or torch.are_deterministic_algorithms_enabled()
+
+
+def autotuning() -> bool:
+    """Autotuned launch configs: on CUDA unless ``GEM_KERNEL_AUTOTUNE=0`` (the heuristic configs,
+    e.g. for the kernel tests, whose many shapes would each be tuned). Read at every call."""
+    return not interpreting() and os.environ.get(AUTOTUNE_ENV, "1").lower() not in ("0", "false", "off", "no")
 
 
 def length_bucket(max_len: int) -> int:
@@ -492,7 +499,10 @@ def prune_short(configs, named_args) -> list:
 
 
 def _prune(backward: bool):
-    return {"early_config_prune": lambda configs, named_args, **_: prune_tiled(configs, named_args, backward)}
+    # Triton passes the positional arguments as named_args and the call's keywords (BLOCK_D,
+    # CAUSAL, PREC, BLOCK, grid, ...) separately
+    return {"early_config_prune": lambda configs, named_args, **kw: prune_tiled(configs, {**named_args, **kw},
+                                                                                backward)}
 
 
 def _autotuned():
@@ -500,7 +510,7 @@ def _autotuned():
     global _AUTOTUNED
     if _AUTOTUNED is None:
         short = short_configs()
-        prune = {"early_config_prune": lambda configs, named_args, **_: prune_short(configs, named_args)}
+        prune = {"early_config_prune": lambda configs, named_args, **kw: prune_short(configs, {**named_args, **kw})}
         _AUTOTUNED = {
             "fwd": triton.autotune(_tiled_configs(FWD_CONFIGS), key=AUTOTUNE_KEY,
                                    prune_configs_by=_prune(False))(_jagged_attn_fwd),
@@ -528,7 +538,7 @@ def _short_config(max_len: int, dim: int, dtype: torch.dtype, backward: bool) ->
 
 def _launch_config(dim: int, backward: bool) -> dict:
     """Heuristic config of the tiled kernels: small blocks under the interpreter (speed); on GPU
-    the deterministic two-pass backward's config (the other launches are autotuned)."""
+    the deterministic two-pass backward's config and the one used when autotuning is off."""
     if interpreting():
         return {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 1, "num_stages": 1}
     if backward:
@@ -538,9 +548,9 @@ def _launch_config(dim: int, backward: bool) -> dict:
 
 
 def _launch(name: str, kernel, grid, args, heuristic: dict, **constexprs) -> None:
-    """Launch `kernel` with the heuristic config under the interpreter, autotuned on CUDA.
-    `grid(meta)` gets the chosen block sizes."""
-    if interpreting():
+    """Launch `kernel` autotuned on CUDA, else (interpreter, GEM_KERNEL_AUTOTUNE=0) with the
+    heuristic config. `grid(meta)` gets the chosen block sizes."""
+    if not autotuning():
         kernel[grid(heuristic)](*args, **constexprs, **heuristic)
     else:
         _autotuned()[name][grid](*args, **constexprs)

@@ -19,8 +19,14 @@ if "kernels" in sys.modules and getattr(sys.modules["kernels"], "__file__", None
     for _name in [n for n in sys.modules if n == "kernels" or n.startswith("kernels.")]:
         del sys.modules[_name]
 
+import os  # noqa: E402
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
+# On CUDA the kernel tests' many shapes would each be autotuned (minutes of compiling and timing):
+# heuristic configs here; test_jagged_attention_triton.py's autotuned test turns it back on.
+os.environ.setdefault("GEM_KERNEL_AUTOTUNE", "0")
 
 
 @pytest.fixture(autouse=True)

@@ -85,6 +85,7 @@ class _Recorder:
 def test_cuda_path_launches_the_autotuned_kernels(monkeypatch, max_len, short):
     calls: list = []
     monkeypatch.setattr(tja, "interpreting", lambda: False)
+    monkeypatch.setenv(tja.AUTOTUNE_ENV, "1")
     monkeypatch.setattr(tja, "_autotuned", lambda: {n: _Recorder(calls, n) for n in ("fwd", "bwd", "fwd_short",
                                                                                         "bwd_short")})
     monkeypatch.delenv(tja.DETERMINISTIC_ENV, raising=False)
@@ -108,3 +109,90 @@ def test_cuda_path_launches_the_autotuned_kernels(monkeypatch, max_len, short):
         assert calls[1][3]["FUSED_DQ"] is True
         dq = calls[1][2][8]
         assert dq.dtype == torch.float32 and not dq.any()  # the zeroed fp32 accumulator
+
+
+def test_autotune_off_on_cuda_launches_the_heuristic_configs(monkeypatch):
+    """GEM_KERNEL_AUTOTUNE=0 (the kernel tests on a GPU): the plain kernels with the heuristic
+    block sizes and warps, the autotuners untouched."""
+    calls: list = []
+
+    class Kernel:
+        def __init__(self, name):
+            self.name = name
+
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: calls.append((self.name, grid, kwargs))
+
+    monkeypatch.setattr(tja, "interpreting", lambda: False)
+    monkeypatch.setenv(tja.AUTOTUNE_ENV, "0")
+    monkeypatch.setattr(tja, "_autotuned", lambda: pytest.fail("autotuner used"))
+    for name in ("_jagged_attn_fwd", "_jagged_attn_bwd_dkdv", "_jagged_attn_fwd_short", "_jagged_attn_bwd_short"):
+        monkeypatch.setattr(tja, name, Kernel(name))
+    assert not tja.autotuning()
+    q = torch.zeros(305, 2, 64, dtype=torch.bfloat16)
+    offsets = torch.tensor([0, 300, 305])
+    out, lse = tja.triton_forward(q, q, q, offsets, 300, True, 0.1)
+    tja.triton_backward(out, q, q, q, out, lse, offsets, 300, True, 0.1)
+    fwd, bwd = tja._launch_config(64, False), tja._launch_config(64, True)
+    assert [c[0] for c in calls] == ["_jagged_attn_fwd", "_jagged_attn_bwd_dkdv"]
+    assert calls[0][1] == (4, triton.cdiv(300, fwd["BLOCK_M"])) and calls[0][2]["BLOCK_M"] == fwd["BLOCK_M"]
+    assert calls[1][1] == (4, triton.cdiv(300, bwd["BLOCK_N"])) and calls[1][2]["num_warps"] == bwd["num_warps"]
+
+
+class _FakeJit:
+    """Replaces an autotuner's kernel: records each launch's keywords (no GPU here)."""
+
+    def __init__(self, launches):
+        self.launches = launches
+
+    def run(self, *args, **kwargs):
+        self.launches.append(kwargs)
+
+
+@pytest.mark.parametrize("max_len, name", [(68, "bwd_short"), (40, "bwd")])
+def test_real_autotuners_prune_key_and_reset_on_a_call(monkeypatch, max_len, name):
+    """The real triton.autotune objects driven by a backward call (timings faked, the kernel
+    recorded): the pruning sees the call's keywords, the cache key carries dim / bucket / causal /
+    precision / dtype, and the fused backward's dQ buffer is zero again after tuning."""
+    monkeypatch.setattr(tja, "interpreting", lambda: False)
+    monkeypatch.setenv(tja.AUTOTUNE_ENV, "1")
+    monkeypatch.delenv(tja.DETERMINISTIC_ENV, raising=False)
+    monkeypatch.setenv(tja.SHORT_MAX_ENV, "128" if name == "bwd_short" else "0")
+    tuner = tja._autotuned()[name]
+    launches: list = []
+    timed: list = []
+
+    def fake_bench(*args, config, **meta):
+        dq = args[8] if name == "bwd" else None
+        if dq is not None:
+            dq.fill_(7.0)  # what a timed run leaves behind
+        timed.append(config)
+        return [float(len(timed)), 0.0, 0.0]  # the first config tried is the fastest
+
+    monkeypatch.setattr(tuner, "fn", _FakeJit(launches))
+    monkeypatch.setattr(tuner, "cache", {})
+    monkeypatch.setattr(tuner, "_bench", fake_bench)
+    q = torch.zeros(max_len + 5, 2, 32, dtype=torch.bfloat16)
+    offsets = torch.tensor([0, max_len, max_len + 5])
+    lse = torch.zeros(max_len + 5, 2)
+    seen_dq = []
+    if name == "bwd":
+        real_zeros = torch.zeros
+
+        def zeros(*a, **k):  # keep a handle on the fp32 dQ accumulator
+            t = real_zeros(*a, **k)
+            seen_dq.append(t)
+            return t
+
+        monkeypatch.setattr(tja.torch, "zeros", zeros)
+    tja.triton_backward(q, q, q, q, q, lse, offsets, max_len, True, 0.1)
+    (key,) = tuner.cache
+    assert key[:4] == (32, 64 if name == "bwd" else 128, True, "tf32")  # D, bucket / tile, causal, precision
+    assert "torch.bfloat16" in key
+    if name == "bwd":  # bucket 64: the two configs with 128-key blocks are pruned
+        assert sorted((c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) for c in timed) == [(16, 16), (32, 32), (32, 64),
+                                                                                       (64, 64)]
+        assert seen_dq[0].dtype == torch.float32 and not seen_dq[0].any()  # reset after tuning
+    else:
+        assert [c.num_warps for c in timed] == [4, 8]  # 2 warps pruned for a 128-row tile
+    assert len(launches) == 1 and launches[0]["BLOCK_D"] == 32
