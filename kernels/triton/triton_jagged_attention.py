@@ -460,8 +460,9 @@ SMEM_BUDGET = 160 * 1024  # bytes per program the pruning allows (H100/H200: 227
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages); forward: BLOCK_M queries per program, BLOCK_N keys
 # per iteration; fused backward: BLOCK_N keys per program, BLOCK_M queries per iteration.
-FWD_CONFIGS = ((64, 64, 4, 2), (128, 64, 8, 2), (64, 32, 4, 3), (128, 32, 4, 3), (32, 32, 4, 2), (16, 16, 2, 1))
-BWD_CONFIGS = ((32, 64, 4, 2), (64, 64, 4, 2), (32, 128, 8, 2), (64, 128, 8, 1), (32, 32, 4, 1), (16, 16, 2, 1))
+# Short lists: every config of a new key is compiled (seconds each) before it is timed.
+FWD_CONFIGS = ((64, 64, 4, 2), (128, 64, 8, 2), (64, 32, 4, 3), (32, 32, 4, 2), (16, 16, 2, 1))
+BWD_CONFIGS = ((32, 64, 4, 2), (64, 64, 4, 2), (32, 128, 8, 2), (32, 32, 4, 1), (16, 16, 2, 1))
 SHORT_WARPS = (2, 4, 8)
 
 
@@ -482,13 +483,14 @@ def smem_bytes(block_m: int, block_n: int, dim: int, stages: int, elem: int, bac
 
 
 def prune_tiled(configs, named_args, backward: bool) -> list:
-    """Drop configs that overflow SMEM_BUDGET or whose blocks exceed the length bucket (at least
-    one config always remains: the smallest)."""
+    """Drop configs that overflow SMEM_BUDGET, whose blocks exceed the length bucket, or whose
+    blocks are all shorter than min(32, bucket) (16-row blocks only for the 16 bucket); at least
+    one config always remains: the smallest."""
     dim, bucket = named_args["BLOCK_D"], named_args["len_bucket"]
     elem = 4 if named_args.get("PREC") == "ieee" or named_args["Q"].dtype == torch.float32 else 2
     keep = [c for c in configs
             if smem_bytes(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], dim, c.num_stages, elem, backward) <= SMEM_BUDGET
-            and max(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) <= bucket]
+            and min(32, bucket) <= max(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) <= bucket]
     return keep or [min(configs, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"])]
 
 
