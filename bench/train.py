@@ -190,8 +190,10 @@ def make_step(model, device, precision: str, grad_clip: float = 1.0):
 
 
 def count_ops_per_step(step, batch, device) -> dict:
-    """torch.profiler over one step (after warm-up): aten operators called (every level, CPU side)
-    and CUDA kernels launched."""
+    """torch.profiler over one step (after warm-up): aten operators called (every level, CPU side),
+    the compute ones among them, the top-level compute ones (called from Python, not from inside
+    another aten op: a multi-tensor `_foreach_*` op counts once, as it launches once on CUDA while
+    the CPU runs it tensor by tensor; the CPU proxy for launches) and CUDA kernels launched."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -203,8 +205,10 @@ def count_ops_per_step(step, batch, device) -> dict:
             torch.cuda.synchronize()
     events = [e for e in prof.events() if e.device_type.name == "CPU" and e.name.startswith("aten::")]
     compute = [e for e in events if e.name[len("aten::"):] not in _NOT_COMPUTE]
+    top = [e for e in compute if e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")]
     kernels = sum(1 for e in prof.events() if e.device_type.name == "CUDA")
-    return {"aten_ops": len(events), "compute_ops": len(compute), "cuda_kernels": kernels}
+    return {"aten_ops": len(events), "compute_ops": len(compute), "top_level_compute_ops": len(top),
+            "cuda_kernels": kernels}
 
 
 # aten ops that launch no kernel (views, metadata, allocations, dispatch wrappers around a copy)
@@ -358,7 +362,8 @@ def synthetic_rows(a) -> list[tuple[str, str]]:
          f"{r['mean_history']:.1f}){' / torch.compile(model)' if a.compile_model else ''}"),
         ("samples/s", f"{r['samples_per_s']:,.0f}"),
         ("step time (ms)", f"{r['step_ms']:.2f}"),
-        ("aten operators per step, all / compute (profiler)", f"{r['aten_ops']} / {r['compute_ops']}"),
+        ("aten operators per step, all / compute / top-level compute (profiler)",
+         f"{r['aten_ops']} / {r['compute_ops']} / {r['top_level_compute_ops']}"),
         ("CUDA kernel launches per step (profiler)", str(r["cuda_kernels"]) if a.device == "cuda" else "n/a (cpu)"),
         ("peak memory (GiB)", f"{r['peak_mem_gib']:.2f}" if a.device == "cuda" else "n/a (cpu)"),
         ("model GFLOP per step", f"{r['gflop_per_step']:.1f}"),
