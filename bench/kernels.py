@@ -16,7 +16,9 @@ small shapes, e.g. the CPU dry run of bench/gpu_check.sh).
 * Triton rows: "triton jagged" is the default dispatch (one-tile kernels up to 128 rows at D=32,
   else tiled with the fused backward), "triton tiled" the tiled kernels where the one-tile ones
   would run, "triton tiled, two-pass bwd" the deterministic backward (GEM_KERNEL_DETERMINISTIC=1),
-  so the fused backward's bwd / fwd sits next to the two-pass one's.
+  so the fused backward's bwd / fwd sits next to the two-pass one's, and "triton one-tile,
+  batch-wide tile" the one-tile kernels with every program on the bucket's tile
+  (GEM_KERNEL_SHORT_TILES=1) instead of the tile that fits its own sequence.
 * ``--quick`` on CPU with ``TRITON_INTERPRET=1`` (bench/gpu_check.sh --dry-run): the Triton rows
   through the interpreter at toy sizes (one model point at B=4, a B=2 grid point), so every code
   path of the tables runs in CI; the numbers mean nothing.
@@ -198,6 +200,8 @@ def measure(lengths, heads, dim, dtype, device, causal, min_time, gen, impl_name
         if case.max_len <= tja.short_rows(dim, dtype):
             impls.insert(1, (TILED, lambda backward, run=case.run_jagged: _with_env(
                 run, backward, GEM_KERNEL_SHORT_MAX="0", GEM_KERNEL_DETERMINISTIC="0")))
+            impls.insert(1, (BATCH_TILE, lambda backward, run=case.run_jagged: _with_env(
+                run, backward, GEM_KERNEL_SHORT_TILES="1")))
     for name, fn in impls:
         try:
             t_f = time_fn(lambda fn=fn: fn(False), device, min_time=min_time)
@@ -214,6 +218,7 @@ def measure(lengths, heads, dim, dtype, device, causal, min_time, gen, impl_name
 
 TILED = "triton tiled"
 TWO_PASS = "triton tiled, two-pass bwd"
+BATCH_TILE = "triton one-tile, batch-wide tile"
 REFERENCE = "torch reference"
 INTERPRETED = "triton jagged (interpreted)"
 
@@ -255,7 +260,7 @@ def run_model_points(args, device, impl_name, gen) -> list[str]:
             lengths = make_lengths(batch, hi, hi, gen, lo=4)
             res = measure(lengths, heads, 32, dtype, device, args.causal, min_time, gen, impl_name, dense)
             lines.append(summary_line(f"model B={batch} H={heads} D=32 U[4,{hi}]", dtype, res, impl_name))
-            for variant in (TILED, TWO_PASS):
+            for variant in (BATCH_TILE, TILED, TWO_PASS):
                 if variant in res:
                     lines.append(summary_line(f"model B={batch} H={heads} D=32 U[4,{hi}], {variant}", dtype,
                                               res, variant))

@@ -216,3 +216,16 @@ def test_autotuned_kernels_match_reference_at_model_and_long_shapes(monkeypatch,
     tol = {torch.bfloat16: 3e-2, torch.float32: 1e-3}[dtype]  # bf16: 8-bit mantissa operands
     check_against_reference([68, 4, 37, 12], 4, 32, False, dtype, tol=tol)
     check_against_reference([300, 17, 129], 2, 64, True, dtype, tol=tol)
+
+
+@pytest.mark.parametrize("tiles", ["1", "3"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_short_path_per_sequence_tiles(monkeypatch, tiles, causal):
+    """One-tile kernels of a 128-row bucket: each sequence takes the 32-, 64- or 128-row tile
+    that fits it (TILES=3), or the batch-wide 128 tile (GEM_KERNEL_SHORT_TILES=1); lengths on
+    every tile's edges."""
+    monkeypatch.delenv(tja.SHORT_MAX_ENV, raising=False)
+    monkeypatch.setenv(tja.SHORT_TILES_ENV, tiles)
+    assert tja.short_tiles(128) == int(tiles) and tja.short_tiles(32) == min(2, int(tiles))
+    assert tja.short_tiles(16) == 1
+    check_against_reference([100, 3, 32, 33, 64, 65, 0, 1, 128], 2, 32, causal, torch.float32)

@@ -71,7 +71,8 @@ for dtype, dim, causal, paths in CASES:
         block = m._short_config(m.short_rows(dim, TORCH[dtype]), dim, TORCH[dtype], False)["BLOCK"]
         for fn in (m._jagged_attn_fwd_short, m._jagged_attn_bwd_short):
             for c in m.prune_short(m.short_configs(), {"BLOCK": block}):
-                compile_one(fn, dtype, dict(base, BLOCK=block, num_warps=c.num_warps, num_stages=1))
+                compile_one(fn, dtype, dict(base, BLOCK=block, TILES=m.short_tiles(block), num_warps=c.num_warps,
+                                            num_stages=1))
                 expected += 1
     if False in paths:
         # every config for bf16; for fp32 D=128 (slow to compile) the one of largest shared memory
