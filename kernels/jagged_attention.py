@@ -11,6 +11,12 @@ Backends:
 default rule) forces a backend.  Forcing ``triton`` on CPU tensors only works when
 ``TRITON_INTERPRET=1`` was set before ``kernels`` was imported (slow; for tests); otherwise a
 RuntimeError says why.
+
+Triton switches (read at every call; see :mod:`kernels.triton.triton_jagged_attention`):
+``GEM_KERNEL_DETERMINISTIC=1`` two-pass backward without atomics (also under
+``torch.use_deterministic_algorithms(True)``); ``GEM_KERNEL_AUTOTUNE=0`` heuristic launch configs
+instead of autotuned ones; ``GEM_KERNEL_SHORT_MAX`` / ``GEM_KERNEL_SHORT_TILES`` the one-tile
+kernels' reach and tile sizes.
 """
 
 from __future__ import annotations
