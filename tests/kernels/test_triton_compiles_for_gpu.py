@@ -51,7 +51,8 @@ def tiled_configs(table, dim, dtype, causal, backward, bucket):
     args = {"BLOCK_D": dim, "len_bucket": bucket, "PREC": prec, "Q": torch.empty(0, dtype=TORCH[dtype])}
     cfgs = [dict(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages)
             for c in m.prune_tiled(m._tiled_configs(table), args, backward)]
-    return cfgs + [m._launch_config(dim, backward)]
+    heuristic = m._launch_config(dim, backward)
+    return cfgs + ([heuristic] if heuristic not in cfgs else [])
 
 def compile_one(fn, dtype, cfg, fp32_ptrs=("LSE", "DELTA")):
     cfg = dict(cfg)
@@ -67,20 +68,18 @@ expected = 0
 for dtype, dim, causal, paths in CASES:
     prec = "ieee" if dtype == "fp32" else "tf32"
     base = dict(CAUSAL=causal, BLOCK_D=dim, PREC=prec)
-    if True in paths:  # the largest tile the one-tile path launches, every warp count tried
-        block = m._short_config(m.short_rows(dim, TORCH[dtype]), dim, TORCH[dtype], False)["BLOCK"]
-        for fn in (m._jagged_attn_fwd_short, m._jagged_attn_bwd_short):
-            for c in m.prune_short(m.short_configs(), {"BLOCK": block}):
-                compile_one(fn, dtype, dict(base, BLOCK=block, TILES=m.short_tiles(block), num_warps=c.num_warps,
-                                            num_stages=1))
-                expected += 1
+    if True in paths:  # the largest tile the one-tile path launches (its warps: code and smem alike)
+        for fn, backward in ((m._jagged_attn_fwd_short, False), (m._jagged_attn_bwd_short, True)):
+            cfg = m._short_config(m.short_rows(dim, TORCH[dtype]), dim, TORCH[dtype], backward)
+            compile_one(fn, dtype, dict(base, TILES=m.short_tiles(cfg["BLOCK"]), **cfg))
+            expected += 1
     if False in paths:
         # every config for bf16; for fp32 D=128 (slow to compile) the one of largest shared memory
         def pick(cfgs, backward):
             if dtype == "bf16":
                 return cfgs
-            return [max(cfgs[:-1], key=lambda c: m.smem_bytes(c["BLOCK_M"], c["BLOCK_N"], dim, c["num_stages"], 4,
-                                                                backward))]
+            return [max(cfgs, key=lambda c: m.smem_bytes(c["BLOCK_M"], c["BLOCK_N"], dim, c["num_stages"], 4,
+                                                         backward))]
         for cfg in pick(tiled_configs(m.FWD_CONFIGS, dim, dtype, causal, False, 4096), False):
             compile_one(m._jagged_attn_fwd, dtype, dict(base, **cfg))
             expected += 1
@@ -88,10 +87,12 @@ for dtype, dim, causal, paths in CASES:
             compile_one(m._jagged_attn_bwd_dkdv, dtype, dict(base, FUSED_DQ=True, **cfg),
                         ("LSE", "DELTA", "DQ"))
             expected += 1
-        cfg = m._launch_config(dim, True)  # the deterministic two-pass backward
-        compile_one(m._jagged_attn_bwd_dkdv, dtype, dict(base, FUSED_DQ=False, **cfg))
-        compile_one(m._jagged_attn_bwd_dq, dtype, dict(base, **cfg))
-        expected += 2
+        cfg = m._launch_config(dim, True)  # the deterministic two-pass backward (its dK/dV kernel is
+        compile_one(m._jagged_attn_bwd_dq, dtype, dict(base, **cfg))  # the fused one minus dQ)
+        expected += 1
+        if dtype == "bf16":
+            compile_one(m._jagged_attn_bwd_dkdv, dtype, dict(base, FUSED_DQ=False, **cfg))
+            expected += 1
 print("EXPECTED", expected)
 """
 
@@ -106,4 +107,4 @@ def test_kernels_compile_for_sm90():
         pytest.skip("no ptxas available to compile for an NVIDIA target")
     assert proc.returncode == 0, proc.stderr[-4000:]
     expected = int(proc.stdout.rsplit("EXPECTED", 1)[1])
-    assert expected >= 20 and proc.stdout.count("OK ") == expected, proc.stdout
+    assert expected >= 15 and proc.stdout.count("OK ") == expected, proc.stdout
