@@ -18,6 +18,7 @@ from gem_pipelines.metadata import (
     md_table,
     metric_table,
     progress,
+    report_metadata,
 )
 from gem_pipelines.partitions import (
     CALENDAR,
@@ -237,7 +238,7 @@ def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfi
         )
     path = write_report(rows, reports_dir() / "distillation_report.json")
     return dg.MaterializeResult(
-        metadata={"report": dg.MetadataValue.path(str(path)), "rows": len(rows),
+        metadata={**report_metadata("report", path), "rows": len(rows),
                   "table": distillation_table(rows), "click_ne_by_arm": distillation_plot(rows)}
     )
 

@@ -73,3 +73,15 @@ def test_automation_is_running_after_the_demo_and_ingests_nothing_twice(demo_wor
     # the landing sensor's cursor knows every partition the demo landed: switched on, it ingests nothing
     assert len(json.loads(instigators["landing_sensor"]["cursor"])) == 20
     assert status["landing_sensor_would_request"] == []
+
+
+@pytest.mark.timeout(1800)
+def test_model_reports_are_links_not_frozen_paths(demo_world, monkeypatch) -> None:
+    env, proc = demo_world
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    monkeypatch.setenv("DAGSTER_HOME", env["DAGSTER_HOME"])
+    with dg.DagsterInstance.get() as instance:
+        for asset, file in (("foundation_model", "foundation_eval.json"), ("distillation_report", "distillation_report.json")):
+            meta = instance.get_latest_materialization_event(dg.AssetKey(asset)).asset_materialization.metadata
+            assert isinstance(meta["report"], dg.UrlMetadataValue) and meta["report"].url.endswith(f"/{file}"), asset
+            assert meta["report_path"].path == f"reports/{file}", asset  # relative to GEM_HOME: survives a move
