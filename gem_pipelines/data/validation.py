@@ -9,8 +9,8 @@ needs no suite edit: `{"$PARAMETER": "surfaces"}` (surface names) and `{"$PARAME
 GX has no polars support: a partition is validated as `df.to_pandas()` (`_to_pandas`), or as a seeded
 random sample of `max_rows` rows when it is larger (`sampled=True`). Every row is checked in GX's
 BOOLEAN_ONLY format; failures are re-run in SUMMARY for their unexpected values (`_run_suite`).
-Each run is stored and rendered into a local Data Docs site (default `$GEM_HOME/reports/data_docs`): one page per validation run
-(`SuiteResult.page`, the partition's own page), rendered once per ingest run for all its suites
+Each run is stored and rendered into a local Data Docs site (default `$GEM_HOME/reports/data_docs`):
+one page per validation run (`SuiteResult.page`, the partition's own page), rendered once per ingest run for all its suites
 (`build_docs`), not once per suite; the suites and the JSON validation results behind the site are
 kept in `<docs_dir>/_stores/`, so the site keeps the history of every process that wrote to it.
 The index (`<docs_dir>/index.html`) is rendered here as plain HTML: GX's own index draws its table
