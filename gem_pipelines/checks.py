@@ -36,7 +36,9 @@ def _with_description(checks_def: dg.AssetsDefinition, description: str) -> dg.A
                                metadata=spec.metadata)
         for out, spec in attrs["check_specs_by_output_name"].items()
     }
-    return AssetChecksDefinition.dagster_internal_init(**attrs)
+    with warnings.catch_warnings():  # the attributes name `execution_type`, a beta parameter
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        return AssetChecksDefinition(**attrs)  # as Dagster's own repository loader rebuilds check definitions
 
 
 # Dagster 1.13 prefers FreshnessPolicy, which has no check results to show or gate on; we want checks.
