@@ -334,15 +334,20 @@ def _run_suite(suite: Any, batch_definition: Any, pdf: Any, params: dict[str, An
     from great_expectations.constants import DATAFRAME_REPLACEMENT_STR
     from great_expectations.validator.v1_validator import Validator
 
+    from gem_pipelines.data.gx_memo import memoised
+
     validator = Validator(batch_definition, result_format=PASS_FORMAT, batch_parameters={"dataframe": pdf})
-    vr = validator.validate_expectation_suite(suite, params)
+    with memoised():
+        vr = validator.validate_expectation_suite(suite, params)
     redo = [i for i, r in enumerate(vr.results) if not r.success or r.expectation_config.type in DETAIL_TYPES]
     if redo and PASS_FORMAT != DETAIL_FORMAT:
         again = gx.ExpectationSuite(
             name=suite.name, expectations=[copy.copy(vr.results[i].expectation_config.to_domain_obj()) for i in redo]
         )
         validator.result_format = DETAIL_FORMAT
-        for i, r in zip(redo, validator.validate_expectation_suite(again, params).results, strict=True):
+        with memoised():
+            detail = validator.validate_expectation_suite(again, params).results
+        for i, r in zip(redo, detail, strict=True):
             if r.success != vr.results[i].success:  # cannot happen on the same rows; never let a failure pass
                 raise RuntimeError(f"{suite.name}: {r.expectation_config.type} gave success={vr.results[i].success}, "
                                    f"then {r.success} on the same rows")

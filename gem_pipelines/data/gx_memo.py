@@ -1,0 +1,81 @@
+"""Memoised `Expectation.configuration` and row-condition filters while one suite runs through GX's Validator.
+
+GX 1.x rebuilds an expectation's `ExpectationConfiguration` from scratch (a pydantic `dict()`, a regex
+`camel_to_snake` of the class name, a new pydantic model) on every read of the `configuration` property,
+and building the metric graph reads it dozens of times per expectation (once per domain, success and
+runtime key, in `_get_runtime_kwargs` / `get_metric_kwargs`): ~2,800 rebuilds for the 37 expectations of
+`events`, a third of a suite's time whatever the rows (`bench/validation_cost.py`). Inside `memoised()`
+the property returns the configuration built on its first read for that expectation object; the objects
+GX validates are created by `to_domain_obj()` for the run and not changed during it.
+
+GX's pandas engine also filters the whole frame with `DataFrame.query` once per metric of an expectation
+with a `row_condition` (three or four metrics each, ~13 ms a query on `events`, whose column resolvers
+wrap every column in a new Series). Inside the block the filtered frame of one (frame, condition) pair is
+computed once and shared by those metrics; metric functions read their domain, they do not write it.
+
+Outside the block, and on any other thread, both are GX's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+_state = threading.local()
+_installed = False
+_install_lock = threading.Lock()
+
+
+def _install() -> None:
+    """Wrap GX's property once per process; the wrapper defers to it unless memoising on this thread."""
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        from great_expectations.expectations.expectation import Expectation
+
+        original = Expectation.configuration.fget
+
+        def configuration(self: Any) -> Any:
+            memo = getattr(_state, "memo", None)
+            if memo is None:
+                return original(self)
+            hit = memo.get(id(self))
+            if hit is None or hit[0] is not self:
+                # the object is kept in the memo, so its id cannot be reused by another while memoising
+                hit = memo[id(self)] = (self, original(self))
+            return hit[1]
+
+        Expectation.configuration = property(configuration, doc=Expectation.configuration.__doc__)
+
+        from great_expectations.execution_engine.pandas_execution_engine import PandasExecutionEngine
+
+        original_filter = PandasExecutionEngine._apply_row_condition_filter
+
+        def _apply_row_condition_filter(self: Any, data: Any, row_condition: Any, domain_kwargs: dict) -> Any:
+            memo = getattr(_state, "filters", None)
+            if memo is None:
+                return original_filter(self, data, row_condition, domain_kwargs)
+            key = (id(data), repr(row_condition), repr(domain_kwargs.get("condition_parser")))
+            hit = memo.get(key)
+            if hit is None or hit[0] is not data:
+                hit = memo[key] = (data, original_filter(self, data, row_condition, domain_kwargs))
+            return hit[1]
+
+        PandasExecutionEngine._apply_row_condition_filter = _apply_row_condition_filter
+        _installed = True
+
+
+@contextlib.contextmanager
+def memoised() -> Iterator[None]:
+    """Memoise `Expectation.configuration` and row-condition filters on this thread during the block."""
+    _install()
+    outer = getattr(_state, "memo", None), getattr(_state, "filters", None)
+    if outer[0] is None:
+        _state.memo, _state.filters = {}, {}
+    try:
+        yield
+    finally:
+        _state.memo, _state.filters = outer
