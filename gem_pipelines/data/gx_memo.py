@@ -4,7 +4,10 @@ GX 1.x rebuilds an expectation's `ExpectationConfiguration` from scratch (a pyda
 `camel_to_snake` of the class name, a new pydantic model) on every read of the `configuration` property,
 and building the metric graph reads it dozens of times per expectation (once per domain, success and
 runtime key, in `_get_runtime_kwargs` / `get_metric_kwargs`): ~2,800 rebuilds for the 37 expectations of
-`events`, a third of a suite's time whatever the rows (`bench/validation_cost.py`). Inside `memoised()`
+`events`, a third of a suite's time whatever the rows (`bench/validation_cost.py`). Likewise
+`ExpectationConfiguration.to_domain_obj()` (a pydantic validation) runs once per metric of each expectation;
+inside the block it returns the expectation built on the first call for that configuration object, rebuilt
+if its type or kwargs changed since. Inside `memoised()`
 the property returns the configuration built on its first read for that expectation object; the objects
 GX validates are created by `to_domain_obj()` for the run and not changed during it.
 
@@ -65,6 +68,22 @@ def _install() -> None:
             return hit[1]
 
         PandasExecutionEngine._apply_row_condition_filter = _apply_row_condition_filter
+
+        from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
+
+        original_to_domain_obj = ExpectationConfiguration.to_domain_obj
+
+        def to_domain_obj(self: Any) -> Any:
+            memo = getattr(_state, "domain_objs", None)
+            if memo is None:
+                return original_to_domain_obj(self)
+            hit = memo.get(id(self))
+            # GX adds batch_id to a copy's kwargs before building its expectation: rebuild if they changed
+            if hit is None or hit[0] is not self or hit[1] != self.type or hit[2] != self.kwargs:
+                hit = memo[id(self)] = (self, self.type, dict(self.kwargs), original_to_domain_obj(self))
+            return hit[3]
+
+        ExpectationConfiguration.to_domain_obj = to_domain_obj
         _installed = True
 
 
@@ -72,10 +91,10 @@ def _install() -> None:
 def memoised() -> Iterator[None]:
     """Memoise `Expectation.configuration` and row-condition filters on this thread during the block."""
     _install()
-    outer = getattr(_state, "memo", None), getattr(_state, "filters", None)
+    outer = getattr(_state, "memo", None), getattr(_state, "filters", None), getattr(_state, "domain_objs", None)
     if outer[0] is None:
-        _state.memo, _state.filters = {}, {}
+        _state.memo, _state.filters, _state.domain_objs = {}, {}, {}
     try:
         yield
     finally:
-        _state.memo, _state.filters = outer
+        _state.memo, _state.filters, _state.domain_objs = outer

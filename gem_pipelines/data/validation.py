@@ -63,6 +63,7 @@ DETAIL_TYPES = frozenset({"expect_table_columns_to_match_ordered_list", "expect_
                           "expect_column_mean_to_be_between"})
 DETAIL_FORMAT: dict[str, Any] = {"result_format": "SUMMARY", "partial_unexpected_count": 5}
 _CACHED_VIEW = {"module_name": "gem_pipelines.data.docs_view", "class_name": "CachedJinjaPageView"}
+_SITE_BUILDER = {"module_name": "gem_pipelines.data.docs_view", "class_name": "StaticOnceSiteBuilder"}
 _RUN_NAME_RE = re.compile(r"[^A-Za-z0-9_.=-]+")
 
 
@@ -165,7 +166,7 @@ class _Gx:
             stores=stores,
             data_docs_sites={
                 SITE_NAME: {
-                    "class_name": "SiteBuilder",
+                    **_SITE_BUILDER,
                     "show_how_to_buttons": False,
                     "store_backend": {
                         "class_name": "TupleFilesystemStoreBackend",
@@ -185,6 +186,7 @@ class _Gx:
         self.datasource = self.context.data_sources.add_pandas(name=DATASOURCE)
         self.lock = threading.Lock()
         self._targets: dict[str, tuple[str, Any, Any]] = {}  # table -> (suite json, suite, batch definition)
+        self.rendered_suites: dict[str, str] = {}  # table -> suite json of its page last rendered here
 
     def target(self, table: str, spec: dict[str, Any]) -> tuple[Any, Any]:
         """The stored suite of `table` and its whole-dataframe batch definition, rebuilt only when the
@@ -457,10 +459,16 @@ def build_docs(results: list[SuiteResult], docs_dir: Path | None = None) -> None
         from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
 
         gx_ctx = _gx_for(docs_dir)
-        suites = [ExpectationSuiteIdentifier(name=t) for t in sorted({r.table for r in results})]
         with gx_ctx.lock, _site_lock(docs_dir):
+            # a suite's page is rendered again only when its suite changed since this process last rendered it
+            # (or the page is gone): rendering it costs as much as a validation page, and it is the same page
+            stale = {t: gx_ctx._targets[t][0] for t in sorted({r.table for r in results})
+                     if t in gx_ctx._targets and (gx_ctx.rendered_suites.get(t) != gx_ctx._targets[t][0]
+                                                  or not (docs_dir / "expectations" / f"{t}.html").exists())}
             gx_ctx.context.build_data_docs(site_names=[SITE_NAME], build_index=False,
-                                           resource_identifiers=[r.identifier for r in results] + suites)
+                                           resource_identifiers=[r.identifier for r in results]
+                                           + [ExpectationSuiteIdentifier(name=t) for t in stale])
+            gx_ctx.rendered_suites.update(stale)
             _write_index(docs_dir, results)
 
 
