@@ -7,7 +7,8 @@ runtime key, in `_get_runtime_kwargs` / `get_metric_kwargs`): ~2,800 rebuilds fo
 `events`, a third of a suite's time whatever the rows (`bench/validation_cost.py`). Likewise
 `ExpectationConfiguration.to_domain_obj()` (a pydantic validation) runs once per metric of each expectation;
 inside the block it returns the expectation built on the first call for that configuration object, rebuilt
-if its type or kwargs changed since. Inside `memoised()`
+if its type or kwargs changed since. And `IDDict.to_id()` (JSON-serialise + md5, twice per metric configuration)
+is computed once per distinct kwargs (same keys, value types and reprs). Inside `memoised()`
 the property returns the configuration built on its first read for that expectation object; the objects
 GX validates are created by `to_domain_obj()` for the run and not changed during it.
 
@@ -84,17 +85,59 @@ def _install() -> None:
             return hit[3]
 
         ExpectationConfiguration.to_domain_obj = to_domain_obj
+
+        from great_expectations.core.id_dict import IDDict
+
+        original_to_id = IDDict.to_id
+
+        def to_id(self: Any, id_keys: Any = None, id_ignore_keys: Any = None) -> Any:
+            memo = getattr(_state, "ids", None)
+            if (memo is None or id_keys is not None or id_ignore_keys is not None or type(self) is not IDDict
+                    or not _plain(self)):
+                return original_to_id(self, id_keys, id_ignore_keys)
+            # plain values with the same types and reprs serialise to the same JSON, hence the same id
+            key = repr(sorted((str(k), repr(k), _typed(v)) for k, v in self.items()))
+            hit = memo.get(key)
+            if hit is None:
+                hit = memo[key] = original_to_id(self)
+            return hit
+
+        IDDict.to_id = to_id
         _installed = True
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _plain(value: Any) -> bool:
+    """JSON-like data only (a numpy array's repr elides values, so two different ones could share it)."""
+    if isinstance(value, dict):
+        return all(type(k) in _PLAIN and _plain(v) for k, v in value.items())
+    if type(value) in (list, tuple):
+        return all(_plain(v) for v in value)
+    return type(value) in _PLAIN
+
+
+def _typed(value: Any) -> Any:
+    """`value` with the type of every element beside it, so that 1, 1.0 and True get different keys."""
+    if isinstance(value, dict):
+        return ("dict", sorted((repr(k), _typed(v)) for k, v in value.items()))
+    if type(value) in (list, tuple):
+        return (type(value).__name__, [_typed(v) for v in value])
+    return (type(value).__name__, value)
 
 
 @contextlib.contextmanager
 def memoised() -> Iterator[None]:
     """Memoise `Expectation.configuration` and row-condition filters on this thread during the block."""
     _install()
-    outer = getattr(_state, "memo", None), getattr(_state, "filters", None), getattr(_state, "domain_objs", None)
+    names = ("memo", "filters", "domain_objs", "ids")
+    outer = [getattr(_state, n, None) for n in names]
     if outer[0] is None:
-        _state.memo, _state.filters, _state.domain_objs = {}, {}, {}
+        for n in names:
+            setattr(_state, n, {})
     try:
         yield
     finally:
-        _state.memo, _state.filters, _state.domain_objs = outer
+        for n, v in zip(names, outer, strict=True):
+            setattr(_state, n, v)
