@@ -103,10 +103,57 @@ def _install() -> None:
             return hit
 
         IDDict.to_id = to_id
+
+        from great_expectations.validator.validator import Validator
+
+        original_subgraphs = Validator._generate_metric_dependency_subgraphs_for_each_expectation_configuration
+
+        def subgraphs(self: Any, expectation_configurations: list, processed_configurations: list,
+                      catch_exceptions: bool, runtime_configuration: dict | None = None) -> Any:
+            key = _graph_key(self, expectation_configurations, catch_exceptions, runtime_configuration)
+            if key is None:
+                return original_subgraphs(self, expectation_configurations, processed_configurations,
+                                          catch_exceptions, runtime_configuration)
+            with _graphs_lock:
+                hit = _graphs.get(key)
+            if hit is None:
+                graphs, evrs, processed = original_subgraphs(self, expectation_configurations, [],
+                                                             catch_exceptions, runtime_configuration)
+                hit = (list(graphs), list(evrs), list(processed))
+                with _graphs_lock:
+                    _graphs[key] = hit
+                    while len(_graphs) > _GRAPHS_MAX:
+                        _graphs.pop(next(iter(_graphs)))
+            processed_configurations.extend(hit[2])  # GX's callers mutate these lists, never the cached ones
+            return list(hit[0]), list(hit[1]), processed_configurations
+
+        Validator._generate_metric_dependency_subgraphs_for_each_expectation_configuration = subgraphs
         _installed = True
 
 
 _PLAIN = (str, int, float, bool, type(None))
+_graphs: dict[str, tuple[list, list, list]] = {}  # graph key -> (expectation graphs, evrs, configurations)
+_graphs_lock = threading.Lock()
+_GRAPHS_MAX = 64
+
+
+def _graph_key(validator: Any, configurations: list, catch_exceptions: bool, runtime: dict | None) -> str | None:
+    """What the metric graph of a list of expectations depends on: the engine type, the batch id, the runtime
+    configuration and each configuration's content; None (not cached) outside `memoised()` or when a value is
+    not plain JSON-like data."""
+    if getattr(_state, "memo", None) is None:
+        return None
+    parts = [type(validator._execution_engine).__qualname__, validator.active_batch_id, catch_exceptions]
+    if not _plain(runtime or {}):
+        return None
+    parts.append(_typed(runtime or {}))
+    for c in configurations:
+        fields = {"type": c.type, "kwargs": c.kwargs, "meta": c.meta, "notes": c.notes,
+                  "description": c.description, "id": c.id, "severity": str(c.severity)}
+        if not _plain(fields):
+            return None
+        parts.append(_typed(fields))
+    return repr(parts)
 
 
 def _plain(value: Any) -> bool:
