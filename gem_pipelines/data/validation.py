@@ -128,10 +128,26 @@ def load_suite_spec(table: str) -> dict[str, Any]:
     return spec
 
 
+_PARAMETERS: dict[tuple[str, int, int], dict[str, list[str]]] = {}
+
+
 def suite_parameters() -> dict[str, list[str]]:
-    """Values of the `$PARAMETER`s the suites may reference."""
-    surfaces = load_surfaces()
-    return {"surfaces": list(surfaces.names), "domains": list(surfaces.domains)}
+    """Values of the `$PARAMETER`s the suites may reference; the surfaces file is parsed again only when it
+    changed (reading it costs as much as validating a small table, and every suite run needs it)."""
+    path = spec_path("surfaces.yaml")
+    try:
+        st = path.stat()
+    except OSError:
+        st = None
+    key = (str(path), st.st_mtime_ns, st.st_size) if st is not None else None
+    cached = _PARAMETERS.get(key) if key is not None else None
+    if cached is None:
+        surfaces = load_surfaces()
+        cached = {"surfaces": list(surfaces.names), "domains": list(surfaces.domains)}
+        if key is not None:
+            _PARAMETERS.clear()
+            _PARAMETERS[key] = cached
+    return copy.deepcopy(cached)
 
 
 # --- GX context, one per docs_dir and process -------------------------------------------------------
@@ -185,8 +201,18 @@ class _Gx:
         self.context = gx.get_context(mode="ephemeral", project_config=config)
         self.datasource = self.context.data_sources.add_pandas(name=DATASOURCE)
         self.lock = threading.Lock()
+        self._site_builder: Any = None
         self._targets: dict[str, tuple[str, Any, Any]] = {}  # table -> (suite json, suite, batch definition)
         self.rendered_suites: dict[str, str] = {}  # table -> suite json of its page last rendered here
+
+    @property
+    def site_builder(self) -> Any:
+        """The Data Docs SiteBuilder of SITE_NAME, built once: GX's `build_data_docs` and `get_docs_sites_urls`
+        instantiate a new one (its section builders, renderers and views) on every call."""
+        if self._site_builder is None:
+            self._site_builder = self.context._init_site_builder_for_data_docs_site_creation(
+                site_name=SITE_NAME, site_config=self.context.variables.data_docs_sites[SITE_NAME])
+        return self._site_builder
 
     def target(self, table: str, spec: dict[str, Any]) -> tuple[Any, Any]:
         """The stored suite of `table` and its whole-dataframe batch definition, rebuilt only when the
@@ -426,8 +452,8 @@ def validate_frame(
     ]
     index = docs_dir / "index.html"
     stats = vr.statistics
-    (site,) = gx_ctx.context.get_docs_sites_urls(resource_identifier=identifier, site_names=[SITE_NAME],
-                                                 only_if_exists=False)
+    with gx_ctx.lock:
+        site_url = gx_ctx.site_builder.get_resource_url(resource_identifier=identifier, only_if_exists=False)
     result = SuiteResult(
         table=table,
         success=bool(vr.success),
@@ -439,7 +465,7 @@ def validate_frame(
         docs_index=str(index) if index.exists() else None,
         rows_total=rows_total,
         partition_key=partition_key,
-        page=str(Path(url2pathname(urlparse(site["site_url"]).path))),
+        page=str(Path(url2pathname(urlparse(site_url).path))),
         run_time=str(identifier.run_id.run_time),
         identifier=identifier,
     )
@@ -465,9 +491,8 @@ def build_docs(results: list[SuiteResult], docs_dir: Path | None = None) -> None
             stale = {t: gx_ctx._targets[t][0] for t in sorted({r.table for r in results})
                      if t in gx_ctx._targets and (gx_ctx.rendered_suites.get(t) != gx_ctx._targets[t][0]
                                                   or not (docs_dir / "expectations" / f"{t}.html").exists())}
-            gx_ctx.context.build_data_docs(site_names=[SITE_NAME], build_index=False,
-                                           resource_identifiers=[r.identifier for r in results]
-                                           + [ExpectationSuiteIdentifier(name=t) for t in stale])
+            gx_ctx.site_builder.build(resource_identifiers=[r.identifier for r in results]
+                                      + [ExpectationSuiteIdentifier(name=t) for t in stale], build_index=False)
             gx_ctx.rendered_suites.update(stale)
             _write_index(docs_dir, results)
 
