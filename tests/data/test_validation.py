@@ -378,3 +378,28 @@ def test_failure_keeps_its_unexpected_values_and_counts(tmp_path, clean_frames):
     assert by_type[("expect_column_values_to_not_be_null", "request_id")]["result"] == {}  # passed: fast pass only
     assert stored["statistics"]["unsuccessful_expectations"] == result.evaluated - result.successful == 1
     assert "7" in Path(result.page).read_text()  # the page renders the detailed result
+
+
+def test_memoised_gx_gives_the_results_of_plain_gx(clean_frames, docs_dir, monkeypatch):
+    """gx_memo caches configurations, filters, ids and metric graphs between and within runs: a clean and a
+    broken partition, alternately, give exactly what GX gives without it (verdicts, counts, observed values)."""
+    import contextlib
+
+    from gem_pipelines.data import gx_memo
+
+    broken = clean_frames["events"].with_columns(pl.col("bid") * -1, device=pl.lit("toaster"),
+                                                 click=pl.lit(7, pl.Int8))
+
+    def run() -> list[tuple]:
+        out = []
+        for frame in (clean_frames["events"], broken, clean_frames["events"], broken):
+            r = V.validate_frame("events", frame, partition_key="2026-01-05|feed", docs_dir=docs_dir, build=False)
+            out.append((r.success, r.evaluated, r.successful,
+                        sorted((f["expectation"], str(f["column"]), f["observed"]) for f in r.failed_expectations)))
+        return out
+
+    memoised = run()
+    monkeypatch.setattr(gx_memo, "memoised", contextlib.nullcontext)
+    plain = run()
+    assert memoised == plain
+    assert memoised[0][0] and not memoised[1][0] and len(memoised[1][3]) >= 3
