@@ -1,25 +1,26 @@
-"""Memoised `Expectation.configuration` and row-condition filters while one suite runs through GX's Validator.
+"""GX's per-call rebuilds memoised while one suite runs through GX's Validator (`memoised()`).
 
-GX 1.x rebuilds an expectation's `ExpectationConfiguration` from scratch (a pydantic `dict()`, a regex
-`camel_to_snake` of the class name, a new pydantic model) on every read of the `configuration` property,
-and building the metric graph reads it dozens of times per expectation (once per domain, success and
-runtime key, in `_get_runtime_kwargs` / `get_metric_kwargs`): ~2,800 rebuilds for the 37 expectations of
-`events`, a third of a suite's time whatever the rows (`bench/validation_cost.py`). Likewise
-`ExpectationConfiguration.to_domain_obj()` (a pydantic validation) runs once per metric of each expectation;
-inside the block it returns the expectation built on the first call for that configuration object, rebuilt
-if its type or kwargs changed since. And `IDDict.to_id()` (JSON-serialise + md5, twice per metric configuration)
-is computed once per distinct kwargs (same keys, value types and reprs). Inside `memoised()`
-the property returns the configuration built on its first read for that expectation object; the objects
-GX validates are created by `to_domain_obj()` for the run and not changed during it.
-
-GX's pandas engine also filters the whole frame with `DataFrame.query` once per metric of an expectation
-with a `row_condition` (three or four metrics each, ~13 ms a query on `events`, whose column resolvers
-wrap every column in a new Series). Inside the block the filtered frame of one (frame, condition) pair is
-computed once and shared by those metrics; metric functions read their domain, they do not write it.
-
+What GX 1.x rebuilds on every call, and what happens to it here (`bench/validation_cost.py` shows the costs):
+- `Expectation.configuration`: a new `ExpectationConfiguration` (a pydantic `dict()`, a regex `camel_to_snake`
+  of the class name, a new model) on every read, dozens of reads per expectation while the metric graph is
+  built (~2,800 for the 37 expectations of `events`, a third of a suite's time whatever the rows). Inside
+  the block: built on the first read for that expectation object (the objects GX validates are created by
+  `to_domain_obj()` for the run and not changed during it).
+- `ExpectationConfiguration.to_domain_obj()`: a pydantic validation once per metric of each expectation.
+  Inside the block: the expectation built on the first call for that configuration object, built again if
+  its type or kwargs changed since.
+- `IDDict.to_id()`: JSON + md5, twice per metric configuration. Inside the block: once per distinct kwargs
+  (plain JSON-like values with the same types and reprs).
+- The row-condition filter: `DataFrame.query` over the whole frame once per metric of a conditional
+  expectation (~13 ms a query on `events`). Inside the block: once per (frame, condition); metric functions
+  read their domain, they do not write it.
+- The metric dependency graph of a list of expectations, identical for every partition of a table: kept per
+  process (at most _GRAPHS_MAX), keyed by engine type, batch id, runtime configuration and the contents of
+  every expectation configuration; used only inside the block.
 Outside the block, and on any other thread, these are GX's own. One change holds everywhere, since its answer
 is GX's own: `column_mean` asks whether a column holds `decimal.Decimal` values by testing every value in
 Python (a sixth of the metric time of `events` on 23k rows); an array whose dtype is not `object` cannot.
+tests/data/test_validation.py::test_memoised_gx_gives_the_results_of_plain_gx compares both ways.
 """
 
 from __future__ import annotations
