@@ -1,4 +1,5 @@
-"""Where validation time goes on one partition: each suite, the Data Docs pages, and a sample.
+"""Where validation time goes on one partition: each suite, the Data Docs pages, and a sample; GX's fixed
+cost (the same on 1-row frames); and the events suite split over GX's phases.
 
     python bench/validation_cost.py [surface]
 
@@ -42,6 +43,52 @@ def main() -> None:
                                                max_rows=2000))
         print(f"suite events (2,000-row sample)         {sample:6.3f} s")
         print(f"Data Docs pages + index of one run      {best(lambda: V.build_docs(list(results.values()))):6.3f} s")
+        one = {t: f.head(1) for t, f in frames.items() if f.height}
+        ones = {t: V.validate_frame(t, f, partition_key=key, build=False) for t, f in one.items()}
+        fixed = sum(best(lambda t=t, f=f: V.validate_frame(t, f, partition_key=key, build=False)) for t, f in one.items())
+        fixed += best(lambda: V.build_docs(list(ones.values())))
+        print(f"the same on 1-row frames (GX fixed cost)  {fixed:6.3f} s")
+        phases(V, frames["events"], key)
+
+
+def phases(V, frame, key: str, runs: int = 10) -> None:  # noqa: N803 (the module, as above)
+    """Mean milliseconds per events-suite run in GX's main phases (nested: a phase includes those below it)."""
+    import collections
+    import time
+
+    import great_expectations.expectations.expectation as E
+    import great_expectations.validator.validator as OV
+    from great_expectations.data_context.store.store import Store
+
+    spent: dict[str, float] = collections.defaultdict(float)
+    patched = [(V, "validate_frame", "validate_frame"), (V, "_to_pandas", "  polars -> pandas"),
+               (V, "_run_suite", "  suite through the Validator (2 passes)"),
+               (OV.Validator, "_resolve_suite_level_graph_and_process_metric_evaluation_errors",
+                "    metric resolution (pandas engine)"),
+               (E.Expectation, "metrics_validate", "    expectations checking their metrics"),
+               (Store, "set", "  result stored (JSON)")]
+    originals = [(obj, name, getattr(obj, name)) for obj, name, _ in patched]
+
+    def timed(fn, label):
+        def run(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[label] += time.perf_counter() - t
+        return run
+
+    for obj, name, label in patched:
+        setattr(obj, name, timed(getattr(obj, name), label))
+    try:
+        for _ in range(runs):
+            V.validate_frame("events", frame, partition_key=key, build=False)
+    finally:
+        for obj, name, fn in originals:
+            setattr(obj, name, fn)
+    print(f"events suite, {frame.height} rows, mean ms per run:")
+    for label in dict.fromkeys(label for *_, label in patched):
+        print(f"  {label:<42} {1000 * spent[label] / runs:7.1f}")
 
 
 if __name__ == "__main__":

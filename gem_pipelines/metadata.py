@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
@@ -39,10 +40,15 @@ def suite_metadata(suite: SuiteResult) -> dict[str, Any]:
     if suite.failed_expectations:
         meta["failed_expectations"] = md_table(suite.failed_expectations, ["expectation", "column", "observed"])
     if suite.page:  # the partition's own Data Docs page, served (see gem_pipelines.reports)
-        links = report_links(suite.page)
-        meta["data_docs"] = links.get("url", links["path"])
-        meta["data_docs_path"] = links["path"]
+        meta.update(report_metadata("data_docs", suite.page))
     return meta
+
+
+def report_metadata(key: str, path: str | Path) -> dict[str, dg.MetadataValue]:
+    """{key: the served report's URL (a link the UI opens), key_path: its path relative to GEM_HOME}; a file
+    outside $GEM_HOME/reports has only its path. Never a frozen absolute path under GEM_HOME."""
+    links = report_links(path)
+    return {key: links.get("url", links["path"]), f"{key}_path": links["path"]}
 
 
 def md_table(rows: list[dict[str, Any]], cols: list[str]) -> dg.MetadataValue:

@@ -36,6 +36,7 @@ from gem_model.distill.export import export_student
 from gem_model.distill.student import Student, student_config
 from gem_model.distill.teacher import FOUNDATION, path_applies, read_teacher_predictions, teacher_for
 from gem_model.distill.trainer import load_student, predict_student, save_student, train_student
+from gem_model.distill.warm_start import NO_SOURCE, warm_start
 from gem_model.metrics import metric_rows, read_oracle
 from gem_model.paths import models_dir, reports_dir
 from gem_model.tracking import Tracker
@@ -98,6 +99,7 @@ def _iter_students(
     tracker: Tracker | None,
     device: str | None = None,
     precision: str = "fp32",
+    init_from: str | Path | None = None,
 ) -> Iterable[tuple[dict[str, Any], Student, list[dict[str, Any]], dict[str, Any]]]:
     """Train every (surface, arm, path, seed); yield (key, model, metric rows, train info)."""
     for a in arms:
@@ -162,6 +164,7 @@ def _iter_students(
                                          tasks=tasks, aux_head=spec["kd"] == "aux", teacher_emb_dim=emb_dim)
                     cfg.update(arm=arm, path=path, teacher=teacher, seed=int(seed))
                     model = Student(cfg)
+                    start = warm_start(model, init_from) if init_from is not None else {}
                     key = {"surface": surface, "arm": arm, "path": path, "seed": int(seed), "teacher": teacher}
                     prefix = f"{surface}/{arm}/{path}/s{seed}"
                     log = (lambda d, step=None, _p=prefix: tracker.log({f"{_p}/{k}": v for k, v in d.items()})) if (
@@ -169,6 +172,7 @@ def _iter_students(
                     info = train_student(model, train, val, arm, hp["train"], seed=int(seed), adapter=adapter,
                                          teacher_model=modules.get(teacher) if spec["share_tables"] else None, log=log,
                                          device=device, precision=precision)
+                    info.update(start)
                     if adapter is not None:
                         info["adapter"] = adapter.to_dict()
                     info["dates"] = {"train": [d.isoformat() for d in train.date_set],
@@ -307,6 +311,7 @@ def run_distillation(
     on_student: Callable[[dict[str, Any], Student, list[dict[str, Any]], dict[str, Any]], None] | None = None,
     device: str | None = None,
     precision: str = "fp32",
+    init_from: str | Path | None = None,
 ) -> list[dict[str, Any]]:
     """Train and evaluate every arm x path x surface x seed; return the report rows (see module doc).
 
@@ -319,7 +324,9 @@ def run_distillation(
     every student under <save_root>/<surface>/<arm>-<path>-s<seed>/. tracking_group: W&B group (the
     teacher's run). on_student(key, model, rows, info): called after each student. device / precision:
     where and in which autocast precision the students train (the accelerator resource's; default:
-    the CPU in fp32); each student is handed back on the CPU."""
+    the CPU in fp32); each student is handed back on the CPU. init_from: a saved student (version
+    directory) every student starts from when compatible (`warm_start`; the production student's last
+    ACCEPTED version), its outcome in info["warm_start"]."""
     surfaces_config = surfaces_config or load_surfaces()
     roles = roles or load_calendar().roles()
     hp = load_student_preset(preset, overrides=overrides)
@@ -331,7 +338,7 @@ def run_distillation(
         for key, model, r, info in _iter_students(
             arms, paths, seeds, surfaces, teachers=teachers, teacher_predictions=teacher_predictions, hp=hp,
             roles=roles, uri=uri, tp_uri=tp_uri, oracle_uri=oracle_uri, surfaces_config=surfaces_config,
-            tracker=tracker, device=device, precision=precision,
+            tracker=tracker, device=device, precision=precision, init_from=init_from,
         ):
             rows.extend(r)
             if save_root is not None:
@@ -363,7 +370,8 @@ def train_production_student(
     """Train the production student of `surface` with the selected (arm, path) and save it under
     <root or $GEM_HOME/models/students>/<surface>/<version>/ (model.pt, config.json, metrics.json,
     student.pt2 + student.pt2.json). kw: as run_distillation (teachers, teacher_predictions,
-    preset, overrides, roles, uri, tp_uri, oracle_uri, tracking_group, surfaces_config, device, precision).
+    preset, overrides, roles, uri, tp_uri, oracle_uri, tracking_group, surfaces_config, device, precision,
+    init_from: the last ACCEPTED student of the surface to warm-start from).
     Returns {"surface", "arm", "path", "version", "model_dir", "export", "rows", "train"}."""
     version = version or dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     base = Path(root) / surface if root is not None else models_dir("students", surface)
@@ -371,7 +379,7 @@ def train_production_student(
 
     def keep(key: dict[str, Any], model: Student, rows: list[dict[str, Any]], info: dict[str, Any]) -> None:
         d = base / version
-        meta = {"rows": rows, "train": {k: v for k, v in info.items() if k != "losses"}, "key": key}
+        meta = {"rows": rows, "train": {**NO_SOURCE, **{k: v for k, v in info.items() if k != "losses"}}, "key": key}
         save_student(model, d, meta, {"key": key, "version": version})
         out.update(surface=surface, arm=arm, path=path, version=version, model_dir=str(d), rows=rows,
                    train=meta["train"], export=str(export_student(model, d / "student.pt2")) if export else None)

@@ -8,7 +8,7 @@ import dagster as dg
 from gem_model.paths import models_dir, reports_dir
 from gem_pipelines import quality_gate
 from gem_pipelines.k8s import GPU_POOL, gpu_step_tags, training_gpus
-from gem_pipelines.metadata import loss_curve_plot, metric_table, progress
+from gem_pipelines.metadata import loss_curve_plot, metric_table, progress, report_metadata
 from gem_pipelines.resources import AcceleratorResource, LakeResource, WandbResource
 from gem_pipelines.settings import QUALITY
 
@@ -121,7 +121,7 @@ def foundation_model(
             **({"pipes_progress_messages": result["progress_messages"]} if "progress_messages" in result else {}),
             "per_surface": metric_table(rows),
             "samples_per_s": float(result["samples_per_s"]),
-            "report": dg.MetadataValue.path(str(report)),
+            **report_metadata("report", report),  # a link the UI opens, and the path relative to GEM_HOME
             "loss_curve": loss_curve_plot(result["loss_curve"]),
             "models_dir": dg.MetadataValue.path(str(models_dir(ASSET))),
             **{f"wandb_{k}": str(v) for k, v in (result.get("wandb") or {}).items() if v},

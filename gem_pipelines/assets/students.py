@@ -18,6 +18,7 @@ from gem_pipelines.metadata import (
     md_table,
     metric_table,
     progress,
+    report_metadata,
 )
 from gem_pipelines.partitions import (
     CALENDAR,
@@ -238,7 +239,7 @@ def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfi
         )
     path = write_report(rows, reports_dir() / "distillation_report.json")
     return dg.MaterializeResult(
-        metadata={"report": dg.MetadataValue.path(str(path)), "rows": len(rows),
+        metadata={**report_metadata("report", path), "rows": len(rows),
                   "table": distillation_table(rows), "click_ne_by_arm": distillation_plot(rows)}
     )
 
@@ -257,18 +258,23 @@ def students(context: dg.AssetExecutionContext, lake: LakeResource, wandb: Wandb
              accelerator: AcceleratorResource):
     """The production student of a surface: the (arm, path) with the lowest click NE on E-1, exported."""
     from gem_model.distill import score_student, select_student, train_production_student
+    from gem_model.registry import read_accepted
+
     wandb.apply()
     surface = context.partition_key
     report = json.loads((reports_dir() / "distillation_report.json").read_text())
     arm, path = select_student(report["rows"], surface)
     teachers = {name: ckpt for name, (ckpt, _) in _accepted_teachers().items()}
     version = version_for(context)
+    accepted = read_accepted("students", surface)  # warm start from it when it is the same model
     with progress(context.log, f"students[{surface}] training ({arm}/{path})"):
         out = train_production_student(surface, arm, path, version=version, teachers=teachers,
                                        uri=lake.table("training_examples"), tp_uri=_tp_uri(lake),
                                        oracle_uri=lake.table("oracle"), tracking_group=_accepted_foundation()[1],
                                        device=accelerator.resolved_device(),
-                                       precision=accelerator.train_precision())
+                                       precision=accelerator.train_precision(), init_from=accepted)
+    start = out["train"]["warm_start"]
+    context.log.info(f"students[{surface}]: {'warm start from ' + accepted.name if start == 'warm' else start}")
     evaluation = [r for r in out["rows"] if r["split"] == "evaluation"]
     e = CALENDAR.roles().evaluation
     day = e.isoformat()
@@ -281,6 +287,8 @@ def students(context: dg.AssetExecutionContext, lake: LakeResource, wandb: Wandb
     yield dg.MaterializeResult(
         metadata={
             "arm": arm, "path": path, "version": version,
+            # the ACCEPTED version it started from, or why it started cold
+            "warm_start_from": accepted.name if start == "warm" else start,
             "model_dir": dg.MetadataValue.path(out["model_dir"]),
             "export": dg.MetadataValue.path(out["export"]) if out.get("export") else "none",
             "teacher_checkpoint": teachers["foundation"],

@@ -1,7 +1,8 @@
 """One partition, raw files to lake: stage -> row rules -> suites -> Delta commits.
 
-The suites run before any commit: if a blocking suite fails, nothing is written and the tables
-keep their previous versions.
+The blocking suites run before any commit: if one fails, nothing is written and the tables keep their
+previous versions. The quarantine suite (reported, not blocking) and the run's Data Docs pages run while
+the commits are written.
 """
 
 from __future__ import annotations
@@ -66,18 +67,27 @@ def ingest_partition(
     norm = normalize_partition(stage, surface, date)
     frames = {"events": norm.events, "user_activity": norm.user_activity, "events_quarantine": norm.quarantine}
     suites: dict[str, SuiteResult] = {}
-    if validate:
-        for table in (*BLOCKING_SUITES, "events_quarantine"):
+
+    def run_suites(*tables: str) -> None:
+        for table in tables:
             if frames[table].height:
                 suites[table] = validate_frame(table, frames[table], partition_key=key, docs_dir=docs_dir, build=False)
-        build_docs(list(suites.values()), docs_dir)  # once per run: rendering the site costs more than a suite
+
+    if validate:
+        run_suites(*BLOCKING_SUITES)
         if any(not suites[t].success for t in BLOCKING_SUITES if t in suites):
+            run_suites("events_quarantine")  # a failed partition has its pages too: that is where to look
+            build_docs(list(suites.values()), docs_dir)
             raise SuiteFailed(key, suites)
     part = {"date": date, "surface": surface.name}
     schemas = {"events": EVENTS_SCHEMA, "user_activity": USER_ACTIVITY_SCHEMA, "events_quarantine": QUARANTINE_SCHEMA}
-    # Three independent commits; delta-rs releases the GIL, so write them side by side.
+    # Three independent commits; delta-rs releases the GIL, so write them side by side, and meanwhile run
+    # the non-blocking quarantine suite and render the run's Data Docs (pure Python) on this thread.
     with ThreadPoolExecutor(max_workers=len(frames)) as pool:
         futures = {t: pool.submit(lake.write_partition, frames[t], t, part, schemas[t], root=lake_root) for t in frames}
+        if validate:
+            run_suites("events_quarantine")
+            build_docs(list(suites.values()), docs_dir)  # once per run: rendering costs more than a suite
         versions = {t: f.result() for t, f in futures.items()}
     return IngestResult(key, norm, suites, versions)
 

@@ -6,10 +6,11 @@ already quarantined bad records; these suites check properties of the clean rows
 Two suite parameters are supplied on every run, so that adding a surface to `assets/surfaces.yaml`
 needs no suite edit: `{"$PARAMETER": "surfaces"}` (surface names) and `{"$PARAMETER": "domains"}`.
 
-GX has no polars support: a partition is validated as `df.to_pandas()`, or as a seeded random sample
-of `max_rows` rows when it is larger (`sampled=True`). Each run is stored and rendered into a local
-Data Docs site (default `$GEM_HOME/reports/data_docs`): one page per validation run
-(`SuiteResult.page`, the partition's own page), rendered once per ingest run for all its suites
+GX has no polars support: a partition is validated as `df.to_pandas()` (`_to_pandas`), or as a seeded
+random sample of `max_rows` rows when it is larger (`sampled=True`). Every row is checked in GX's
+BOOLEAN_ONLY format; failures are re-run in SUMMARY for their unexpected values (`_run_suite`).
+Each run is stored and rendered into a local Data Docs site (default `$GEM_HOME/reports/data_docs`):
+one page per validation run (`SuiteResult.page`, the partition's own page), rendered once per ingest run for all its suites
 (`build_docs`), not once per suite; the suites and the JSON validation results behind the site are
 kept in `<docs_dir>/_stores/`, so the site keeps the history of every process that wrote to it.
 The index (`<docs_dir>/index.html`) is rendered here as plain HTML: GX's own index draws its table
@@ -51,6 +52,18 @@ INDEX_RESULTS_LIMIT = 1000  # the index lists at most this many (newest) validat
 MANIFEST = "index.json"  # in _stores/: one entry per rendered page, what the index lists
 KEEP_RUNS_PER_PARTITION = 5  # older runs of the same table partition are deleted from the site
 _MAX_OBSERVED = 200  # characters of the `observed` text of a failed expectation
+# Every row is validated in BOOLEAN_ONLY: GX then computes only what decides success (an unexpected count,
+# an observed aggregate) and skips the unexpected-value lists and value counts that SUMMARY builds for every
+# expectation, passing or not (about half of a suite's time, `bench/ingest.py`). The expectations that
+# failed, and the few whose observed value the Data Docs page shows (GX's page renderer needs the table's
+# columns), are then run again on the same rows in DETAIL_FORMAT, so a failure still reports its unexpected
+# values, counts and observed value (check metadata and the Data Docs page).
+PASS_FORMAT: dict[str, Any] = {"result_format": "BOOLEAN_ONLY"}
+DETAIL_TYPES = frozenset({"expect_table_columns_to_match_ordered_list", "expect_table_row_count_to_be_between",
+                          "expect_column_mean_to_be_between"})
+DETAIL_FORMAT: dict[str, Any] = {"result_format": "SUMMARY", "partial_unexpected_count": 5}
+_CACHED_VIEW = {"module_name": "gem_pipelines.data.docs_view", "class_name": "CachedJinjaPageView"}
+_SITE_BUILDER = {"module_name": "gem_pipelines.data.docs_view", "class_name": "StaticOnceSiteBuilder"}
 _RUN_NAME_RE = re.compile(r"[^A-Za-z0-9_.=-]+")
 
 
@@ -115,10 +128,26 @@ def load_suite_spec(table: str) -> dict[str, Any]:
     return spec
 
 
+_PARAMETERS: dict[tuple[str, int, int], dict[str, list[str]]] = {}
+
+
 def suite_parameters() -> dict[str, list[str]]:
-    """Values of the `$PARAMETER`s the suites may reference."""
-    surfaces = load_surfaces()
-    return {"surfaces": list(surfaces.names), "domains": list(surfaces.domains)}
+    """Values of the `$PARAMETER`s the suites may reference; the surfaces file is parsed again only when it
+    changed (reading it costs as much as validating a small table, and every suite run needs it)."""
+    path = spec_path("surfaces.yaml")
+    try:
+        st = path.stat()
+    except OSError:
+        st = None
+    key = (str(path), st.st_mtime_ns, st.st_size) if st is not None else None
+    cached = _PARAMETERS.get(key) if key is not None else None
+    if cached is None:
+        surfaces = load_surfaces()
+        cached = {"surfaces": list(surfaces.names), "domains": list(surfaces.domains)}
+        if key is not None:
+            _PARAMETERS.clear()
+            _PARAMETERS[key] = cached
+    return copy.deepcopy(cached)
 
 
 # --- GX context, one per docs_dir and process -------------------------------------------------------
@@ -153,13 +182,17 @@ class _Gx:
             stores=stores,
             data_docs_sites={
                 SITE_NAME: {
-                    "class_name": "SiteBuilder",
+                    **_SITE_BUILDER,
                     "show_how_to_buttons": False,
                     "store_backend": {
                         "class_name": "TupleFilesystemStoreBackend",
                         "base_directory": str(docs_dir),
                     },
-                    "site_section_builders": {"profiling": "None"},
+                    "site_section_builders": {
+                        "profiling": "None",
+                        "validations": {"view": _CACHED_VIEW},
+                        "expectations": {"view": _CACHED_VIEW},
+                    },
                 }
             },
             analytics_enabled=False,
@@ -168,14 +201,26 @@ class _Gx:
         self.context = gx.get_context(mode="ephemeral", project_config=config)
         self.datasource = self.context.data_sources.add_pandas(name=DATASOURCE)
         self.lock = threading.Lock()
-        self._checkpoints: dict[str, tuple[str, Any]] = {}  # table -> (suite json, checkpoint)
+        self._site_builder: Any = None
+        self._targets: dict[str, tuple[str, Any, Any]] = {}  # table -> (suite json, suite, batch definition)
+        self.rendered_suites: dict[str, str] = {}  # table -> suite json of its page last rendered here
 
-    def checkpoint(self, table: str, spec: dict[str, Any]) -> Any:
-        """The checkpoint of `table`, rebuilt when its suite file changed since the last call."""
+    @property
+    def site_builder(self) -> Any:
+        """The Data Docs SiteBuilder of SITE_NAME, built once: GX's `build_data_docs` and `get_docs_sites_urls`
+        instantiate a new one (its section builders, renderers and views) on every call."""
+        if self._site_builder is None:
+            self._site_builder = self.context._init_site_builder_for_data_docs_site_creation(
+                site_name=SITE_NAME, site_config=self.context.variables.data_docs_sites[SITE_NAME])
+        return self._site_builder
+
+    def target(self, table: str, spec: dict[str, Any]) -> tuple[Any, Any]:
+        """The stored suite of `table` and its whole-dataframe batch definition, rebuilt only when the
+        suite file changed since the last call (building them costs more than validating a small table)."""
         key = json.dumps(spec, sort_keys=True)
-        cached = self._checkpoints.get(table)
+        cached = self._targets.get(table)
         if cached is not None and cached[0] == key:
-            return cached[1]
+            return cached[1], cached[2]
 
         import great_expectations as gx
 
@@ -185,7 +230,7 @@ class _Gx:
             meta=spec.get("meta"),
             notes=spec.get("notes"),
         )
-        suite = self.context.suites.add_or_update(suite)
+        suite = self.context.suites.add_or_update(suite)  # the Data Docs suite page reads the store
         try:
             asset = self.datasource.get_asset(table)
         except LookupError:
@@ -194,19 +239,8 @@ class _Gx:
             batch_definition = asset.get_batch_definition("whole")
         except KeyError:
             batch_definition = asset.add_batch_definition_whole_dataframe("whole")
-        vd = self.context.validation_definitions.add_or_update(
-            gx.ValidationDefinition(name=table, data=batch_definition, suite=suite)
-        )
-        cp = self.context.checkpoints.add_or_update(
-            gx.Checkpoint(
-                name=table,
-                validation_definitions=[vd],
-                actions=[],  # pages are rendered by build_docs, once per ingest run
-                result_format={"result_format": "SUMMARY", "partial_unexpected_count": 5},
-            )
-        )
-        self._checkpoints[table] = (key, cp)
-        return cp
+        self._targets[table] = (key, suite, batch_definition)
+        return suite, batch_definition
 
 
 def _build_expectations(table: str, spec: dict[str, Any]) -> list[Any]:
@@ -306,6 +340,50 @@ def _observed(r: Any) -> str:
     return _short(res) if res else "failed"
 
 
+def _to_pandas(df: pl.DataFrame) -> Any:
+    """The pandas frame GX validates. Narrow integer columns become Int64 first: GX's pandas
+    `column_values_between` is vectorised only for int64/float64 and calls a Python function per row
+    for any other dtype; the values are unchanged (a column with nulls becomes float64 either way)."""
+    import polars as pl
+    import polars.selectors as cs
+
+    narrow = cs.by_dtype(pl.Int8, pl.Int16, pl.Int32, pl.UInt8, pl.UInt16, pl.UInt32)
+    return df.with_columns(narrow.cast(pl.Int64)).to_pandas()
+
+
+def _run_suite(suite: Any, batch_definition: Any, pdf: Any, params: dict[str, Any], run_id: Any) -> Any:
+    """Validate every row of `pdf` against `suite` in PASS_FORMAT, then re-run the failed expectations and
+    those of DETAIL_TYPES on the same rows in DETAIL_FORMAT and put their results in place.
+
+    GX's own Validator, without the Checkpoint and ValidationDefinition around it: those re-serialise and
+    compare the suite with its stored copy on every run (`is_fresh`, a third of a small partition's
+    validation time) and store the result once more. The result carries the same meta as theirs."""
+    import great_expectations as gx
+    from great_expectations.constants import DATAFRAME_REPLACEMENT_STR
+    from great_expectations.validator.v1_validator import Validator
+
+    from gem_pipelines.data.gx_memo import memoised
+
+    validator = Validator(batch_definition, result_format=PASS_FORMAT, batch_parameters={"dataframe": pdf})
+    with memoised():
+        vr = validator.validate_expectation_suite(suite, params)
+    redo = [i for i, r in enumerate(vr.results) if not r.success or r.expectation_config.type in DETAIL_TYPES]
+    if redo and PASS_FORMAT != DETAIL_FORMAT:
+        again = gx.ExpectationSuite(
+            name=suite.name, expectations=[copy.copy(vr.results[i].expectation_config.to_domain_obj()) for i in redo]
+        )
+        validator.result_format = DETAIL_FORMAT
+        with memoised():
+            detail = validator.validate_expectation_suite(again, params).results
+        for i, r in zip(redo, detail, strict=True):
+            if r.success != vr.results[i].success:  # cannot happen on the same rows; never let a failure pass
+                raise RuntimeError(f"{suite.name}: {r.expectation_config.type} gave success={vr.results[i].success}, "
+                                   f"then {r.success} on the same rows")
+            vr.results[i] = r
+    vr.meta.update(run_id=run_id, validation_time=run_id.run_time, batch_parameters={"dataframe": DATAFRAME_REPLACEMENT_STR})
+    return vr
+
+
 def _prune_old_runs(docs_dir: Path, table: str, run_name: str, keep: int) -> None:
     """Keep the newest `keep` stored runs (result JSON and page) of one table partition."""
     runs = docs_dir / STORES_SUBDIR / "validations" / table / run_name
@@ -340,24 +418,29 @@ def validate_frame(
     sampled = rows_total > max_rows
     if sampled:
         df = df.sample(n=max_rows, seed=seed)
-    pdf = df.to_pandas()
+    pdf = _to_pandas(df)
     params = suite_parameters()
     docs_dir = Path(docs_dir if docs_dir is not None else reports_dir() / "data_docs").expanduser().resolve()
 
     with _quiet():
         gx_ctx = _gx_for(docs_dir)
         from great_expectations.core.run_identifier import RunIdentifier
+        from great_expectations.data_context.types.resource_identifiers import (
+            ExpectationSuiteIdentifier,
+            ValidationResultIdentifier,
+        )
 
         run_name = _run_name(table, partition_key)
         with gx_ctx.lock, _site_lock(docs_dir):
             _prune_old_runs(docs_dir, table, run_name, keep=KEEP_RUNS_PER_PARTITION - 1)
-            checkpoint = gx_ctx.checkpoint(table, spec)
-            cp_result = checkpoint.run(
-                batch_parameters={"dataframe": pdf},
-                expectation_parameters=params,
-                run_id=RunIdentifier(run_name=run_name),
+            suite, batch_definition = gx_ctx.target(table, spec)
+            vr = _run_suite(suite, batch_definition, pdf, params, RunIdentifier(run_name=run_name))
+            identifier = ValidationResultIdentifier(
+                expectation_suite_identifier=ExpectationSuiteIdentifier(name=table),
+                run_id=vr.meta["run_id"],
+                batch_identifier=vr.batch_id,
             )
-    ((identifier, vr),) = cp_result.run_results.items()
+            gx_ctx.context.validation_results_store.set(identifier, vr)
     failed = [
         {
             "expectation": r.expectation_config.type,
@@ -369,8 +452,8 @@ def validate_frame(
     ]
     index = docs_dir / "index.html"
     stats = vr.statistics
-    (site,) = gx_ctx.context.get_docs_sites_urls(resource_identifier=identifier, site_names=[SITE_NAME],
-                                                 only_if_exists=False)
+    with gx_ctx.lock:
+        site_url = gx_ctx.site_builder.get_resource_url(resource_identifier=identifier, only_if_exists=False)
     result = SuiteResult(
         table=table,
         success=bool(vr.success),
@@ -382,7 +465,7 @@ def validate_frame(
         docs_index=str(index) if index.exists() else None,
         rows_total=rows_total,
         partition_key=partition_key,
-        page=str(Path(url2pathname(urlparse(site["site_url"]).path))),
+        page=str(Path(url2pathname(urlparse(site_url).path))),
         run_time=str(identifier.run_id.run_time),
         identifier=identifier,
     )
@@ -402,10 +485,15 @@ def build_docs(results: list[SuiteResult], docs_dir: Path | None = None) -> None
         from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
 
         gx_ctx = _gx_for(docs_dir)
-        suites = [ExpectationSuiteIdentifier(name=t) for t in sorted({r.table for r in results})]
         with gx_ctx.lock, _site_lock(docs_dir):
-            gx_ctx.context.build_data_docs(site_names=[SITE_NAME], build_index=False,
-                                           resource_identifiers=[r.identifier for r in results] + suites)
+            # a suite's page is rendered again only when its suite changed since this process last rendered it
+            # (or the page is gone): rendering it costs as much as a validation page, and it is the same page
+            stale = {t: gx_ctx._targets[t][0] for t in sorted({r.table for r in results})
+                     if t in gx_ctx._targets and (gx_ctx.rendered_suites.get(t) != gx_ctx._targets[t][0]
+                                                  or not (docs_dir / "expectations" / f"{t}.html").exists())}
+            gx_ctx.site_builder.build(resource_identifiers=[r.identifier for r in results]
+                                      + [ExpectationSuiteIdentifier(name=t) for t in stale], build_index=False)
+            gx_ctx.rendered_suites.update(stale)
             _write_index(docs_dir, results)
 
 

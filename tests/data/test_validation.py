@@ -356,3 +356,50 @@ def test_index_is_plain_html_linking_each_partition_page(tmp_path, clean_frames)
         page = Path(r.page)
         assert page.relative_to(docs).as_posix() in links
         assert r.partition_key.replace("|", "_") in page.read_text()  # the partition's own page, not the index
+
+
+def test_failure_keeps_its_unexpected_values_and_counts(tmp_path, clean_frames):
+    """Suites run in BOOLEAN_ONLY (the fast pass); a failed expectation is re-run on the same rows in
+    DETAIL_FORMAT, so its unexpected count and values reach the check metadata and the stored result."""
+    from pathlib import Path
+
+    docs = tmp_path / "docs"
+    df = clean_frames["events"]
+    bad = df.with_columns(click=pl.when(pl.int_range(pl.len()) < 3).then(7).otherwise(pl.col("click")).cast(pl.Int8))
+    result = V.validate_frame("events", bad, partition_key="2026-01-05|feed", docs_dir=docs)
+    (click,) = [f for f in result.failed_expectations if f["expectation"] == "expect_column_values_to_be_in_set"]
+    assert click["column"] == "click" and click["observed"].startswith("3 unexpected") and "[7, 7, 7]" in click["observed"]
+    stored = json.loads(next((docs / V.STORES_SUBDIR / "validations" / "events").rglob("*.json")).read_text())
+    by_type = {(r["expectation_config"]["type"], r["expectation_config"]["kwargs"].get("column")): r
+               for r in stored["results"]}
+    detail = by_type[("expect_column_values_to_be_in_set", "click")]["result"]
+    assert not by_type[("expect_column_values_to_be_in_set", "click")]["success"]
+    assert detail["unexpected_count"] == 3 and detail["partial_unexpected_list"] == [7, 7, 7]
+    assert by_type[("expect_column_values_to_not_be_null", "request_id")]["result"] == {}  # passed: fast pass only
+    assert stored["statistics"]["unsuccessful_expectations"] == result.evaluated - result.successful == 1
+    assert "7" in Path(result.page).read_text()  # the page renders the detailed result
+
+
+def test_memoised_gx_gives_the_results_of_plain_gx(clean_frames, docs_dir, monkeypatch):
+    """gx_memo caches configurations, filters, ids and metric graphs between and within runs: a clean and a
+    broken partition, alternately, give exactly what GX gives without it (verdicts, counts, observed values)."""
+    import contextlib
+
+    from gem_pipelines.data import gx_memo
+
+    broken = clean_frames["events"].with_columns(pl.col("bid") * -1, device=pl.lit("toaster"),
+                                                 click=pl.lit(7, pl.Int8))
+
+    def run() -> list[tuple]:
+        out = []
+        for frame in (clean_frames["events"], broken, clean_frames["events"], broken):
+            r = V.validate_frame("events", frame, partition_key="2026-01-05|feed", docs_dir=docs_dir, build=False)
+            out.append((r.success, r.evaluated, r.successful,
+                        sorted((f["expectation"], str(f["column"]), f["observed"]) for f in r.failed_expectations)))
+        return out
+
+    memoised = run()
+    monkeypatch.setattr(gx_memo, "memoised", contextlib.nullcontext)
+    plain = run()
+    assert memoised == plain
+    assert memoised[0][0] and not memoised[1][0] and len(memoised[1][3]) >= 3

@@ -138,3 +138,35 @@ def test_production_student_saved_loaded_exported(world, tmp_path):  # noqa: F81
     for r in rescored:
         assert r["ne"] == pytest.approx(saved[r["task"]]["ne"], rel=1e-5)
         assert r["positives"] == saved[r["task"]]["positives"]
+
+
+def test_production_student_warm_starts_from_the_accepted_one(world, tmp_path):  # noqa: F811
+    """init_from: the new student starts from the saved weights when it is the same model; cold otherwise
+    (with the reason), and an unreadable checkpoint is an error."""
+    kw = dict(teachers=world.teachers, teacher_predictions=all_predictions(world), preset="tiny", roles=world.roles,
+              uri=world.te_uri, oracle_uri=f"{world.lake}/oracle", root=tmp_path, export=False)
+    first = train_production_student("shops", "labels_only", "none", version="v1", overrides=FAST, **kw)
+    assert first["train"]["warm_start"] == "cold: no ACCEPTED student to start from"
+    assert first["train"]["warm_start_from"] is None
+    # lr 0: no step moves a weight, so what a student saves is what it started from
+    frozen = {"train": {**FAST["train"], "lr": 0.0, "emb_lr": 0.0}}
+    warm = train_production_student("shops", "labels_only", "none", version="v2", overrides=frozen, seed=1,
+                                    init_from=first["model_dir"], **kw)
+    cold = train_production_student("shops", "labels_only", "none", version="v3", overrides=frozen, **kw)
+    assert warm["train"]["warm_start"] == "warm" and warm["train"]["warm_start_from"] == first["model_dir"]
+    assert cold["train"]["warm_start"] == "cold: no ACCEPTED student to start from"
+    assert json.loads((tmp_path / "shops" / "v2" / "metrics.json").read_text())["train"]["warm_start"] == "warm"
+    v1, v2, v3 = (load_student(tmp_path / "shops" / v).state_dict() for v in ("v1", "v2", "v3"))
+    assert all(torch.equal(v1[k], v2[k]) for k in v1)
+    assert not all(torch.equal(v1[k], v3[k]) for k in v1)  # the cold one starts from a fresh init
+    ne = {(r["split"], r["task"]): r["ne"] for r in first["rows"]}
+    assert {(r["split"], r["task"]): r["ne"] for r in warm["rows"]} == pytest.approx(ne, rel=1e-6)
+    other = train_production_student("shops", "standard_kd", "direct", version="v4", overrides=frozen,
+                                     init_from=first["model_dir"], **kw)
+    assert other["train"]["warm_start"].startswith("cold: the ACCEPTED student differs in arm='labels_only'")
+    assert other["train"]["warm_start_from"] is None
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "model.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match=r"bad/model\.pt: cannot load the ACCEPTED student"):
+        train_production_student("shops", "labels_only", "none", version="v5", overrides=FAST,
+                                 init_from=tmp_path / "bad", **kw)

@@ -73,3 +73,36 @@ def test_automation_is_running_after_the_demo_and_ingests_nothing_twice(demo_wor
     # the landing sensor's cursor knows every partition the demo landed: switched on, it ingests nothing
     assert len(json.loads(instigators["landing_sensor"]["cursor"])) == 20
     assert status["landing_sensor_would_request"] == []
+
+
+@pytest.mark.timeout(1800)
+def test_model_reports_are_tables_plots_and_links(demo_world, monkeypatch) -> None:
+    """Evaluation and distillation reports read in the UI: markdown tables and inline plots, and the
+    report files as links (served URL + path relative to GEM_HOME), never frozen absolute paths."""
+    env, proc = demo_world
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    monkeypatch.setenv("DAGSTER_HOME", env["DAGSTER_HOME"])
+
+    def meta(asset: str, partition: str | None = None) -> dict:
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition] if partition else None),
+            limit=1).records
+        return records[0].asset_materialization.metadata
+
+    def table(value, *cols: str) -> bool:
+        header = value.md_str.splitlines()[0]
+        return isinstance(value, dg.MarkdownMetadataValue) and all(f" {c} " in header for c in cols)
+
+    def plot(value) -> bool:
+        return isinstance(value, dg.MarkdownMetadataValue) and value.md_str.startswith("![plot](data:image/png;base64,")
+
+    with dg.DagsterInstance.get() as instance:
+        for asset, file in (("foundation_model", "foundation_eval.json"), ("distillation_report", "distillation_report.json")):
+            m = meta(asset)
+            assert isinstance(m["report"], dg.UrlMetadataValue) and m["report"].url.endswith(f"/{file}"), asset
+            assert m["report_path"].path == f"reports/{file}", asset  # relative to GEM_HOME: survives a move
+        foundation, report, student = meta("foundation_model"), meta("distillation_report"), meta("students", "feed")
+        assert table(foundation["per_surface"], "surface", "task", "ne", "oracle_ne") and plot(foundation["loss_curve"])
+        assert table(report["table"], "arm", "path", "split", "surface", "ne") and plot(report["click_ne_by_arm"])
+        assert table(student["evaluation"], "surface", "task", "ne")
+        assert student["warm_start_from"].value == "cold: no ACCEPTED student to start from"  # the demo's first

@@ -46,6 +46,26 @@ def _next_day(env: dict[str, str], tmp: Path) -> dict:
     return json.loads(out.read_text())
 
 
+def _warm_starts(home: Path, before: dict[str, str], after: dict[str, str]) -> int:
+    """Each new ACCEPTED student started from the one it replaces, unless the report selected another
+    (arm, path) for its surface (then cold, saying so). Returns how many warm-started."""
+    warm = 0
+    for s in SURFACES:
+        key = f"students/{s}/ACCEPTED"
+        old, new = (json.loads((home / "models" / "students" / s / v[key] / "metrics.json").read_text())
+                    for v in (before, after))
+        train = new["train"]
+        if (old["key"]["arm"], old["key"]["path"]) == (new["key"]["arm"], new["key"]["path"]):
+            assert train["warm_start"] == "warm", (s, train["warm_start"])
+            assert Path(train["warm_start_from"]) == home / "models" / "students" / s / before[key]
+            warm += 1
+        else:
+            reason = train["warm_start"]
+            assert reason.startswith("cold: the ACCEPTED student differs in ") and ("arm=" in reason or "path=" in reason), (
+                s, reason)
+    return warm
+
+
 def _waves(summary: dict) -> list[set[str]]:
     return [set(w) for w in summary["automation"]]
 
@@ -85,6 +105,7 @@ def test_two_days_in_the_life(demo_copy: dict[str, str], tmp_path: Path) -> None
     parts1, acc1 = _partitions(home), _accepted(home)
     assert _changed(parts0, parts1) == _day("2026-11-07", ["2026-11-07"])
     assert {k for k in acc1 if acc1[k] != acc0[k]} == students  # the teachers kept their versions
+    warm = _warm_starts(home, acc0, acc1)
 
     # day 2: E = 2026-11-08, today Monday: the weekly cadence retrains the foundation model (warm start)
     day2 = _next_day(env, tmp_path)
@@ -102,4 +123,5 @@ def test_two_days_in_the_life(demo_copy: dict[str, str], tmp_path: Path) -> None
     parts2, acc2 = _partitions(home), _accepted(home)
     assert _changed(parts1, parts2) == _day("2026-11-08", [f"2026-11-{d:02d}" for d in range(3, 9)])
     assert {k for k in acc2 if acc2[k] != acc1[k]} == set(acc2)  # every model moved, the teacher included
+    assert warm + _warm_starts(home, acc1, acc2) >= 1  # the students refresh by warm start
     assert json.loads((home / "clock.json").read_text()) == {"extra_days": 2}

@@ -1,0 +1,60 @@
+"""Warm start of a production student from the last ACCEPTED student of its surface.
+
+A new day moves the window by one day: retraining from the ACCEPTED weights keeps what they learnt
+and needs fewer steps to track the new days. It is only done when the ACCEPTED student is the same
+model: same surface, arm, path, features, tasks and architecture (its whole config but the seed), and
+every parameter of the same shape. Otherwise the student starts cold, and the reason is logged and
+kept in its train info (`warm_start`), so metrics.json and the asset metadata say which it was.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gem_model.distill.student import Student
+
+log = logging.getLogger(__name__)
+
+IGNORED_KEYS = ("seed",)  # config keys that may differ between the ACCEPTED student and the new one
+NO_SOURCE = {"warm_start_from": None, "warm_start": "cold: no ACCEPTED student to start from"}
+
+
+def warm_start(model: Student, source: str | Path | None) -> dict[str, Any]:
+    """Load the weights of the saved student `source` (a version directory or its model.pt) into `model`
+    when compatible. Returns {"warm_start_from": source or None, "warm_start": "warm" | "cold: <reason>"}.
+    An unreadable checkpoint is an error (ValueError naming it), not a silent cold start."""
+    if source is None:
+        return dict(NO_SOURCE)
+    path = Path(source)
+    file = path / "model.pt" if path.is_dir() else path
+    try:
+        saved = torch.load(file, map_location="cpu", weights_only=True)
+        cfg, state = dict(saved["config"]), saved["state_dict"]
+    except Exception as e:  # torch raises several types for a missing, truncated or foreign file
+        raise ValueError(f"{file}: cannot load the ACCEPTED student to warm-start from: {e}") from e
+    reason = _incompatible(cfg, state, model)
+    if reason:
+        log.warning("student %s/%s/%s starts cold: %s", model.cfg.get("surface"), model.cfg.get("arm"),
+                    model.cfg.get("path"), reason)
+        return {"warm_start_from": None, "warm_start": f"cold: {reason}"}
+    model.load_state_dict(state)
+    return {"warm_start_from": str(path), "warm_start": "warm"}
+
+
+def _incompatible(cfg: dict[str, Any], state: dict[str, torch.Tensor], model: Student) -> str | None:
+    """Why the saved student cannot seed `model`, or None."""
+    new = model.cfg
+    keys = sorted(k for k in set(cfg) | set(new) if k not in IGNORED_KEYS and cfg.get(k) != new.get(k))
+    if keys:
+        shown = ", ".join(f"{k}={cfg.get(k)!r} (now {new.get(k)!r})" for k in keys[:3])
+        return f"the ACCEPTED student differs in {shown}" + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+    own = model.state_dict()
+    shapes = sorted(k for k in set(own) | set(state)
+                    if k not in own or k not in state or tuple(own[k].shape) != tuple(state[k].shape))
+    if shapes:
+        return f"parameters {shapes[:3]} differ in name or shape" + (f" (+{len(shapes) - 3})" if len(shapes) > 3 else "")
+    return None

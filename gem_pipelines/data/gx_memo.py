@@ -1,0 +1,205 @@
+"""GX's per-call rebuilds memoised while one suite runs through GX's Validator (`memoised()`).
+
+What GX 1.x rebuilds on every call, and what happens to it here (`bench/validation_cost.py` shows the costs):
+- `Expectation.configuration`: a new `ExpectationConfiguration` (a pydantic `dict()`, a regex `camel_to_snake`
+  of the class name, a new model) on every read, dozens of reads per expectation while the metric graph is
+  built (~2,800 for the 37 expectations of `events`, a third of a suite's time whatever the rows). Inside
+  the block: built on the first read for that expectation object (the objects GX validates are created by
+  `to_domain_obj()` for the run and not changed during it).
+- `ExpectationConfiguration.to_domain_obj()`: a pydantic validation once per metric of each expectation.
+  Inside the block: the expectation built on the first call for that configuration object, built again if
+  its type or kwargs changed since.
+- `IDDict.to_id()`: JSON + md5, twice per metric configuration. Inside the block: once per distinct kwargs
+  (plain JSON-like values with the same types and reprs).
+- The row-condition filter: `DataFrame.query` over the whole frame once per metric of a conditional
+  expectation (~13 ms a query on `events`). Inside the block: once per (frame, condition); metric functions
+  read their domain, they do not write it.
+- The metric dependency graph of a list of expectations, identical for every partition of a table: kept per
+  process (at most _GRAPHS_MAX), keyed by engine type, batch id, runtime configuration and the contents of
+  every expectation configuration; used only inside the block.
+Outside the block, and on any other thread, these are GX's own. One change holds everywhere, since its answer
+is GX's own: `column_mean` asks whether a column holds `decimal.Decimal` values by testing every value in
+Python (a sixth of the metric time of `events` on 23k rows); an array whose dtype is not `object` cannot.
+tests/data/test_validation.py::test_memoised_gx_gives_the_results_of_plain_gx compares both ways.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+_state = threading.local()
+_installed = False
+_install_lock = threading.Lock()
+
+
+def _install() -> None:
+    """Wrap GX's property once per process; the wrapper defers to it unless memoising on this thread."""
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        from great_expectations.expectations.expectation import Expectation
+
+        original = Expectation.configuration.fget
+
+        def configuration(self: Any) -> Any:
+            memo = getattr(_state, "memo", None)
+            if memo is None:
+                return original(self)
+            hit = memo.get(id(self))
+            if hit is None or hit[0] is not self:
+                # the object is kept in the memo, so its id cannot be reused by another while memoising
+                hit = memo[id(self)] = (self, original(self))
+            return hit[1]
+
+        Expectation.configuration = property(configuration, doc=Expectation.configuration.__doc__)
+
+        from great_expectations.execution_engine.pandas_execution_engine import PandasExecutionEngine
+
+        original_filter = PandasExecutionEngine._apply_row_condition_filter
+
+        def _apply_row_condition_filter(self: Any, data: Any, row_condition: Any, domain_kwargs: dict) -> Any:
+            memo = getattr(_state, "filters", None)
+            if memo is None:
+                return original_filter(self, data, row_condition, domain_kwargs)
+            key = (id(data), repr(row_condition), repr(domain_kwargs.get("condition_parser")))
+            hit = memo.get(key)
+            if hit is None or hit[0] is not data:
+                hit = memo[key] = (data, original_filter(self, data, row_condition, domain_kwargs))
+            return hit[1]
+
+        PandasExecutionEngine._apply_row_condition_filter = _apply_row_condition_filter
+
+        from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
+
+        original_to_domain_obj = ExpectationConfiguration.to_domain_obj
+
+        def to_domain_obj(self: Any) -> Any:
+            memo = getattr(_state, "domain_objs", None)
+            if memo is None:
+                return original_to_domain_obj(self)
+            hit = memo.get(id(self))
+            # GX adds batch_id to a copy's kwargs before building its expectation: rebuild if they changed
+            if hit is None or hit[0] is not self or hit[1] != self.type or hit[2] != self.kwargs:
+                hit = memo[id(self)] = (self, self.type, dict(self.kwargs), original_to_domain_obj(self))
+            return hit[3]
+
+        ExpectationConfiguration.to_domain_obj = to_domain_obj
+
+        from great_expectations.core.id_dict import IDDict
+
+        original_to_id = IDDict.to_id
+
+        def to_id(self: Any, id_keys: Any = None, id_ignore_keys: Any = None) -> Any:
+            memo = getattr(_state, "ids", None)
+            if (memo is None or id_keys is not None or id_ignore_keys is not None or type(self) is not IDDict
+                    or not _plain(self)):
+                return original_to_id(self, id_keys, id_ignore_keys)
+            # plain values with the same types and reprs serialise to the same JSON, hence the same id
+            key = repr(sorted((str(k), repr(k), _typed(v)) for k, v in self.items()))
+            hit = memo.get(key)
+            if hit is None:
+                hit = memo[key] = original_to_id(self)
+            return hit
+
+        IDDict.to_id = to_id
+
+        import great_expectations.util as gx_util
+
+        original_has_decimal = gx_util.does_ndarray_contain_decimal_dtype
+
+        def does_ndarray_contain_decimal_dtype(data: Any) -> bool:
+            # only an object array can hold decimal.Decimal values: the same answer without a Python loop
+            if getattr(getattr(data, "dtype", None), "kind", "O") != "O":
+                return False
+            return original_has_decimal(data)
+
+        gx_util.does_ndarray_contain_decimal_dtype = does_ndarray_contain_decimal_dtype
+
+        from great_expectations.validator.validator import Validator
+
+        original_subgraphs = Validator._generate_metric_dependency_subgraphs_for_each_expectation_configuration
+
+        def subgraphs(self: Any, expectation_configurations: list, processed_configurations: list,
+                      catch_exceptions: bool, runtime_configuration: dict | None = None) -> Any:
+            key = _graph_key(self, expectation_configurations, catch_exceptions, runtime_configuration)
+            if key is None:
+                return original_subgraphs(self, expectation_configurations, processed_configurations,
+                                          catch_exceptions, runtime_configuration)
+            with _graphs_lock:
+                hit = _graphs.get(key)
+            if hit is None:
+                graphs, evrs, processed = original_subgraphs(self, expectation_configurations, [],
+                                                             catch_exceptions, runtime_configuration)
+                hit = (list(graphs), list(evrs), list(processed))
+                with _graphs_lock:
+                    _graphs[key] = hit
+                    while len(_graphs) > _GRAPHS_MAX:
+                        _graphs.pop(next(iter(_graphs)))
+            processed_configurations.extend(hit[2])  # GX's callers mutate these lists, never the cached ones
+            return list(hit[0]), list(hit[1]), processed_configurations
+
+        Validator._generate_metric_dependency_subgraphs_for_each_expectation_configuration = subgraphs
+        _installed = True
+
+
+_PLAIN = (str, int, float, bool, type(None))
+_graphs: dict[str, tuple[list, list, list]] = {}  # graph key -> (expectation graphs, evrs, configurations)
+_graphs_lock = threading.Lock()
+_GRAPHS_MAX = 64
+
+
+def _graph_key(validator: Any, configurations: list, catch_exceptions: bool, runtime: dict | None) -> str | None:
+    """What the metric graph of a list of expectations depends on: the engine type, the batch id, the runtime
+    configuration and each configuration's content; None (not cached) outside `memoised()` or when a value is
+    not plain JSON-like data."""
+    if getattr(_state, "memo", None) is None:
+        return None
+    parts = [type(validator._execution_engine).__qualname__, validator.active_batch_id, catch_exceptions]
+    if not _plain(runtime or {}):
+        return None
+    parts.append(_typed(runtime or {}))
+    for c in configurations:
+        fields = {"type": c.type, "kwargs": c.kwargs, "meta": c.meta, "notes": c.notes,
+                  "description": c.description, "id": c.id, "severity": str(c.severity)}
+        if not _plain(fields):
+            return None
+        parts.append(_typed(fields))
+    return repr(parts)
+
+
+def _plain(value: Any) -> bool:
+    """JSON-like data only (a numpy array's repr elides values, so two different ones could share it)."""
+    if isinstance(value, dict):
+        return all(type(k) in _PLAIN and _plain(v) for k, v in value.items())
+    if type(value) in (list, tuple):
+        return all(_plain(v) for v in value)
+    return type(value) in _PLAIN
+
+
+def _typed(value: Any) -> Any:
+    """`value` with the type of every element beside it, so that 1, 1.0 and True get different keys."""
+    if isinstance(value, dict):
+        return ("dict", sorted((repr(k), _typed(v)) for k, v in value.items()))
+    if type(value) in (list, tuple):
+        return (type(value).__name__, [_typed(v) for v in value])
+    return (type(value).__name__, value)
+
+
+@contextlib.contextmanager
+def memoised() -> Iterator[None]:
+    """Memoise `Expectation.configuration` and row-condition filters on this thread during the block."""
+    _install()
+    names = ("memo", "filters", "domain_objs", "ids")
+    outer = [getattr(_state, n, None) for n in names]
+    if outer[0] is None:
+        for n in names:
+            setattr(_state, n, {})
+    try:
+        yield
+    finally:
+        for n, v in zip(names, outer, strict=True):
+            setattr(_state, n, v)
