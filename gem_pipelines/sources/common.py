@@ -86,6 +86,10 @@ class SourceConfig(_Strict):
     val_to_train: dict[str, float] = {}  # surface -> share of its val rows moved to the train days
     purchase_without_click: Literal["drop_purchase", "keep"] = "drop_purchase"
     peer_ne: dict[str, float] = {}  # surface -> test click NE of public peer models (targets, not ours)
+    # Douban: a rated item the label calls negative was still consumed; `view` also writes it as the
+    # user's organic `view` activity at the impression's time (later days' histories then hold what the
+    # user rated low, not only the clicks). None: histories hold clicks only.
+    unclicked_as: Literal["view"] | None = None
 
     @field_validator("files")
     @classmethod
