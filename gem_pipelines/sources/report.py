@@ -198,12 +198,38 @@ def seeds_markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def trained_version(seed: int, preset: str) -> str | None:
+    """A foundation version already trained with this seed and the preset's current hyperparameters
+    (the demo's, or an earlier --seeds run), with every baseline's predictions on E: the ACCEPTED one
+    first, else the newest. None: train one."""
+    from gem_model.paths import models_dir
+    from gem_model.train import load_preset
+
+    spec = load_preset(preset)
+    accepted = read_accepted(FOUNDATION)
+    candidates = list(reversed(list_versions(FOUNDATION)))
+    if accepted is not None:
+        candidates.insert(0, accepted.name)
+    for v in candidates:
+        path = models_dir(FOUNDATION) / v / "config.json"
+        if not path.is_file():
+            continue
+        cfg = json.loads(path.read_text())
+        same = cfg.get("seed") == seed and all(cfg[k].get(key) == val for k in ("model", "train")
+                                                for key, val in spec[k].items())
+        preds = [models_dir(BASELINE, s) / v / PREDICTIONS for s in load_surfaces().names]
+        if same and (models_dir(FOUNDATION) / v / PREDICTIONS).is_file() and all(p.is_file() for p in preds):
+            return v
+    return None
+
+
 def run_seeds(dataset: str, seeds: list[int], preset: str) -> Path:
-    """Train the foundation + baselines once per seed on the lake already built (selection on E-1),
-    then write reports/real_data_seeds.{json,md}."""
+    """The foundation + baselines of every seed on the lake already built (selection on E-1): reused
+    where already trained (trained_version), else trained now; then reports/real_data_seeds.{json,md}."""
     from gem_model.foundation import run_foundation
 
-    versions = {seed: run_foundation(preset, seeds=(seed,), baselines=True)["version"] for seed in seeds}
+    versions = {seed: trained_version(seed, preset) or run_foundation(preset, seeds=(seed,), baselines=True)["version"]
+                for seed in seeds}
     doc = seeds_report(dataset, versions)
     out = reports_dir() / "real_data_seeds.json"
     out.write_text(json.dumps(doc, indent=2, default=str))

@@ -49,3 +49,42 @@ def test_heads_start_at_the_training_window_rate(tmp_path: Path) -> None:
     assert model.head_b["book"][0].item() == pytest.approx(math.log(1e-4 / (1 - 1e-4)), rel=1e-4)  # clamped
     assert model.head_b["music"][1].item() == before["music"][1].item()  # conversion untouched
     assert model.head_b["movie"].tolist() == before["movie"].tolist()  # a surface absent from the window
+
+
+def test_seeds_report_averages_seeds_with_intervals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """reports/real_data_seeds: per surface, the seed mean of click NE on E with a bootstrap interval of
+    that mean and the paired foundation - single-surface difference (predictions written by hand)."""
+    import numpy as np
+
+    from gem_model.metrics import normalized_entropy
+    from gem_model.paths import models_dir
+    from gem_pipelines.sources.report import BASELINE, FOUNDATION, PREDICTIONS, seeds_markdown, seeds_report
+
+    monkeypatch.setenv("GEM_DATA", "douban")
+    monkeypatch.setenv("GEM_HOME", str(tmp_path))
+    rng = np.random.default_rng(0)
+    surfaces = ["music", "book", "movie"]
+    n = 400
+    y = {s: (rng.random(n) < 0.7).astype(int) for s in surfaces}
+    versions = {}
+    for seed in (0, 1, 2):
+        v = f"v{seed}"
+        versions[seed] = v
+        good = [pl.DataFrame({"request_id": [f"{s}:{i}" for i in range(n)], "surface": s, "click": y[s],
+                              "p_click": np.where(y[s] == 1, 0.8, 0.5) + rng.normal(0, 0.01, n)}) for s in surfaces]
+        path = models_dir(FOUNDATION, home=tmp_path) / v / PREDICTIONS
+        path.parent.mkdir(parents=True)
+        pl.concat(good).write_parquet(path)
+        for s, g in zip(surfaces, good, strict=True):  # the baseline predicts the base rate
+            b = models_dir(BASELINE, s, home=tmp_path) / v / PREDICTIONS
+            b.parent.mkdir(parents=True)
+            g.with_columns(p_click=pl.lit(0.7)).write_parquet(b)
+    doc = seeds_report("douban", versions, n_boot=200)
+    assert doc["seeds"] == [0, 1, 2]
+    for r in doc["rows"]:
+        f, b = r["foundation"], r["single_surface"]
+        assert len(f["per_seed"]) == 3 and f["ne"] == pytest.approx(np.mean(f["per_seed"]))
+        assert f["ne_ci"][0] <= f["ne"] <= f["ne_ci"][1]
+        assert b["ne"] == pytest.approx(normalized_entropy(y[r["surface"]], np.full(n, 0.7)))
+        assert r["foundation_minus_single"]["verdict"] == "a better" and r["positives"] == int(y[r["surface"]].sum())
+    assert "| movie |" in seeds_markdown(doc) and "foundation better" in seeds_markdown(doc)
