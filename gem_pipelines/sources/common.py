@@ -94,6 +94,7 @@ class SourceConfig(_Strict):
     purchase_without_click: Literal["drop_purchase", "keep"] = "drop_purchase"
     peer_ne: dict[str, float] = {}  # surface -> test click NE of public peer models (targets, not ours)
     news: tuple[str, ...] = ()  # MIND original layout: the news.tsv files (news id -> category, subcategory)
+    common: tuple[str, ...] = ()  # Ali-CCP Tianchi layout: the common_features files (md5 -> user features)
     # Douban: a rated item the label calls negative was still consumed; `view` also writes it as the
     # user's organic `view` activity at the impression's time (later days' histories then hold what the
     # user rated low, not only the clicks). None: histories hold clicks only.
@@ -108,9 +109,9 @@ class SourceConfig(_Strict):
             _plain_names(names)
         return v
 
-    @field_validator("news")
+    @field_validator("news", "common")
     @classmethod
-    def _news(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+    def _lookup_files(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         return _plain_names(v)
 
     @field_validator("surfaces")
