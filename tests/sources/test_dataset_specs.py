@@ -88,3 +88,16 @@ def test_seeds_report_averages_seeds_with_intervals(tmp_path: Path, monkeypatch:
         assert b["ne"] == pytest.approx(normalized_entropy(y[r["surface"]], np.full(n, 0.7)))
         assert r["foundation_minus_single"]["verdict"] == "a better" and r["positives"] == int(y[r["surface"]].sum())
     assert "| movie |" in seeds_markdown(doc) and "foundation better" in seeds_markdown(doc)
+
+
+def test_dataset_students_preset_layers_on_the_shared_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gem_model.distill.config import load_student_preset
+
+    own = yaml.safe_load((SOURCES_DIR / "douban" / "models" / "students.yaml").read_text())["presets"]["small"]
+    monkeypatch.delenv("GEM_DATA", raising=False)
+    plain = load_student_preset("small")
+    monkeypatch.setenv("GEM_DATA", "douban")
+    got = load_student_preset("small")
+    assert got["train"] == {**plain["train"], **own["train"]} != plain["train"]
+    assert {k: got[k] for k in ("student", "adapter", "domain")} == {k: plain[k] for k in ("student", "adapter", "domain")}
+    assert load_student_preset("tiny") == load_student_preset("tiny", ASSETS_DIR / "models" / "students.yaml")
