@@ -42,3 +42,16 @@ def dense_stats(
     mean = [float(v or 0.0) for v in row[:n]]
     std = [max(float(v or 0.0), MIN_STD) for v in row[n:]]
     return mean, std
+
+
+def base_rates(
+    uri: str, dates: Sequence[Any], surfaces: Sequence[str] | None, storage_options: dict[str, str] | None = None,
+) -> dict[str, dict[str, float]]:
+    """{surface: {task: positive rate}} over the window's labelled rows (a task with none is left out)."""
+    lf = pl.scan_delta(uri, storage_options=storage_options or {}).filter(pl.col("date").is_in(list(dates)))
+    if surfaces:
+        lf = lf.filter(pl.col("surface").is_in(list(surfaces)))
+    df = lf.group_by("surface").agg(pl.col("click").cast(pl.Float64).mean(),
+                                    pl.col("conversion").cast(pl.Float64).mean()).collect()
+    return {r["surface"]: {t: float(r[t]) for t in ("click", "conversion") if r[t] is not None}
+            for r in df.iter_rows(named=True)}

@@ -46,12 +46,21 @@ import torch.distributed as torch_dist
 import yaml
 
 from gem_model import atomic
-from gem_model.config import ASSETS_DIR, FeaturesConfig, SurfacesConfig, load_features, load_surfaces
+from gem_model.config import (
+    ASSETS_DIR,
+    SOURCES_DIR,
+    TASKS,
+    FeaturesConfig,
+    SurfacesConfig,
+    dataset_name,
+    load_features,
+    load_surfaces,
+)
 from gem_model.data import ExampleStream
 from gem_model.distributed import resume_step
 from gem_model.metrics import metric_rows, predict, read_oracle
 from gem_model.models import GEM, GEMConfig
-from gem_model.normalization import dense_stats
+from gem_model.normalization import base_rates, dense_stats
 from gem_model.optim import RowWiseAdagrad
 from gem_model.paths import gem_home, storage_options, table_uri
 from gem_model.precision import autocast_dtype
@@ -86,6 +95,7 @@ DEFAULT_TRAIN: dict[str, Any] = {
     "embedding_sharding": "replicated",  # or "row": tables row-wise across ranks, dense params FSDP2 (gem_model.sharding)
     "precision": "auto",  # auto (bf16 autocast on CUDA, fp32 elsewhere) | bf16 (autocast on any device) | fp32
     "torch_threads": None,
+    "head_bias": "fixed",  # fixed (the model's init) | base_rate (logit of each head's training-window rate)
     "fail_at_step": None,  # tests: raise after this step (after its checkpoint, if any)
     "dump_rank_weights": False,  # tests: write rank<r>.pt with each rank's final weights
 }
@@ -96,12 +106,20 @@ DEFAULT_TRAIN: dict[str, Any] = {
 
 
 def load_preset(preset: str | Path) -> dict[str, Any]:
-    """assets/models/<name>.yaml (or a path) -> {"model": {...}, "train": {...}}."""
+    """assets/models/<name>.yaml (or a path) -> {"model": {...}, "train": {...}}. A named preset
+    also takes the GEM_DATA dataset's adjustments, assets/sources/<dataset>/models/<name>.yaml, on
+    top (a real dataset's click rate and size are not the simulator's)."""
     path = Path(preset)
+    layers = [path]
     if not path.suffix:
         path = ASSETS_DIR / "models" / f"{preset}.yaml"
-    raw = yaml.safe_load(path.read_text()) or {}
-    return {"model": dict(raw.get("model") or {}), "train": dict(raw.get("train") or {})}
+        layers = [path, SOURCES_DIR / dataset_name() / "models" / f"{preset}.yaml"]
+    out: dict[str, Any] = {"model": {}, "train": {}}
+    for p in layers:
+        raw = (yaml.safe_load(p.read_text()) or {}) if p == path or p.is_file() else {}
+        for k in out:
+            out[k].update(raw.get(k) or {})
+    return out
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
@@ -204,6 +222,16 @@ def warm_start(model: torch.nn.Module, source: str | Path) -> dict[str, int]:
     loaded = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
     model.load_state_dict(loaded, strict=False)
     return {"loaded": len(loaded), "skipped": len(own) - len(loaded)}
+
+
+@torch.no_grad()
+def set_head_bias(model: GEM, rates: dict[str, dict[str, float]]) -> None:
+    """Each (surface, task) head's bias := logit of its rate (clamped away from 0 and 1)."""
+    for s, per_task in rates.items():
+        if s in model.head_b:
+            for t, rate in per_task.items():
+                p = min(max(rate, 1e-4), 1 - 1e-4)
+                model.head_b[s][TASKS.index(t)] = math.log(p / (1 - p))
 
 
 def lr_factor(step: int, warmup: int, total: int, min_frac: float) -> float:
@@ -321,6 +349,9 @@ def train(
     train_days = [d.isoformat() for d in stream.dates]
     core.set_dense_stats(*dense_stats(uri, [dt.date.fromisoformat(d) for d in train_days], dcfg["surfaces"],
                                       features, so))
+    if tcfg["head_bias"] == "base_rate" and not init_from:  # a fresh head starts at the base rate, not at
+        # the model's fixed init (a CTR-2% prior: -3 logits is 400 steps away from a 70% rating-click world)
+        set_head_bias(core, base_rates(uri, [dt.date.fromisoformat(d) for d in train_days], dcfg["surfaces"], so))
     collisions = collision_rates(uri, [dt.date.fromisoformat(d) for d in train_days], dcfg["surfaces"], features, so) \
         if rank == 0 else {}
 

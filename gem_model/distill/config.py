@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from gem_model.config import ASSETS_DIR, ConfigError
+from gem_model.config import ASSETS_DIR, SOURCES_DIR, ConfigError, dataset_name
 
 SECTIONS = ("student", "train", "adapter", "domain")
 
@@ -27,8 +27,10 @@ def load_student_preset(
     preset: str = "small", path: Path | None = None, overrides: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The preset's {student, train, adapter, domain} sections, deep-merged with `overrides`
-    (e.g. {"train": {"max_steps": 10}}). Unknown sections or keys raise ConfigError."""
-    path = path or ASSETS_DIR / "models" / "students.yaml"
+    (e.g. {"train": {"max_steps": 10}}). Unknown sections or keys raise ConfigError. With GEM_DATA naming
+    a dataset, assets/sources/<dataset>/models/students.yaml (same layout) is merged on top of the shared
+    file's preset first."""
+    path = Path(path) if path else ASSETS_DIR / "models" / "students.yaml"
     try:
         raw = yaml.safe_load(Path(path).read_text())
     except FileNotFoundError as e:
@@ -37,6 +39,10 @@ def load_student_preset(
     if preset not in presets:
         raise ConfigError(f"{path}: unknown preset {preset!r}; known: {sorted(presets)}")
     cfg = presets[preset]
+    if path == ASSETS_DIR / "models" / "students.yaml":  # the GEM_DATA dataset's adjustments, if it has any
+        own = SOURCES_DIR / dataset_name() / "models" / "students.yaml"
+        if own.is_file():
+            cfg = _merge(cfg, ((yaml.safe_load(own.read_text()) or {}).get("presets") or {}).get(preset) or {})
     for section, values in (overrides or {}).items():
         if section not in SECTIONS:
             raise ConfigError(f"{path}: unknown section {section!r} in overrides; known: {SECTIONS}")

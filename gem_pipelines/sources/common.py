@@ -75,6 +75,13 @@ class UserSplit(_Strict):
         return self
 
 
+def _plain_names(names: Sequence[str]) -> tuple[str, ...]:
+    for name in names:
+        if not _FILE_RE.match(name) or ".." in name:
+            raise ValueError(f"files: {name!r} must be a plain file name (no path, no '..')")
+    return tuple(names)
+
+
 class SourceConfig(_Strict):
     importer: Literal["douban", "taobao", "aliccp", "mind"]
     default_dir: str  # relative to the repo root (the shared samples); GEM_SOURCE_DIR overrides it
@@ -86,6 +93,12 @@ class SourceConfig(_Strict):
     val_to_train: dict[str, float] = {}  # surface -> share of its val rows moved to the train days
     purchase_without_click: Literal["drop_purchase", "keep"] = "drop_purchase"
     peer_ne: dict[str, float] = {}  # surface -> test click NE of public peer models (targets, not ours)
+    news: tuple[str, ...] = ()  # MIND original layout: the news.tsv files (news id -> category, subcategory)
+    common: tuple[str, ...] = ()  # Ali-CCP Tianchi layout: the common_features files (md5 -> user features)
+    # Douban: a rated item the label calls negative was still consumed; `view` also writes it as the
+    # user's organic `view` activity at the impression's time (later days' histories then hold what the
+    # user rated low, not only the clicks). None: histories hold clicks only.
+    unclicked_as: Literal["view"] | None = None
 
     @field_validator("files")
     @classmethod
@@ -93,10 +106,13 @@ class SourceConfig(_Strict):
         for role, names in v.items():
             if role not in ROLES:
                 raise ValueError(f"files: unknown role {role!r}; roles: {ROLES}")
-            for name in names:
-                if not _FILE_RE.match(name) or ".." in name:
-                    raise ValueError(f"files: {name!r} must be a plain file name (no path, no '..')")
+            _plain_names(names)
         return v
+
+    @field_validator("news", "common")
+    @classmethod
+    def _lookup_files(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return _plain_names(v)
 
     @field_validator("surfaces")
     @classmethod
@@ -354,11 +370,13 @@ def write_landing(
     validate_name(dataset, "dataset")
     impressions = impressions.with_columns(pl.col("seconds").cast(pl.Int64))
     imp = impressions.with_columns(line=impression_lines(impressions), kind=pl.lit("row"))
-    parts = [imp.select("surface", "date", "seconds", "source_file", "line_no", "kind", "line")]
+    cols = ["surface", "date", "seconds", "source_file", "line_no", "kind", "line", "request_id"]
+    parts = [imp.select(cols)]
     if history is not None and history.height:
         history = history.with_columns(pl.col("seconds").cast(pl.Int64))
-        hist = history.with_columns(line=organic_lines(history), kind=pl.lit("history"))
-        parts.append(hist.select("surface", "date", "seconds", "source_file", "line_no", "kind", "line"))
+        hist = history.with_columns(line=organic_lines(history), kind=pl.lit("history"),
+                                    request_id=pl.lit(None, pl.String))
+        parts.append(hist.select(cols))
     allrec = pl.concat(parts).sort("surface", "date", "seconds", "kind", "source_file", "line_no")
     allrec = allrec.with_columns(feed_line=pl.int_range(1, pl.len() + 1).over("surface", "date").cast(pl.Int64))
     landing = home / "landing"
@@ -375,7 +393,7 @@ def write_landing(
         raise ValueError(f"{dataset}: {outside.height} records fall outside the window or the declared surfaces")
     lineage = allrec.select(
         "surface", "date", pl.lit(FEED).alias("feed_file"), "feed_line", "kind", "source_file", "line_no",
-        request_id=pl.when(pl.col("kind") == "row").then(pl.col("source_file").str.replace(r"\.[^.]*$", "") + ":" + pl.col("line_no").cast(pl.String)),
+        "request_id",  # the impression's own id (a source line may hold several impressions: MIND behaviors)
     )
     out = home / "imports" / dataset
     out.mkdir(parents=True, exist_ok=True)

@@ -54,7 +54,24 @@ def read_douban(src: Path, cfg: SourceConfig, calendar: CalendarConfig) -> pl.Da
     return assign_days(pl.concat(frames), cfg, calendar)
 
 
+def unclicked_history(rows: pl.DataFrame, cfg: SourceConfig) -> pl.DataFrame | None:
+    """source.yaml `unclicked_as: view`: every mapped row labelled 0 is also the user's organic `view`
+    of the item at the impression's time. A history holds only earlier days (all impressions of a day
+    share one time), so no label of the row itself or of its day reaches a feature; clicked rows reach
+    histories as clicks already (ingest derives paid activity from the label)."""
+    if cfg.unclicked_as is None:
+        return None
+    return (
+        rows.filter(pl.col("ok") & (pl.col("click") == "0"))
+        .select("source_file", "line_no", "surface", "date", "seconds", "user_id", item_id=pl.col("ad_id"),
+                action=pl.lit(cfg.unclicked_as))
+        # an item rated twice by a user on one day (the data has such rows) is one view, as ingest keeps it
+        .unique(["user_id", "date", "seconds", "item_id", "action"], keep="first", maintain_order=True)
+    )  # fmt: skip
+
+
 def import_douban(
     src: Path, cfg: SourceConfig, surfaces: SurfacesConfig, calendar: CalendarConfig, home: Path, dataset: str = "douban"
 ) -> ImportResult:
-    return write_landing(dataset, src, read_douban(src, cfg, calendar), None, surfaces, calendar, home)
+    rows = read_douban(src, cfg, calendar)
+    return write_landing(dataset, src, rows, unclicked_history(rows, cfg), surfaces, calendar, home)

@@ -9,6 +9,7 @@ per category). No time: users are split by the seeded per-user rule (common.user
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from gem_pipelines.sources.common import (
 )
 
 HEADER = ["User_ID", "News_ID", "label", "Category", "SubCategory"]
+BEHAVIORS_FIELDS, NEWS_FIELDS = 5, 8  # MIND's original behaviors.tsv and news.tsv (no header)
 
 
 def _strip_prefix(expr: pl.Expr, letter: str) -> pl.Expr:
@@ -41,6 +43,82 @@ def text_id(values: list[str | None]) -> list[str | None]:
     """A stable positive id for a text value (blake2b, 31 bits); null stays null."""
     return [None if v is None else str(int.from_bytes(hashlib.blake2b(v.encode(), digest_size=4).digest(), "little") >> 1)
             for v in values]
+
+
+def read_news(src: Path, cfg: SourceConfig) -> pl.DataFrame:
+    """news.tsv (MIND original layout, no header, 8 tab-separated fields): news_id, category,
+    subcategory. A line with another field count is skipped: its news' impressions then have no
+    category and are quarantined as unparseable."""
+    frames = []
+    for name in cfg.news:
+        path = src / name
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: news file of source.yaml `news` is missing (see README, Real data)")
+        rows, _ = read_rows(path, sep="\t", header=False, n_fields=NEWS_FIELDS)
+        frames.append(rows.filter("ok").select(news=field_at(0), category=field_at(1), subcategory=field_at(2)))
+    if not frames:
+        raise ValueError("MIND behaviors.tsv needs its news.tsv: list it under `news:` in source.yaml")
+    return pl.concat(frames).unique("news", keep="first", maintain_order=True)
+
+
+def read_mind_tsv(src: Path, cfg: SourceConfig, calendar: CalendarConfig) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    """MIND's original behaviors.tsv (impression id, user, time, history, impressions; no header).
+
+    One impression row per candidate `N<id>-<label>` of a line (request_id `<file stem>:<line>:<k>`),
+    at its line's time: the data's first day -> the calendar's first day, and so on in order (MIND
+    has time, so the split is by time: its last day is E, the one before E-1). The category of the
+    candidate's news (news.tsv) is the surface; a line with the wrong field count or an unreadable
+    time, or a candidate whose category the dataset does not declare, lands verbatim (unparseable).
+    The `history` column (clicks before the logged period) becomes organic clicks at 00:00 of the
+    first day, one per user and news (those of undeclared categories are counted, not written):
+    (impression rows, history, history clicks left out)."""
+    news = read_news(src, cfg)
+    frames = []
+    for _, path in source_files(cfg, src):
+        rows, _ = read_rows(path, sep="\t", header=False, n_fields=BEHAVIORS_FIELDS)
+        ts = field_at(2).str.strptime(pl.Datetime("us"), "%m/%d/%Y %I:%M:%S %p", strict=False)
+        rows = rows.with_columns(ts=ts).with_columns(ok=pl.col("ok") & pl.col("ts").is_not_null())
+        frames.append(rows.with_columns(cand=pl.when("ok").then(field_at(4).str.split(" ")).otherwise([None]),
+                                        hist=field_at(3)))
+    lines = pl.concat(frames)
+    first = lines.filter("ok")["ts"].min()
+    days = calendar.dates()
+    rows = lines.explode("cand").with_columns(k=pl.int_range(pl.len()).over("source_file", "line_no"))
+    rows = rows.with_columns(
+        ok=pl.col("ok") & pl.col("cand").str.contains(r"^[^-]+-[^-]+$").fill_null(False),
+        request_id=request_ids(rows) + ":" + pl.col("k").cast(pl.String),
+        news=pl.col("cand").str.replace(r"-[^-]*$", ""),
+        click=pl.col("cand").str.extract(r"-([^-]*)$"),
+        day=(pl.col("ts").dt.date() - (first.date() if first else dt.date.min)).dt.total_days(),
+        # the click lands 1 s later: an impression in the day's last second moves 1 s earlier
+        seconds=(pl.col("ts") - pl.col("ts").dt.truncate("1d")).dt.total_seconds().clip(0, 86400 - 2),
+    ).join(news, on="news", how="left", maintain_order="left")
+    late = rows.filter(pl.col("ok") & (pl.col("day") >= len(days)))
+    if late.height:
+        raise ValueError(f"MIND behaviors span {int(late['day'].max()) + 1} days; the calendar has {len(days)}: set "
+                         "`days` in the dataset's calendar.yaml")
+    rows = map_surface(rows, pl.col("category"), cfg, next(iter(cfg.surfaces.values())))
+    rows = rows.with_columns(
+        date=pl.col("day").fill_null(0).replace_strict(list(range(len(days))), days, default=days[0]),
+        user_id=_strip_prefix(field_at(1), "U"),
+        ad_id=_strip_prefix(pl.col("news"), "N"),
+        advertiser_id=pl.Series(text_id(rows["subcategory"].to_list()), dtype=pl.String),
+        conversion=pl.lit(None, pl.String),
+        seconds=pl.col("seconds").fill_null(NOON),
+    )
+    hist = (
+        rows.filter("ok").unique(["source_file", "line_no"], keep="first", maintain_order=True)
+        .select("source_file", "line_no", "user_id", news=pl.col("hist").str.split(" "))
+        .explode("news").filter(pl.col("news").is_not_null() & (pl.col("news") != ""))
+        .unique(["user_id", "news"], keep="first", maintain_order=True)
+        .join(news, on="news", how="left", maintain_order="left")
+        .with_columns(surface=pl.col("category").replace_strict(cfg.surfaces, default=None))
+    )  # fmt: skip
+    history = hist.filter(pl.col("surface").is_not_null()).select(
+        "source_file", "line_no", "surface", date=pl.lit(days[0]), seconds=pl.lit(0, pl.Int64), user_id="user_id",
+        item_id=_strip_prefix(pl.col("news"), "N"), action=pl.lit("click"),
+    )
+    return rows, history, hist.height - history.height
 
 
 def read_mind(src: Path, cfg: SourceConfig, calendar: CalendarConfig) -> pl.DataFrame:
@@ -70,4 +148,9 @@ def read_mind(src: Path, cfg: SourceConfig, calendar: CalendarConfig) -> pl.Data
 def import_mind(
     src: Path, cfg: SourceConfig, surfaces: SurfacesConfig, calendar: CalendarConfig, home: Path, dataset: str = "mind"
 ) -> ImportResult:
+    """The Scenario-Wise-Rec CSV, or MIND's original behaviors.tsv + news.tsv (files ending in .tsv)."""
+    if all(p.suffix == ".tsv" for _, p in source_files(cfg, src)):
+        rows, history, outside = read_mind_tsv(src, cfg, calendar)
+        return write_landing(dataset, src, rows, history, surfaces, calendar, home,
+                             notes={"history_clicks_of_undeclared_categories": outside})
     return write_landing(dataset, src, read_mind(src, cfg, calendar), None, surfaces, calendar, home)

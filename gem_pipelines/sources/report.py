@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from gem_model.config import load_calendar, load_surfaces
@@ -24,6 +25,7 @@ from gem_model.registry import list_versions, load_model, read_accepted
 from gem_pipelines.sources.common import load_source
 
 FOUNDATION, BASELINE = "foundation_model", "single_surface_baseline"
+PREDICTIONS = "eval_predictions.parquet"  # gem_model.train: p_click of every clickable row of E
 
 
 def _foundation_version() -> tuple[str, bool] | None:
@@ -143,15 +145,115 @@ def write_real_report(dataset: str, *, n_boot: int = 200, lake: str | None = Non
     return out
 
 
-def main() -> None:
+def seeds_report(dataset: str, versions: dict[int, str], *, n_boot: int = 1000) -> dict[str, Any]:
+    """Click NE on E per surface of the foundation and its single-surface baseline over several seeds
+    (one foundation version per seed, its baselines under the same version): the seed mean, the
+    per-seed values, a 95% Poisson-bootstrap interval of the seed mean (the same resampled rows for
+    every seed and model) and the paired difference foundation - single-surface on those resamples."""
+    from gem_model.metrics import bootstrap_ne, interval, paired_difference
+    from gem_model.paths import models_dir
+
+    cfg = load_source(dataset)
+    surfaces = load_surfaces()
+    seeds = sorted(versions)
+    preds = {}
+    for seed, v in versions.items():
+        preds[f"foundation|{seed}"] = pl.read_parquet(models_dir(FOUNDATION) / v / PREDICTIONS)
+        preds[f"single_surface|{seed}"] = pl.concat(
+            [pl.read_parquet(models_dir(BASELINE, s) / v / PREDICTIONS) for s in surfaces.names])
+    first = next(iter(preds.values())).select("request_id", "surface", "click")
+    for k, df in preds.items():
+        first = first.join(df.select("request_id", pl.col("p_click").alias(k)), on="request_id", how="inner")
+    doc: dict[str, Any] = {"dataset": dataset, "evaluation_day": load_calendar().roles().evaluation.isoformat(),
+                           "seeds": seeds, "versions": {str(k): v for k, v in versions.items()}, "n_boot": n_boot,
+                           "rows": []}
+    for s in surfaces.names:
+        sub = first.filter(pl.col("surface") == s)
+        y = sub["click"].to_numpy().astype(float)
+        boot = bootstrap_ne(y, {k: sub[k].to_numpy() for k in preds}, n_boot=n_boot, seed=0)
+        row: dict[str, Any] = {"surface": s, "n": int(len(y)), "positives": int(y.sum()), "peer_ne": cfg.peer_ne.get(s)}
+        mean_boot = {}
+        for model in ("foundation", "single_surface"):
+            per_seed = [normalized_entropy(y, sub[f"{model}|{seed}"].to_numpy()) for seed in seeds]
+            mean_boot[model] = np.mean([boot[f"{model}|{seed}"] for seed in seeds], axis=0)
+            lo, hi = interval(mean_boot[model])
+            row[model] = {"ne": float(np.mean(per_seed)), "ne_ci": [lo, hi], "per_seed": per_seed}
+        row["foundation_minus_single"] = paired_difference(
+            mean_boot["foundation"], mean_boot["single_surface"], row["foundation"]["ne"] - row["single_surface"]["ne"])
+        doc["rows"].append(row)
+    return doc
+
+
+def seeds_markdown(doc: dict[str, Any]) -> str:
+    lines = [f"# {doc['dataset']}: click NE on E = {doc['evaluation_day']}, seeds {doc['seeds']} (mean, 95% bootstrap "
+             f"interval of the seed mean, {doc['n_boot']} resamples)", "",
+             "| surface | test positives | foundation NE | single-surface NE | foundation - single [95%] | peer NE |",
+             "|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        f, b, d = r["foundation"], r["single_surface"], r["foundation_minus_single"]
+        lines.append(f"| {r['surface']} | {r['positives']:,} | {f['ne']:.3f} [{f['ne_ci'][0]:.3f}, {f['ne_ci'][1]:.3f}] | "
+                     f"{b['ne']:.3f} [{b['ne_ci'][0]:.3f}, {b['ne_ci'][1]:.3f}] | {d['diff']:+.3f} [{d['lo']:+.3f}, "
+                     f"{d['hi']:+.3f}] ({d['verdict'].replace('a better', 'foundation better').replace('b better', 'single-surface better')}) | "
+                     f"{r['peer_ne'] if r['peer_ne'] is not None else '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+def trained_version(seed: int, preset: str) -> str | None:
+    """A foundation version already trained with this seed and the preset's current hyperparameters
+    (the demo's, or an earlier --seeds run), with every baseline's predictions on E: the ACCEPTED one
+    first, else the newest. None: train one."""
+    from gem_model.paths import models_dir
+    from gem_model.train import load_preset
+
+    spec = load_preset(preset)
+    accepted = read_accepted(FOUNDATION)
+    candidates = list(reversed(list_versions(FOUNDATION)))
+    if accepted is not None:
+        candidates.insert(0, accepted.name)
+    for v in candidates:
+        path = models_dir(FOUNDATION) / v / "config.json"
+        if not path.is_file():
+            continue
+        cfg = json.loads(path.read_text())
+        same = cfg.get("seed") == seed and all(cfg[k].get(key) == val for k in ("model", "train")
+                                                for key, val in spec[k].items())
+        preds = [models_dir(BASELINE, s) / v / PREDICTIONS for s in load_surfaces().names]
+        if same and (models_dir(FOUNDATION) / v / PREDICTIONS).is_file() and all(p.is_file() for p in preds):
+            return v
+    return None
+
+
+def run_seeds(dataset: str, seeds: list[int], preset: str) -> Path:
+    """The foundation + baselines of every seed on the lake already built (selection on E-1): reused
+    where already trained (trained_version), else trained now; then reports/real_data_seeds.{json,md}."""
+    from gem_model.foundation import run_foundation
+
+    versions = {seed: trained_version(seed, preset) or run_foundation(preset, seeds=(seed,), baselines=True)["version"]
+                for seed in seeds}
+    doc = seeds_report(dataset, versions)
+    out = reports_dir() / "real_data_seeds.json"
+    out.write_text(json.dumps(doc, indent=2, default=str))
+    out.with_suffix(".md").write_text(seeds_markdown(doc))
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
     """`GEM_DATA=douban GEM_HOME=.gem/douban python -m gem_pipelines.sources.report`: (re)write the
-    report from the models and lake already there (the demo writes it at its end)."""
+    report from the models and lake already there (the demo writes it at its end). With `--seeds 0 1 2`:
+    train the foundation and its baselines once per seed and write reports/real_data_seeds.md."""
+    import argparse
+    import os
+
     from gem_model.config import SIM, dataset_name
 
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--seeds", type=int, nargs="*", default=None)
+    ap.add_argument("--preset", default=os.environ.get("GEM_MODEL_PRESET", "small"))
+    args = ap.parse_args(argv)
     name = dataset_name()
     if name == SIM:
         raise SystemExit("GEM_DATA names no dataset: the simulated world has an oracle (reports/foundation_eval.json)")
-    path = write_real_report(name)
+    path = run_seeds(name, args.seeds, args.preset) if args.seeds else write_real_report(name)
     print((path.with_suffix(".md")).read_text())
     print(f"written: {path}")
 

@@ -93,6 +93,23 @@ def test_per_user_split_without_time(imported, dataset: str) -> None:
     assert events.filter(role == "test").height > 0 and events.filter(role == "val").height > 0
 
 
+def test_douban_unclicked_ratings_become_views(imported) -> None:
+    """source.yaml `unclicked_as: view`: each row labelled 0 is also an organic view of its item at the
+    impression's own time (so only later days' histories hold it); clicked rows add no organic row."""
+    assert load_source("douban").unclicked_as == "view"
+    home, result, parts = imported["douban"]
+    organic = pl.concat([p.organic for p in parts.values()])
+    events = pl.concat([p.events for p in parts.values()])
+    unclicked = events.filter(pl.col("click") == 0)
+    assert organic.height == result.history_records > 0
+    assert set(organic["action"]) == {"view"}
+    key = ["user_id", "ts", "surface"]
+    pairs = organic.select(*key, item=pl.col("item_id").cast(pl.String)).sort(*key, "item")
+    # one view per (user, item, day): an item rated twice on a day is viewed once
+    expect = unclicked.select(*key, item=pl.col("ad_id").cast(pl.String)).unique().sort(*key, "item")
+    assert pairs.equals(expect)
+
+
 def test_taobao_sequences_become_history(imported) -> None:
     home, result, parts = imported["taobao"]
     organic = pl.concat([p.organic for p in parts.values()])

@@ -6,7 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gem_model.config import ASSETS_DIR, SOURCES_DIR, ConfigError, dataset_name, load_surfaces, spec_path
+from gem_model.config import (
+    ASSETS_DIR,
+    SOURCES_DIR,
+    ConfigError,
+    dataset_name,
+    load_features,
+    load_surfaces,
+    spec_path,
+)
 from gem_model.distill.run import NOT_APPLICABLE, not_applicable_rows
 from gem_model.distill.teacher import path_applies
 from gem_model.metrics import bootstrap_ci, normalized_entropy
@@ -21,7 +29,9 @@ def test_default_is_the_simulator(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_dataset_brings_its_own_specs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GEM_DATA", "douban")
     assert spec_path("surfaces.yaml") == SOURCES_DIR / "douban" / "surfaces.yaml"
-    assert spec_path("features.yaml") == ASSETS_DIR / "features.yaml"  # not declared: the shared one
+    assert spec_path("quality.yaml") == ASSETS_DIR / "quality.yaml"  # not declared: the shared one
+    assert spec_path("features.yaml") == SOURCES_DIR / "douban" / "features.yaml"  # its own table sizes
+    assert load_features().tables["item"] > load_features(ASSETS_DIR / "features.yaml").tables["item"]
     assert spec_path("expectations/events.json") == SOURCES_DIR / "douban" / "expectations" / "events.json"
     assert load_surfaces().names == ["music", "book", "movie"]
 

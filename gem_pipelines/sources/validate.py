@@ -1,0 +1,50 @@
+"""Choose a dataset's model settings on the validation day E-1 only: train the foundation (or one
+surface's single-surface model) on the teacher window of the lake already built and print the
+click NE per surface on E-1 and the selection score (NE weighted by positives). E is not scored.
+
+    GEM_DATA=douban GEM_HOME=.gem/douban python -m gem_pipelines.sources.validate \\
+        '{"train": {"emb_lr": 0.05}}' [--surface music] [--preset small] [--seed 0]
+
+The JSON holds overrides on top of the preset (and of the dataset's own models/<preset>.yaml).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from typing import Any
+
+from gem_model.config import load_calendar
+
+
+def validate(overrides: dict[str, Any], *, preset: str = "small", surface: str | None = None,
+             seed: int = 0) -> dict[str, Any]:
+    from gem_model.train import train
+
+    roles = load_calendar().roles()
+    cfg = {"preset": preset, "model": overrides.get("model") or {}, "train": overrides.get("train") or {},
+           "data": {"train": [roles.teacher[0].isoformat(), roles.teacher[1].isoformat()],
+                    "valid": roles.validation.isoformat(), "eval": None,
+                    "surfaces": [surface] if surface else None, "oracle": False},
+           "seed": seed, "device": "cpu",
+           "tracking": {"project": "validate", "group": "validate", "name": "validate", "job_type": "validate"}}
+    with tempfile.TemporaryDirectory() as out:
+        s = train(cfg, out_dir=out)
+    return {"score": s["best_valid_score"], "best_step": s["best_step"], "steps": s["step"],
+            "valid_history": s["valid_history"],
+            "ne": {r["surface"]: r["ne"] for r in s["valid_rows"] if r["task"] == "click"}}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("overrides", nargs="?", default="{}")
+    ap.add_argument("--preset", default="small")
+    ap.add_argument("--surface", default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    print(json.dumps(validate(json.loads(a.overrides), preset=a.preset, surface=a.surface, seed=a.seed), indent=1))
+
+
+if __name__ == "__main__":
+    main()
