@@ -1,7 +1,13 @@
 """`make eval`: the published protocol. 3 seeds of the foundation model, its single-surface
 baselines, the base rate and a logistic regression on hand-built features (gem_model.baselines),
-all on the same rows of E, and every distillation arm x path with 3 seeds, on the lake `make demo`
-built.
+all on the same rows of E, and every distillation arm x path with 3 seeds.
+
+World: with the embedded simulator, the evaluation world of assets/simulator_eval.yaml (every
+surface >= 300 click positives on E; the demo world's smallest surface has ~34), built once into its
+own state at $GEM_HOME/eval_world/ (lake, Dagster instance, models) through the same Dagster jobs
+as `make demo`: ingest, features, then the teacher, domain models and teacher predictions that the
+distillation arms learn from. `--world demo` (and any GEM_DATA dataset) uses the lake `make demo`
+built, as before.
 
 Writes reports/foundation_eval_3seeds.json, reports/model_quality.md (the README's table: click NE
 per surface, seed mean +- sd, 95% bootstrap interval of the seed mean, calibration, share of the
@@ -17,10 +23,12 @@ import math
 import os
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
+from gem_model.config import SIM, dataset_name
 from gem_model.model_quality import model_quality, quality_markdown, run_lr_baselines
-from gem_model.paths import reports_dir
+from gem_model.paths import gem_home, reports_dir
 
 
 def mean_spread(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[tuple[tuple, float, float, int]]:
@@ -36,17 +44,78 @@ def mean_spread(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[tuple
     return out
 
 
+EVAL_SIMULATOR = "eval"  # assets/simulator_eval.yaml
+EVAL_HOME = "eval_world"  # under $GEM_HOME: the evaluation world never mixes with the demo's state
+
+
+def use_eval_world() -> Path:
+    """Point GEM_HOME, DAGSTER_HOME and GEM_SIMULATOR of this process at the evaluation world."""
+    home = gem_home() / EVAL_HOME
+    os.environ["GEM_HOME"] = str(home)
+    os.environ["DAGSTER_HOME"] = str(home / "dagster")
+    os.environ["GEM_SIMULATOR"] = EVAL_SIMULATOR
+    return home
+
+
+def build_world(with_teachers: bool) -> None:
+    """Ingest + features of every day, and (with_teachers) the ACCEPTED teacher, domain models and
+    teacher predictions, as `make demo` runs them; stages already done in this world are skipped
+    (a marker per stage, written after it succeeded)."""
+    from gem_pipelines.code_location import CodeLocation
+    from gem_pipelines.demo import _run
+    from gem_pipelines.instance import get_instance
+    from gem_pipelines.partitions import CALENDAR, SURFACES, multi_key
+
+    done_dir = gem_home() / "eval_world_stages"
+    done_dir.mkdir(parents=True, exist_ok=True)
+    dates = [d.isoformat() for d in CALENDAR.dates()]
+    location = CodeLocation(get_instance())
+    stages: list[tuple[str, str, list[str | None], dict | None]] = [
+        ("ingest", "land_and_ingest_job", [str(multi_key(d, s)) for d in dates for s in SURFACES.names], None),
+        ("features", "features_job", list(dates), None),
+    ]
+    if with_teachers:  # the teacher of the distillation arms: no single-surface baselines needed here
+        stages += [
+            ("foundation", "foundation_job", [None], {"foundation_model": {"config": {"baselines": False}}}),
+            ("domain_models", "domain_models_job", list(SURFACES.domains), None),
+            ("teacher_predictions", "teacher_predictions_job", list(dates[1:]), None),
+        ]
+    for name, job, keys, ops in stages:
+        marker = done_dir / name
+        if marker.exists():
+            print(f"  {name}: already built", flush=True)
+            continue
+        t = time.time()
+        for key in keys:
+            _run(location, job, key, ops)
+        marker.write_text(f"{time.time() - t:.0f}s\n")
+        print(f"  {name}: {time.time() - t:.0f}s", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--preset", default=os.environ.get("GEM_MODEL_PRESET", "small"))
     parser.add_argument("--skip-distillation", action="store_true")
+    parser.add_argument("--world", choices=["eval", "demo"], default="eval",
+                        help="eval: assets/simulator_eval.yaml in $GEM_HOME/eval_world (simulator only); "
+                             "demo: the lake `make demo` built")
+    parser.add_argument("--build-only", choices=["features", "teachers"],
+                        help="build the evaluation world up to this stage, then stop")
     args = parser.parse_args(argv)
+    t0 = time.time()
+    out_dir = reports_dir()  # the reports land where `make demo` puts its own, whatever the world
+    if args.world == "eval" and dataset_name() == SIM:
+        home = use_eval_world()
+        print(f"evaluation world (assets/simulator_{EVAL_SIMULATOR}.yaml) in {home}", flush=True)
+        build_world(with_teachers=args.build_only != "features" and not args.skip_distillation)
+        print(f"  world ready after {time.time() - t0:.0f}s", flush=True)
+    if args.build_only:
+        return
     from gem_model.distill import ARMS, DEFAULT_PATHS, run_distillation, write_report
     from gem_model.foundation import run_foundation, write_eval_report
     from gem_model.registry import read_accepted, resolve_checkpoint
 
-    t0 = time.time()
     # one seed at a time, each a complete comparison (foundation, single-surface, LR, base rate):
     # the report is rewritten after every seed, so a cut-short run still reports the seeds it did
     results: list[dict] = []
@@ -56,8 +125,8 @@ def main(argv: list[str] | None = None) -> None:
         results.append(result)
         rows += result["rows"] + run_lr_baselines(result, [seed])
         quality = model_quality(results, [r["seeds"][0] for r in results])
-        path = write_eval_report(rows, reports_dir() / "foundation_eval_3seeds.json", extra={"quality": quality})
-        md = reports_dir() / "model_quality.md"
+        path = write_eval_report(rows, out_dir / "foundation_eval_3seeds.json", extra={"quality": quality})
+        md = out_dir / "model_quality.md"
         md.write_text(quality_markdown(quality, len(results), time.time() - t0))
         print(f"\nafter seed {seed}:\n" + md.read_text(), flush=True)
     result = results[0]
@@ -71,7 +140,12 @@ def main(argv: list[str] | None = None) -> None:
     else:
         print("  oracle floor    " + "  ".join(f"{s}={v:.4f}" for s, v in sorted(oracle.items())))
     if not args.skip_distillation:
-        teachers = {"foundation": str(resolve_checkpoint(result["version_dir"]))}
+        # the pipeline's ACCEPTED teacher: its predictions are the teacher_predictions the arms distil
+        # (its tables are the ones parameter_sharing copies)
+        accepted_teacher = read_accepted("foundation_model")
+        if accepted_teacher is None:
+            raise SystemExit("no ACCEPTED foundation model: run `make demo` first")
+        teachers = {"foundation": str(resolve_checkpoint(accepted_teacher))}
         from gem_pipelines.partitions import SURFACES
 
         for domain in [d for d in SURFACES.domains if len(SURFACES.in_domain(d)) >= 2]:  # hierarchical path
@@ -80,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
                 raise SystemExit(f"no ACCEPTED domain model for {domain}: run `make demo` first")
             teachers[f"domain:{domain}"] = str(resolve_checkpoint(accepted))
         rows = run_distillation(list(ARMS), list(DEFAULT_PATHS), args.seeds, preset=args.preset, teachers=teachers)
-        path = write_report(rows, reports_dir() / "distillation_report_3seeds.json")
+        path = write_report(rows, out_dir / "distillation_report_3seeds.json")
         print(f"\ndistillation (click NE on E, mean +- sd over seeds)  -> {path}")
         for (arm, p, surface, split, task), m, sd, _n in mean_spread(rows, ("arm", "path", "surface", "split", "task")):
             if task == "click" and split == "evaluation":

@@ -34,6 +34,7 @@ class GEMConfig:
     emb_dropout: float = 0.0  # dropout on embedding tokens (memorisation lives in the id tables)
     target_attention: bool = True  # DIN-style candidate-vs-history tokens for tables shared with history
     ta_hidden: int = 32  # width of the DIN activation unit
+    exact_match: bool = True  # the count of the candidate's own id in the history is a match statistic
     attention: str = "jagged"  # jagged (kernels.jagged_attention) | padded (SDPA over a padded batch)
     max_hist_len: int | None = None  # None: features.yaml history.max_len (never longer)
 

@@ -165,7 +165,9 @@ class GEM(nn.Module):
         dense_in = [(batch.dense.float() - self.dense_mean) / self.dense_std]
         pooled: list[torch.Tensor] = []
         if self.target:
-            outs = [ta(tokens[j], raw[col], h, seg_h) for ta, (j, col) in zip(self.target, cfg.target_pairs, strict=True)]
+            outs = [ta(tokens[j], raw[col], h, seg_h,
+                       same=batch.history[col] == batch.sparse[seg_h, j] if cfg.exact_match else None)
+                    for ta, (j, col) in zip(self.target, cfg.target_pairs, strict=True)]
             target = torch.stack([o[0] for o in outs], dim=1)
             pooled = [o[1] for o in outs]
             dense_in += [o[2].float() for o in outs]
