@@ -4,10 +4,11 @@ all on the same rows of E, and every distillation arm x path with 3 seeds.
 
 World: with the embedded simulator, the evaluation world of assets/simulator_eval.yaml (every
 surface >= 300 click positives on E; the demo world's smallest surface has ~34), built once into its
-own state at $GEM_HOME/eval_world/ (lake, Dagster instance, models) through the same Dagster jobs
-as `make demo`: ingest, features, then the teacher, domain models and teacher predictions that the
-distillation arms learn from. `--world demo` (and any GEM_DATA dataset) uses the lake `make demo`
-built, as before.
+own state at $GEM_HOME/eval_world/ (lake, Dagster instance, models) through the Dagster jobs `make
+demo` runs: ingest and features; the first seed is the pipeline's own foundation_model run (with
+its baselines and quality gate), which, once ACCEPTED, is also the teacher of the domain models,
+the teacher predictions and the distillation arms. `--world demo` (and any GEM_DATA dataset) uses
+the lake `make demo` built, as before.
 
 Writes reports/foundation_eval_3seeds.json, reports/model_quality.md (the README's table: click NE
 per surface, seed mean +- sd, 95% bootstrap interval of the seed mean, calibration, share of the
@@ -19,6 +20,7 @@ use the validation day E-1 only; E is reported, never tuned on.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import time
@@ -29,6 +31,9 @@ from typing import Any
 from gem_model.config import SIM, dataset_name
 from gem_model.model_quality import model_quality, quality_markdown, run_lr_baselines
 from gem_model.paths import gem_home, reports_dir
+from gem_model.registry import list_versions, version_dir
+
+FOUNDATION_ASSET = "foundation_model"
 
 
 def mean_spread(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[tuple[tuple, float, float, int]]:
@@ -57,39 +62,60 @@ def use_eval_world() -> Path:
     return home
 
 
-def build_world(with_teachers: bool) -> None:
-    """Ingest + features of every day, and (with_teachers) the ACCEPTED teacher, domain models and
-    teacher predictions, as `make demo` runs them; stages already done in this world are skipped
-    (a marker per stage, written after it succeeded)."""
-    from gem_pipelines.code_location import CodeLocation
-    from gem_pipelines.demo import _run
-    from gem_pipelines.instance import get_instance
-    from gem_pipelines.partitions import CALENDAR, SURFACES, multi_key
+class EvalWorld:
+    """Builds the evaluation world stage by stage through the Dagster jobs `make demo` runs; a stage
+    already done in this world is skipped (a marker per stage, written after it succeeded)."""
 
-    done_dir = gem_home() / "eval_world_stages"
-    done_dir.mkdir(parents=True, exist_ok=True)
-    dates = [d.isoformat() for d in CALENDAR.dates()]
-    location = CodeLocation(get_instance())
-    stages: list[tuple[str, str, list[str | None], dict | None]] = [
-        ("ingest", "land_and_ingest_job", [str(multi_key(d, s)) for d in dates for s in SURFACES.names], None),
-        ("features", "features_job", list(dates), None),
-    ]
-    if with_teachers:  # the teacher of the distillation arms: no single-surface baselines needed here
-        stages += [
-            ("foundation", "foundation_job", [None], {"foundation_model": {"config": {"baselines": False}}}),
-            ("domain_models", "domain_models_job", list(SURFACES.domains), None),
-            ("teacher_predictions", "teacher_predictions_job", list(dates[1:]), None),
-        ]
-    for name, job, keys, ops in stages:
-        marker = done_dir / name
+    def __init__(self) -> None:
+        from gem_pipelines.code_location import CodeLocation
+        from gem_pipelines.instance import get_instance
+        from gem_pipelines.partitions import CALENDAR, SURFACES
+
+        self.location = CodeLocation(get_instance())
+        self.dates = [d.isoformat() for d in CALENDAR.dates()]
+        self.surfaces = SURFACES
+        self.done = gem_home() / "eval_world_stages"
+        self.done.mkdir(parents=True, exist_ok=True)
+
+    def stage(self, name: str, job: str, keys: list[str | None], ops: dict | None = None) -> str:
+        """Run `job` for every key unless stage `name` is done; returns what its marker holds."""
+        from gem_pipelines.demo import _run
+
+        marker = self.done / name
         if marker.exists():
             print(f"  {name}: already built", flush=True)
-            continue
-        t = time.time()
+            return marker.read_text().strip()
+        t, before = time.time(), set(list_versions(FOUNDATION_ASSET))
         for key in keys:
-            _run(location, job, key, ops)
-        marker.write_text(f"{time.time() - t:.0f}s\n")
+            _run(self.location, job, key, ops)
+        new = sorted(set(list_versions(FOUNDATION_ASSET)) - before)
+        marker.write_text(new[-1] if new else "done")
         print(f"  {name}: {time.time() - t:.0f}s", flush=True)
+        return marker.read_text().strip()
+
+    def data(self) -> None:
+        """Ingest and features of every day of the calendar."""
+        from gem_pipelines.partitions import multi_key
+
+        self.stage("ingest", "land_and_ingest_job",
+                   [str(multi_key(d, s)) for d in self.dates for s in self.surfaces.names])
+        self.stage("features", "features_job", list(self.dates))
+
+    def teacher(self, preset: str, seed: int) -> dict[str, Any]:
+        """The pipeline's foundation_model run (cold start, this seed, with its single-surface
+        baselines, then its quality gate): the first seed of the protocol and, once ACCEPTED, the
+        teacher whose predictions the distillation arms learn from (one training serves both)."""
+        ops = {"foundation_model": {"config": {"preset": preset, "seeds": [seed], "baselines": True,
+                                               "warm_start": False}}}
+        version = self.stage(f"foundation_s{seed}", "foundation_job", [None], ops)
+        vdir = version_dir(FOUNDATION_ASSET, version)
+        rows = json.loads((vdir / "eval_rows.json").read_text())["rows"]
+        return {"version": version, "version_dir": str(vdir), "rows": rows, "seeds": [seed]}
+
+    def domain_teachers(self) -> None:
+        """Domain models and the teacher predictions of every day (the distillation arms' targets)."""
+        self.stage("domain_models", "domain_models_job", list(self.surfaces.domains))
+        self.stage("teacher_predictions", "teacher_predictions_job", list(self.dates[1:]))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -105,11 +131,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     t0 = time.time()
     out_dir = reports_dir()  # the reports land where `make demo` puts its own, whatever the world
+    world: EvalWorld | None = None
     if args.world == "eval" and dataset_name() == SIM:
         home = use_eval_world()
         print(f"evaluation world (assets/simulator_{EVAL_SIMULATOR}.yaml) in {home}", flush=True)
-        build_world(with_teachers=args.build_only != "features" and not args.skip_distillation)
-        print(f"  world ready after {time.time() - t0:.0f}s", flush=True)
+        world = EvalWorld()
+        world.data()
+        print(f"  data ready after {time.time() - t0:.0f}s", flush=True)
+        if args.build_only == "teachers":
+            world.teacher(args.preset, args.seeds[0])
+            world.domain_teachers()
     if args.build_only:
         return
     from gem_model.distill import ARMS, DEFAULT_PATHS, run_distillation, write_report
@@ -120,8 +151,11 @@ def main(argv: list[str] | None = None) -> None:
     # the report is rewritten after every seed, so a cut-short run still reports the seeds it did
     results: list[dict] = []
     rows: list[dict] = []
-    for seed in args.seeds:
-        result = run_foundation(args.preset, seeds=(seed,), baselines=True)
+    for i, seed in enumerate(args.seeds):
+        if world is not None and i == 0:
+            result = world.teacher(args.preset, seed)
+        else:
+            result = run_foundation(args.preset, seeds=(seed,), baselines=True)
         results.append(result)
         rows += result["rows"] + run_lr_baselines(result, [seed])
         quality = model_quality(results, [r["seeds"][0] for r in results])
@@ -140,6 +174,8 @@ def main(argv: list[str] | None = None) -> None:
     else:
         print("  oracle floor    " + "  ".join(f"{s}={v:.4f}" for s, v in sorted(oracle.items())))
     if not args.skip_distillation:
+        if world is not None:
+            world.domain_teachers()
         # the pipeline's ACCEPTED teacher: its predictions are the teacher_predictions the arms distil
         # (its tables are the ones parameter_sharing copies)
         accepted_teacher = read_accepted("foundation_model")

@@ -187,3 +187,19 @@ def test_presets_build_on_meta(preset):
     train = load_preset(preset)["train"]
     for key in ("batch_size", "lr", "epochs", "warmup_steps", "checkpoint_every", "eval_batch_size"):
         assert key in train
+
+
+def test_exact_match_statistic_counts_the_candidate_in_the_history():
+    """The last match statistic is log1p(#history entries equal to the candidate's id), per row."""
+    d = 8
+    torch.manual_seed(0)
+    offsets = torch.tensor([0, 3, 3, 5])  # row 1 has an empty history
+    seg = segment_ids(offsets, 5)
+    cand_ids = torch.tensor([7, 7, 9])
+    hist_ids = torch.tensor([7, 2, 7, 9, 3])
+    ta = DINTargetAttention(d, max_len=16)
+    same = hist_ids == cand_ids[seg]
+    _, _, stats = ta(torch.randn(3, d), torch.randn(5, d), torch.randn(5, d), seg, same=same)
+    assert torch.allclose(stats[:, -1], torch.log1p(torch.tensor([2.0, 0.0, 1.0])))
+    _, _, no_ids = ta(torch.randn(3, d), torch.randn(5, d), torch.randn(5, d), seg)
+    assert torch.equal(no_ids[:, -1], torch.zeros(3))
