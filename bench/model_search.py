@@ -47,12 +47,18 @@ VARIANTS: dict[str, dict] = {
     "emb_dropout_0.1": {"model": {"emb_dropout": 0.1}},
     "no_target_attention": {"model": {"target_attention": False}},
     # hypothesis (a) of issue 9: hash collisions of the open id vocabularies (features.yaml buckets)
+    "wide_lr_0.05": {"train": {"wide_lr": 0.05}},
     "no_exact_match": {"model": {"exact_match": False}},
     "big_tables": {"buckets": {"user_id": 131072, "ad_id": 65536, "hist_item_id": 65536, "advertiser_id": 8192}},
     "emb_lr_0.03": {"train": {"emb_lr": 0.03}},
     "lr_0.03": {"train": {"lr": 0.03}},
     "epochs_3": {"train": {"epochs": 3}},
     "wide_wd_1e-3": {"train": {"wide_weight_decay": 0.001}},
+    # round 2 on the evaluation world: one epoch (the second pass overfits at once), validation 6x per epoch
+    "e1": {"train": {"epochs": 1, "eval_every": 39}},
+    "e1_emb_dropout_0.1": {"train": {"epochs": 1, "eval_every": 39}, "model": {"emb_dropout": 0.1}},
+    "e1_wide_lr_0.05": {"train": {"epochs": 1, "eval_every": 39, "wide_lr": 0.05}},
+    "e1_emb_lr_0.003": {"train": {"epochs": 1, "eval_every": 39, "emb_lr": 0.003}},
 }
 
 
@@ -88,8 +94,10 @@ def main() -> None:
     lines = [f"\n## {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {a.world} world ({lake or lake_root()}), preset `{a.preset}`"
              f"{' + ' + str(extra) if extra else ''}, training window {window[0]}..{window[1]}, "
              f"selection on E-1 = {valid}\n",
-             "| variant | overrides | best E-1 score | best step / steps | E-1 click NE per surface | train s |",
-             "|---|---|---|---|---|---|"]
+             "| variant | overrides | best E-1 score | best step / steps | E-1 click NE per surface | E-1 score by step | train s |",
+             "|---|---|---|---|---|---|---|"]
+    with open(a.out, "a") as f:  # the header now, each row as soon as its run ends (a stopped search keeps them)
+        f.write("\n".join(lines) + "\n")
     for name in a.variants:
         over = VARIANTS[name]
         with tempfile.TemporaryDirectory() as tmp:
@@ -102,12 +110,12 @@ def main() -> None:
                       features=with_buckets(load_features(), over.get("buckets", {})))
         per = ", ".join(f"{r['surface']} {r['ne']:.4f}" for r in s["valid_rows"]
                         if r["task"] == "click" and math.isfinite(r["ne"]))
+        curve = " ".join(f"{int(st)}:{sc:.4f}" for st, sc in s["valid_history"])
         row = (f"| {name} | `{over}` | {s['best_valid_score']:.4f} | {s['best_step']} / {s['step']} | {per} | "
-               f"{time.time() - t:.0f} |")
+               f"{curve} | {time.time() - t:.0f} |")
         print(row, flush=True)
-        lines.append(row)
-    with open(a.out, "a") as f:
-        f.write("\n".join(lines) + "\n")
+        with open(a.out, "a") as f:
+            f.write(row + "\n")
 
 
 if __name__ == "__main__":
