@@ -59,6 +59,10 @@ VARIANTS: dict[str, dict] = {
     "e1_emb_dropout_0.1": {"train": {"epochs": 1, "eval_every": 39}, "model": {"emb_dropout": 0.1}},
     "e1_wide_lr_0.05": {"train": {"epochs": 1, "eval_every": 39, "wide_lr": 0.05}},
     "e1_emb_lr_0.003": {"train": {"epochs": 1, "eval_every": 39, "emb_lr": 0.003}},
+    # hypothesis (c): the logistic regression's history-item x candidate crosses in the wide path
+    "e1_cross": {"train": {"epochs": 1, "eval_every": 39}, "model": {"wide_cross_rows": 1 << 20}},
+    "e1_cross_wide_lr_0.05": {"train": {"epochs": 1, "eval_every": 39, "wide_lr": 0.05},
+                              "model": {"wide_cross_rows": 1 << 20}},
 }
 
 
