@@ -203,3 +203,25 @@ def test_exact_match_statistic_counts_the_candidate_in_the_history():
     assert torch.allclose(stats[:, -1], torch.log1p(torch.tensor([2.0, 0.0, 1.0])))
     _, _, no_ids = ta(torch.randn(3, d), torch.randn(5, d), torch.randn(5, d), seg)
     assert torch.equal(no_ids[:, -1], torch.zeros(3))
+
+
+def test_wide_cross_reads_history_item_candidate_pairs():
+    """The wide cross path (wide_cross_rows > 0) is 0 for an empty history and depends on the
+    candidate through the (history item, candidate) pairs, row by row."""
+    from gem_model.models.gem import CROSS, GEM
+    from gem_model.synthetic_batches import config_from_assets, synthetic_batch
+
+    cfg = config_from_assets("tiny", {"wide_cross_rows": 1 << 12})
+    model = GEM(cfg)
+    torch.nn.init.normal_(model.wide_tables[CROSS].weight)
+    b = synthetic_batch(cfg, 32, torch.Generator().manual_seed(0))
+    cross = model.embed(b).cross
+    lengths = b.offsets[1:] - b.offsets[:-1]
+    assert cross.shape == (32, 2) and torch.all(cross[lengths == 0] == 0) and torch.all(cross[lengths > 0] != 0)
+    j, _ = cfg.target_pairs[0]
+    r = int(torch.nonzero(lengths > 0)[0])
+    b.sparse[r, j] = (b.sparse[r, j] % (cfg.tables[cfg.sparse_features[j][1]] - 2)) + 1  # another candidate
+    moved = model.embed(b).cross
+    others = torch.arange(32) != r
+    assert not torch.allclose(moved[r], cross[r]) and torch.equal(moved[others], cross[others])
+    assert GEM(config_from_assets("tiny")).embed(b).cross is None  # off unless asked for
