@@ -118,37 +118,12 @@ class EvalWorld:
         self.stage("teacher_predictions", "teacher_predictions_job", list(self.dates[1:]))
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--preset", default=os.environ.get("GEM_MODEL_PRESET", "small"))
-    parser.add_argument("--skip-distillation", action="store_true")
-    parser.add_argument("--world", choices=["eval", "demo"], default="eval",
-                        help="eval: assets/simulator_eval.yaml in $GEM_HOME/eval_world (simulator only); "
-                             "demo: the lake `make demo` built")
-    parser.add_argument("--build-only", choices=["features", "teachers"],
-                        help="build the evaluation world up to this stage, then stop")
-    args = parser.parse_args(argv)
-    t0 = time.time()
-    out_dir = reports_dir()  # the reports land where `make demo` puts its own, whatever the world
-    world: EvalWorld | None = None
-    if args.world == "eval" and dataset_name() == SIM:
-        home = use_eval_world()
-        print(f"evaluation world (assets/simulator_{EVAL_SIMULATOR}.yaml) in {home}", flush=True)
-        world = EvalWorld()
-        world.data()
-        print(f"  data ready after {time.time() - t0:.0f}s", flush=True)
-        if args.build_only == "teachers":
-            world.teacher(args.preset, args.seeds[0])
-            world.domain_teachers()
-    if args.build_only:
-        return
-    from gem_model.distill import ARMS, DEFAULT_PATHS, run_distillation, write_report
+def protocol(args: argparse.Namespace, world: EvalWorld | None, out_dir: Path, t0: float) -> None:
+    """Foundation, single-surface, base rate and logistic regression, one seed at a time, each a
+    complete comparison: the report is rewritten after every seed, so a cut-short run still reports
+    the seeds it did."""
     from gem_model.foundation import run_foundation, write_eval_report
-    from gem_model.registry import read_accepted, resolve_checkpoint
 
-    # one seed at a time, each a complete comparison (foundation, single-surface, LR, base rate):
-    # the report is rewritten after every seed, so a cut-short run still reports the seeds it did
     results: list[dict] = []
     rows: list[dict] = []
     for i, seed in enumerate(args.seeds):
@@ -173,6 +148,43 @@ def main(argv: list[str] | None = None) -> None:
         print("  oracle floor    none (real data): see reports/real_data_report.md for bootstrap intervals")
     else:
         print("  oracle floor    " + "  ".join(f"{s}={v:.4f}" for s, v in sorted(oracle.items())))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--preset", default=os.environ.get("GEM_MODEL_PRESET", "small"))
+    parser.add_argument("--skip-distillation", action="store_true")
+    parser.add_argument("--world", choices=["eval", "demo"], default="eval",
+                        help="eval: assets/simulator_eval.yaml in $GEM_HOME/eval_world (simulator only); "
+                             "demo: the lake `make demo` built")
+    parser.add_argument("--distillation-only", action="store_true",
+                        help="only the distillation arms (e.g. beside a --skip-distillation run, once its "
+                             "first seed, the teacher, is done)")
+    parser.add_argument("--build-only", choices=["features", "teachers"],
+                        help="build the evaluation world up to this stage, then stop")
+    args = parser.parse_args(argv)
+    t0 = time.time()
+    out_dir = reports_dir()  # the reports land where `make demo` puts its own, whatever the world
+    world: EvalWorld | None = None
+    if args.world == "eval" and dataset_name() == SIM:
+        home = use_eval_world()
+        print(f"evaluation world (assets/simulator_{EVAL_SIMULATOR}.yaml) in {home}", flush=True)
+        world = EvalWorld()
+        world.data()
+        print(f"  data ready after {time.time() - t0:.0f}s", flush=True)
+        if args.build_only == "teachers":
+            world.teacher(args.preset, args.seeds[0])
+            world.domain_teachers()
+    if args.build_only:
+        return
+    from gem_model.distill import ARMS, DEFAULT_PATHS, run_distillation, write_report
+    from gem_model.registry import read_accepted, resolve_checkpoint
+
+    if not args.distillation_only:
+        protocol(args, world, out_dir, t0)
+    elif world is not None:
+        world.teacher(args.preset, args.seeds[0])  # the teacher (its stage marker when seed 0 is done)
     if not args.skip_distillation:
         if world is not None:
             world.domain_teachers()
