@@ -3,6 +3,9 @@ positives on E that a per-surface confidence interval needs; it is the demo worl
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from gem_model.config import ConfigError, load_calendar, load_simulator, load_surfaces
@@ -36,3 +39,19 @@ def test_traffic_share_override_is_validated(monkeypatch):
     monkeypatch.setenv("GEM_SIMULATOR", "../simulator")
     with pytest.raises(ConfigError):
         load_simulator()
+
+
+def test_make_eval_state_never_mixes_with_the_demo(monkeypatch, tmp_path):
+    """`make eval` builds its world under $GEM_HOME/eval_world (lake, Dagster instance, models) and
+    simulates it from simulator_eval.yaml, whatever DAGSTER_HOME the caller had."""
+    from gem_model.paths import gem_home, lake_root
+    from gem_pipelines.evaluate import use_eval_world
+
+    monkeypatch.setenv("GEM_HOME", str(tmp_path))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    monkeypatch.delenv("GEM_SIMULATOR", raising=False)
+    home = use_eval_world()
+    assert home == gem_home() == (tmp_path / "eval_world").resolve()
+    assert lake_root() == str(home / "lake")
+    assert Path(os.environ["DAGSTER_HOME"]) == home / "dagster"
+    assert load_simulator().traffic_share is not None
