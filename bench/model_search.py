@@ -63,6 +63,12 @@ VARIANTS: dict[str, dict] = {
     "e1_cross": {"train": {"epochs": 1, "eval_every": 39}, "model": {"wide_cross_rows": 1 << 20}},
     "e1_cross_wide_lr_0.05": {"train": {"epochs": 1, "eval_every": 39, "wide_lr": 0.05},
                               "model": {"wide_cross_rows": 1 << 20}},
+    # row-wise Adagrad adds wd * w to the gradient of every touched row: 1e-4 outweighs a rare id's
+    # own gradient (~(p - y) / batch); the logistic regression's l2 is 1e-6
+    "e1_cross_wide_lr_0.05_wd_1e-6": {"train": {"epochs": 1, "eval_every": 39, "wide_lr": 0.05,
+                                                "wide_weight_decay": 1e-6}, "model": {"wide_cross_rows": 1 << 20}},
+    "e1_cross_wide_lr_0.1_wd_1e-6": {"train": {"epochs": 1, "eval_every": 39, "wide_lr": 0.1,
+                                               "wide_weight_decay": 1e-6}, "model": {"wide_cross_rows": 1 << 20}},
 }
 
 
