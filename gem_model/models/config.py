@@ -133,4 +133,5 @@ class GEMConfig:
         unknown = set(d) - known
         if unknown:
             raise ValueError(f"unknown GEMConfig fields {sorted(unknown)}")
-        return cls(**d)
+        # checkpoints saved before the exact-match statistic existed carry no such key: same shapes
+        return cls(**{"exact_match": False, **d})

@@ -104,7 +104,8 @@ class GEM(nn.Module):
         d = cfg.d_model
         # -- inputs ---------------------------------------------------------------------------
         self.tables = nn.ModuleDict({t: nn.Embedding(rows, d) for t, rows in cfg.tables.items()})
-        n_wide = len(cfg.dense_features) + N_STATS * len(cfg.target_pairs)
+        n_stats = N_STATS if cfg.exact_match else N_STATS - 1
+        n_wide = len(cfg.dense_features) + n_stats * len(cfg.target_pairs)
         self.dense = MLP(n_wide, 2 * d, d)
         # training-window statistics (gem_model.normalization), saved with the weights
         self.register_buffer("dense_mean", torch.zeros(len(cfg.dense_features)))

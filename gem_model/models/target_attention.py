@@ -44,7 +44,7 @@ class DINTargetAttention(nn.Module):
         same: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """cand [B, d], items/tokens [L, d], seg [L], same [L] (history entry is the candidate's id)
-        -> (normalised [B, d], sum-pooled [B, d], stats [B, N_STATS])."""
+        -> (normalised [B, d], sum-pooled [B, d], stats [B, N_STATS], or N_STATS - 1 without `same`)."""
         batch = cand.shape[0]
         q = self.q(cand)[seg]
         k = self.k(items)
@@ -64,6 +64,8 @@ class DINTargetAttention(nn.Module):
         # match that needs no projection to be learned first
         raw = (cand[seg] * items).sum(-1) * RAW_SCALE
         raw_mean = segment_sum(raw, seg, batch, out_dtype=f32) / lengths.clamp_min(1.0)
-        exact = segment_sum(same.float(), seg, batch, out_dtype=f32) if same is not None else torch.zeros_like(count)
-        stats = torch.stack([torch.log1p(count), count / self.max_len, mean, best, raw_mean, torch.log1p(exact)], dim=1)
+        cols = [torch.log1p(count), count / self.max_len, mean, best, raw_mean]
+        if same is not None:  # without ids (checkpoints from before the statistic existed): N_STATS - 1 columns
+            cols.append(torch.log1p(segment_sum(same.float(), seg, batch, out_dtype=f32)))
+        stats = torch.stack(cols, dim=1)
         return self.ln(normed), summed, stats
