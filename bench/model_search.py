@@ -1,6 +1,8 @@
 """The foundation model's schedule / regularisation search, on the validation day E-1 only.
 
     PYTHONPATH=. GEM_HOME=<a home with the demo lake> python bench/model_search.py [--variants a b ...]
+    PYTHONPATH=. GEM_HOME=<home>/eval_world python bench/model_search.py ...  # the evaluation world's lake
+                                      (built by `python -m gem_pipelines.evaluate --build-only features`)
     PYTHONPATH=. python bench/model_search.py --world synthetic     # the history-only synthetic world
 
 `--world synthetic` writes the synthetic world of tests/model/test_model_quality.py (the click
@@ -29,7 +31,8 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
-from gem_model.config import load_calendar  # noqa: E402
+from gem_model.config import FeaturesConfig, load_calendar, load_features  # noqa: E402
+from gem_model.paths import lake_root  # noqa: E402
 from gem_model.train import train  # noqa: E402
 
 SYNTHETIC_WORLD = {"n_users": 400, "n_ads": 48, "n_items": 192, "n_topics": 6, "max_hist": 16}
@@ -43,7 +46,39 @@ VARIANTS: dict[str, dict] = {
     "wide_wd_0": {"train": {"wide_weight_decay": 0.0}},
     "emb_dropout_0.1": {"model": {"emb_dropout": 0.1}},
     "no_target_attention": {"model": {"target_attention": False}},
+    # hypothesis (a) of issue 9: hash collisions of the open id vocabularies (features.yaml buckets)
+    "wide_lr_0.05": {"train": {"wide_lr": 0.05}},
+    "no_exact_match": {"model": {"exact_match": False}},
+    "big_tables": {"buckets": {"user_id": 131072, "ad_id": 65536, "hist_item_id": 65536, "advertiser_id": 8192}},
+    "emb_lr_0.03": {"train": {"emb_lr": 0.03}},
+    "lr_0.03": {"train": {"lr": 0.03}},
+    "epochs_3": {"train": {"epochs": 3}},
+    "wide_wd_1e-3": {"train": {"wide_weight_decay": 0.001}},
+    # round 2 on the evaluation world: one epoch (the second pass overfits at once), validation 6x per epoch
+    "e1": {"train": {"epochs": 1, "eval_every": 39}},
+    "e1_emb_dropout_0.1": {"train": {"epochs": 1, "eval_every": 39}, "model": {"emb_dropout": 0.1}},
+    "e1_wide_lr_0.05": {"train": {"epochs": 1, "eval_every": 39, "wide_lr": 0.05}},
+    "e1_emb_lr_0.003": {"train": {"epochs": 1, "eval_every": 39, "emb_lr": 0.003}},
+    # hypothesis (c): the logistic regression's history-item x candidate crosses in the wide path
+    "e1_cross": {"train": {"epochs": 1, "eval_every": 39}, "model": {"wide_cross_rows": 1 << 20}},
+    "e1_cross_wide_lr_0.05": {"train": {"epochs": 1, "eval_every": 39, "wide_lr": 0.05},
+                              "model": {"wide_cross_rows": 1 << 20}},
+    # row-wise Adagrad adds wd * w to the gradient of every touched row: 1e-4 outweighs a rare id's
+    # own gradient (~(p - y) / batch); the logistic regression's l2 is 1e-6
+    "e1_cross_wide_lr_0.05_wd_1e-6": {"train": {"epochs": 1, "eval_every": 39, "wide_lr": 0.05,
+                                                "wide_weight_decay": 1e-6}, "model": {"wide_cross_rows": 1 << 20}},
+    "e1_cross_wide_lr_0.1_wd_1e-6": {"train": {"epochs": 1, "eval_every": 39, "wide_lr": 0.1,
+                                               "wide_weight_decay": 1e-6}, "model": {"wide_cross_rows": 1 << 20}},
 }
+
+
+def with_buckets(features: FeaturesConfig, buckets: dict[str, int]) -> FeaturesConfig:
+    """features.yaml with other table sizes for some hashed features (a variant of the search)."""
+    raw = features.model_dump()
+    for f in [*raw["sparse"], *raw["history"]["columns"]]:
+        if f["name"] in buckets:
+            f["buckets"] = buckets[f["name"]]
+    return FeaturesConfig.model_validate(raw)
 
 
 def main() -> None:
@@ -66,11 +101,13 @@ def main() -> None:
         roles = load_calendar().roles()
         window, valid = (str(roles.teacher[0]), str(roles.teacher[1])), str(roles.validation)
         extra = {}
-    lines = [f"\n## {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {a.world} world, preset `{a.preset}`"
+    lines = [f"\n## {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {a.world} world ({lake or lake_root()}), preset `{a.preset}`"
              f"{' + ' + str(extra) if extra else ''}, training window {window[0]}..{window[1]}, "
              f"selection on E-1 = {valid}\n",
-             "| variant | overrides | best E-1 score | best step / steps | E-1 click NE per surface | train s |",
-             "|---|---|---|---|---|---|"]
+             "| variant | overrides | best E-1 score | best step / steps | E-1 click NE per surface | E-1 score by step | train s |",
+             "|---|---|---|---|---|---|---|"]
+    with open(a.out, "a") as f:  # the header now, each row as soon as its run ends (a stopped search keeps them)
+        f.write("\n".join(lines) + "\n")
     for name in a.variants:
         over = VARIANTS[name]
         with tempfile.TemporaryDirectory() as tmp:
@@ -79,15 +116,16 @@ def main() -> None:
                        "train": {"log_every": 10**6, **extra, **over.get("train", {})},
                        "data": {"train": list(window), "valid": valid, "lake": lake},
                        "seed": 0, "device": os.environ.get("GEM_DEVICE", "cpu"),
-                       "tracking": {"name": f"search-{name}"}}, out_dir=tmp)
+                       "tracking": {"name": f"search-{name}"}}, out_dir=tmp,
+                      features=with_buckets(load_features(), over.get("buckets", {})))
         per = ", ".join(f"{r['surface']} {r['ne']:.4f}" for r in s["valid_rows"]
                         if r["task"] == "click" and math.isfinite(r["ne"]))
+        curve = " ".join(f"{int(st)}:{sc:.4f}" for st, sc in s["valid_history"])
         row = (f"| {name} | `{over}` | {s['best_valid_score']:.4f} | {s['best_step']} / {s['step']} | {per} | "
-               f"{time.time() - t:.0f} |")
+               f"{curve} | {time.time() - t:.0f} |")
         print(row, flush=True)
-        lines.append(row)
-    with open(a.out, "a") as f:
-        f.write("\n".join(lines) + "\n")
+        with open(a.out, "a") as f:
+            f.write(row + "\n")
 
 
 if __name__ == "__main__":

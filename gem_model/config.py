@@ -220,6 +220,29 @@ class SimulatorConfig(_Strict):
     organic_per_impression: float = Field(default=1.5, ge=0)
     interest_drift: float = Field(default=0.15, ge=0)
     corruption_rate: float = Field(default=0.003, ge=0, le=0.2)
+    # per-surface share of the day's impressions, replacing surfaces.yaml's traffic_share (e.g. the
+    # evaluation world gives the small surfaces enough traffic for confidence intervals)
+    traffic_share: dict[str, float] | None = None
+
+    @field_validator("traffic_share")
+    @classmethod
+    def _shares(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        if v is not None:
+            for name, share in v.items():
+                validate_name(name, "surface")
+                if not 0 < share <= 1:
+                    raise ValueError(f"traffic_share[{name}] = {share}: expected a share in (0, 1]")
+            if abs(sum(v.values()) - 1.0) > 1e-6:
+                raise ValueError(f"traffic_share sums to {sum(v.values())}, not 1")
+        return v
+
+    def share(self, surface: Surface) -> float:
+        """The surface's share of impressions: this config's override, else surfaces.yaml's."""
+        if self.traffic_share is None:
+            return surface.traffic_share
+        if surface.name not in self.traffic_share:
+            raise ConfigError(f"simulator traffic_share has no share for surface {surface.name!r}")
+        return self.traffic_share[surface.name]
 
 
 def _read_yaml(path: Path) -> Any:
@@ -285,5 +308,17 @@ def load_features(path: Path | None = None) -> FeaturesConfig:
     return _load(FeaturesConfig, path or spec_path("features.yaml"))
 
 
+def simulator_path() -> Path:
+    """assets/simulator.yaml, or assets/simulator_<GEM_SIMULATOR>.yaml (e.g. `eval`: the world of `make eval`)."""
+    name = os.environ.get("GEM_SIMULATOR")
+    if not name:
+        return ASSETS_DIR / "simulator.yaml"
+    try:
+        validate_name(name, "GEM_SIMULATOR")
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    return ASSETS_DIR / f"simulator_{name}.yaml"
+
+
 def load_simulator(path: Path | None = None, **overrides: Any) -> SimulatorConfig:
-    return _load(SimulatorConfig, path or ASSETS_DIR / "simulator.yaml", overrides)
+    return _load(SimulatorConfig, path or simulator_path(), overrides)

@@ -79,6 +79,7 @@ DEFAULT_TRAIN: dict[str, Any] = {
     "emb_lr": 0.05,
     "emb_weight_decay": 0.0,  # row-wise Adagrad: L2 on the rows a batch touches
     "wide_weight_decay": None,  # L2 on the per-id wide offsets (None: emb_weight_decay)
+    "wide_lr": None,  # row-wise Adagrad rate of the per-id wide offsets (None: emb_lr)
     "weight_decay": 0.0,
     "epochs": 1,
     "max_steps": None,
@@ -328,6 +329,8 @@ def train(
          {"params": list(core.wide_tables.parameters()), "weight_decay": float(wide_wd)}],
         lr=tcfg["emb_lr"], weight_decay=tcfg["emb_weight_decay"],
     )
+    # a logistic regression's rate for the wide offsets (a linear model on ids), the tables' own for the rest
+    emb_lrs = [float(tcfg["emb_lr"]), float(tcfg["emb_lr"] if tcfg.get("wide_lr") is None else tcfg["wide_lr"])]
     amp_dtype = autocast_dtype(str(tcfg["precision"]), device)
     amp = amp_dtype is not None
 
@@ -453,8 +456,8 @@ def train(
             f = lr_factor(step, int(tcfg["warmup_steps"]), total_steps, float(tcfg["min_lr_frac"]))
             for g in opt_dense.param_groups:
                 g["lr"] = tcfg["lr"] * f
-            for g in opt_emb.param_groups:
-                g["lr"] = tcfg["emb_lr"] * f
+            for g, base_lr in zip(opt_emb.param_groups, emb_lrs, strict=True):
+                g["lr"] = base_lr * f
             with torch.autocast(device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp):
                 logits = fwd(batch)
             loss, parts = core.loss(logits, batch)

@@ -1,7 +1,14 @@
 """`make eval`: the published protocol. 3 seeds of the foundation model, its single-surface
 baselines, the base rate and a logistic regression on hand-built features (gem_model.baselines),
-all on the same rows of E, and every distillation arm x path with 3 seeds, on the lake `make demo`
-built.
+all on the same rows of E, and every distillation arm x path with 3 seeds.
+
+World: with the embedded simulator, the evaluation world of assets/simulator_eval.yaml (every
+surface >= 300 click positives on E; the demo world's smallest surface has ~34), built once into its
+own state at $GEM_HOME/eval_world/ (lake, Dagster instance, models) through the Dagster jobs `make
+demo` runs: ingest and features; the first seed is the pipeline's own foundation_model run (with
+its baselines and quality gate), which, once ACCEPTED, is also the teacher of the domain models,
+the teacher predictions and the distillation arms. `--world demo` (and any GEM_DATA dataset) uses
+the lake `make demo` built, as before.
 
 Writes reports/foundation_eval_3seeds.json, reports/model_quality.md (the README's table: click NE
 per surface, seed mean +- sd, 95% bootstrap interval of the seed mean, calibration, share of the
@@ -13,14 +20,20 @@ use the validation day E-1 only; E is reported, never tuned on.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
+from gem_model.config import SIM, dataset_name
 from gem_model.model_quality import model_quality, quality_markdown, run_lr_baselines
-from gem_model.paths import reports_dir
+from gem_model.paths import gem_home, reports_dir
+from gem_model.registry import list_versions, version_dir
+
+FOUNDATION_ASSET = "foundation_model"
 
 
 def mean_spread(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[tuple[tuple, float, float, int]]:
@@ -36,28 +49,93 @@ def mean_spread(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[tuple
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--preset", default=os.environ.get("GEM_MODEL_PRESET", "small"))
-    parser.add_argument("--skip-distillation", action="store_true")
-    args = parser.parse_args(argv)
-    from gem_model.distill import ARMS, DEFAULT_PATHS, run_distillation, write_report
-    from gem_model.foundation import run_foundation, write_eval_report
-    from gem_model.registry import read_accepted, resolve_checkpoint
+EVAL_SIMULATOR = "eval"  # assets/simulator_eval.yaml
+EVAL_HOME = "eval_world"  # under $GEM_HOME: the evaluation world never mixes with the demo's state
 
-    t0 = time.time()
-    # one seed at a time, each a complete comparison (foundation, single-surface, LR, base rate):
-    # the report is rewritten after every seed, so a cut-short run still reports the seeds it did
+
+def use_eval_world() -> Path:
+    """Point GEM_HOME, DAGSTER_HOME and GEM_SIMULATOR of this process at the evaluation world."""
+    home = gem_home() / EVAL_HOME
+    os.environ["GEM_HOME"] = str(home)
+    os.environ["DAGSTER_HOME"] = str(home / "dagster")
+    os.environ["GEM_SIMULATOR"] = EVAL_SIMULATOR
+    return home
+
+
+class EvalWorld:
+    """Builds the evaluation world stage by stage through the Dagster jobs `make demo` runs; a stage
+    already done in this world is skipped (a marker per stage, written after it succeeded)."""
+
+    def __init__(self) -> None:
+        from gem_pipelines.code_location import CodeLocation
+        from gem_pipelines.instance import get_instance
+        from gem_pipelines.partitions import CALENDAR, SURFACES
+
+        self.location = CodeLocation(get_instance())
+        self.dates = [d.isoformat() for d in CALENDAR.dates()]
+        self.surfaces = SURFACES
+        self.done = gem_home() / "eval_world_stages"
+        self.done.mkdir(parents=True, exist_ok=True)
+
+    def stage(self, name: str, job: str, keys: list[str | None], ops: dict | None = None) -> str:
+        """Run `job` for every key unless stage `name` is done; returns what its marker holds."""
+        from gem_pipelines.demo import _run
+
+        marker = self.done / name
+        if marker.exists():
+            print(f"  {name}: already built", flush=True)
+            return marker.read_text().strip()
+        t, before = time.time(), set(list_versions(FOUNDATION_ASSET))
+        for key in keys:
+            _run(self.location, job, key, ops)
+        new = sorted(set(list_versions(FOUNDATION_ASSET)) - before)
+        marker.write_text(new[-1] if new else "done")
+        print(f"  {name}: {time.time() - t:.0f}s", flush=True)
+        return marker.read_text().strip()
+
+    def data(self) -> None:
+        """Ingest and features of every day of the calendar."""
+        from gem_pipelines.partitions import multi_key
+
+        self.stage("ingest", "land_and_ingest_job",
+                   [str(multi_key(d, s)) for d in self.dates for s in self.surfaces.names])
+        self.stage("features", "features_job", list(self.dates))
+
+    def teacher(self, preset: str, seed: int) -> dict[str, Any]:
+        """The pipeline's foundation_model run (cold start, this seed, with its single-surface
+        baselines, then its quality gate): the first seed of the protocol and, once ACCEPTED, the
+        teacher whose predictions the distillation arms learn from (one training serves both)."""
+        ops = {"foundation_model": {"config": {"preset": preset, "seeds": [seed], "baselines": True,
+                                               "warm_start": False}}}
+        version = self.stage(f"foundation_s{seed}", "foundation_job", [None], ops)
+        vdir = version_dir(FOUNDATION_ASSET, version)
+        rows = json.loads((vdir / "eval_rows.json").read_text())["rows"]
+        return {"version": version, "version_dir": str(vdir), "rows": rows, "seeds": [seed]}
+
+    def domain_teachers(self) -> None:
+        """Domain models and the teacher predictions of every day (the distillation arms' targets)."""
+        self.stage("domain_models", "domain_models_job", list(self.surfaces.domains))
+        self.stage("teacher_predictions", "teacher_predictions_job", list(self.dates[1:]))
+
+
+def protocol(args: argparse.Namespace, world: EvalWorld | None, out_dir: Path, t0: float) -> None:
+    """Foundation, single-surface, base rate and logistic regression, one seed at a time, each a
+    complete comparison: the report is rewritten after every seed, so a cut-short run still reports
+    the seeds it did."""
+    from gem_model.foundation import run_foundation, write_eval_report
+
     results: list[dict] = []
     rows: list[dict] = []
-    for seed in args.seeds:
-        result = run_foundation(args.preset, seeds=(seed,), baselines=True)
+    for i, seed in enumerate(args.seeds):
+        if world is not None and i == 0:
+            result = world.teacher(args.preset, seed)
+        else:
+            result = run_foundation(args.preset, seeds=(seed,), baselines=True)
         results.append(result)
         rows += result["rows"] + run_lr_baselines(result, [seed])
         quality = model_quality(results, [r["seeds"][0] for r in results])
-        path = write_eval_report(rows, reports_dir() / "foundation_eval_3seeds.json", extra={"quality": quality})
-        md = reports_dir() / "model_quality.md"
+        path = write_eval_report(rows, out_dir / "foundation_eval_3seeds.json", extra={"quality": quality})
+        md = out_dir / "model_quality.md"
         md.write_text(quality_markdown(quality, len(results), time.time() - t0))
         print(f"\nafter seed {seed}:\n" + md.read_text(), flush=True)
     result = results[0]
@@ -70,8 +148,52 @@ def main(argv: list[str] | None = None) -> None:
         print("  oracle floor    none (real data): see reports/real_data_report.md for bootstrap intervals")
     else:
         print("  oracle floor    " + "  ".join(f"{s}={v:.4f}" for s, v in sorted(oracle.items())))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--preset", default=os.environ.get("GEM_MODEL_PRESET", "small"))
+    parser.add_argument("--skip-distillation", action="store_true")
+    parser.add_argument("--world", choices=["eval", "demo"], default="eval",
+                        help="eval: assets/simulator_eval.yaml in $GEM_HOME/eval_world (simulator only); "
+                             "demo: the lake `make demo` built")
+    parser.add_argument("--distillation-only", action="store_true",
+                        help="only the distillation arms (e.g. beside a --skip-distillation run, once its "
+                             "first seed, the teacher, is done)")
+    parser.add_argument("--build-only", choices=["features", "teachers"],
+                        help="build the evaluation world up to this stage, then stop")
+    args = parser.parse_args(argv)
+    t0 = time.time()
+    out_dir = reports_dir()  # the reports land where `make demo` puts its own, whatever the world
+    world: EvalWorld | None = None
+    if args.world == "eval" and dataset_name() == SIM:
+        home = use_eval_world()
+        print(f"evaluation world (assets/simulator_{EVAL_SIMULATOR}.yaml) in {home}", flush=True)
+        world = EvalWorld()
+        world.data()
+        print(f"  data ready after {time.time() - t0:.0f}s", flush=True)
+        if args.build_only == "teachers":
+            world.teacher(args.preset, args.seeds[0])
+            world.domain_teachers()
+    if args.build_only:
+        return
+    from gem_model.distill import ARMS, DEFAULT_PATHS, run_distillation, write_report
+    from gem_model.registry import read_accepted, resolve_checkpoint
+
+    if not args.distillation_only:
+        protocol(args, world, out_dir, t0)
+    elif world is not None:
+        world.teacher(args.preset, args.seeds[0])  # the teacher (its stage marker when seed 0 is done)
     if not args.skip_distillation:
-        teachers = {"foundation": str(resolve_checkpoint(result["version_dir"]))}
+        if world is not None:
+            world.domain_teachers()
+        # the pipeline's ACCEPTED teacher: its predictions are the teacher_predictions the arms distil
+        # (its tables are the ones parameter_sharing copies)
+        accepted_teacher = read_accepted("foundation_model")
+        if accepted_teacher is None:
+            raise SystemExit("no ACCEPTED foundation model: run `make demo` first")
+        teachers = {"foundation": str(resolve_checkpoint(accepted_teacher))}
         from gem_pipelines.partitions import SURFACES
 
         for domain in [d for d in SURFACES.domains if len(SURFACES.in_domain(d)) >= 2]:  # hierarchical path
@@ -80,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
                 raise SystemExit(f"no ACCEPTED domain model for {domain}: run `make demo` first")
             teachers[f"domain:{domain}"] = str(resolve_checkpoint(accepted))
         rows = run_distillation(list(ARMS), list(DEFAULT_PATHS), args.seeds, preset=args.preset, teachers=teachers)
-        path = write_report(rows, reports_dir() / "distillation_report_3seeds.json")
+        path = write_report(rows, out_dir / "distillation_report_3seeds.json")
         print(f"\ndistillation (click NE on E, mean +- sd over seeds)  -> {path}")
         for (arm, p, surface, split, task), m, sd, _n in mean_spread(rows, ("arm", "path", "surface", "split", "task")):
             if task == "click" and split == "evaluation":

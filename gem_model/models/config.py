@@ -34,6 +34,10 @@ class GEMConfig:
     emb_dropout: float = 0.0  # dropout on embedding tokens (memorisation lives in the id tables)
     target_attention: bool = True  # DIN-style candidate-vs-history tokens for tables shared with history
     ta_hidden: int = 32  # width of the DIN activation unit
+    exact_match: bool = True  # the count of the candidate's own id in the history is a match statistic
+    # rows of the wide history-item x candidate cross table (0: none): the logistic regression's
+    # strongest features, inside the model's wide path (hashed pairs, 1/sqrt(history length) each)
+    wide_cross_rows: int = 0
     attention: str = "jagged"  # jagged (kernels.jagged_attention) | padded (SDPA over a padded batch)
     max_hist_len: int | None = None  # None: features.yaml history.max_len (never longer)
 
@@ -129,4 +133,5 @@ class GEMConfig:
         unknown = set(d) - known
         if unknown:
             raise ValueError(f"unknown GEMConfig fields {sorted(unknown)}")
-        return cls(**d)
+        # checkpoints saved before the exact-match statistic existed carry no such key: same shapes
+        return cls(**{"exact_match": False, **d})

@@ -17,6 +17,7 @@
 
     summary h = MLP(flatten([X || S_sum]))      <- `summary_embedding`, used for distillation
     logits[b, t] = head[surface_b, t](h_b) + wide[surface_b, t](dense_b) + sum_j w_t[id_bj]
+                   + sum_i (w_t[item_i] + w_t[item_i x ad_b]) / sqrt(len_b)   (wide_cross_rows > 0)
                    (one deep head per (surface, task), keyed by surface name, plus a wide linear
                    path: Wide & Deep)
     loss = sum_t w_t * sum_b w_surface(b) * mask[b, t] * BCE(logits, labels) / sum_b mask[b, t]
@@ -41,8 +42,12 @@ from gem_model.models.layers import (
     TimeGapEncoding,
     Wukong,
     segment_ids,
+    segment_sum,
 )
 from gem_model.models.target_attention import N_STATS, STAT_INIT, DINTargetAttention
+
+CROSS = "_cross"  # key of the wide cross table (feature tables are named [a-z0-9_]+ without a leading _)
+_GOLDEN = 0x9E3779B1
 
 
 class Inputs(NamedTuple):
@@ -54,6 +59,7 @@ class Inputs(NamedTuple):
     target: torch.Tensor | None  # [B, n_target, d] target-attention tokens
     wide: torch.Tensor  # [B, n_wide] dense features + match statistics (the linear path)
     max_len: int | None = None  # longest sequence of s (host-side: no read-back from the device)
+    cross: torch.Tensor | None = None  # [B, n_tasks] wide logit of the history-item x candidate crosses
 
 
 class InterFormerBlock(nn.Module):
@@ -98,7 +104,8 @@ class GEM(nn.Module):
         d = cfg.d_model
         # -- inputs ---------------------------------------------------------------------------
         self.tables = nn.ModuleDict({t: nn.Embedding(rows, d) for t, rows in cfg.tables.items()})
-        n_wide = len(cfg.dense_features) + N_STATS * len(cfg.target_pairs)
+        n_stats = N_STATS if cfg.exact_match else N_STATS - 1
+        n_wide = len(cfg.dense_features) + n_stats * len(cfg.target_pairs)
         self.dense = MLP(n_wide, 2 * d, d)
         # training-window statistics (gem_model.normalization), saved with the weights
         self.register_buffer("dense_mean", torch.zeros(len(cfg.dense_features)))
@@ -125,8 +132,10 @@ class GEM(nn.Module):
         self.wide = nn.ParameterDict({s: nn.Parameter(wide0.clone())  # a linear path, as in Wide & Deep
                                       for s in cfg.surfaces})
         # ... and a per-id logit offset per task for every sparse feature (a logistic regression on ids)
-        wide_tables = dict.fromkeys(t for _, t in cfg.sparse_features)
-        self.wide_tables = nn.ModuleDict({t: nn.Embedding(cfg.tables[t], len(TASKS)) for t in wide_tables})
+        wide_tables = {t: cfg.tables[t] for _, t in cfg.sparse_features}
+        if cfg.wide_cross_rows and cfg.target_pairs:  # ... and per (history item, candidate) pair
+            wide_tables[CROSS] = cfg.wide_cross_rows
+        self.wide_tables = nn.ModuleDict({t: nn.Embedding(rows, len(TASKS)) for t, rows in wide_tables.items()})
         allowed = torch.tensor([[t in tasks for t in TASKS] for tasks in cfg.surface_tasks], dtype=torch.bool)
         self.register_buffer("task_allowed", allowed.reshape(n_s, len(TASKS)), persistent=False)
         w_s = torch.tensor([cfg.surface_loss_weights.get(s, 1.0) for s in cfg.surfaces], dtype=torch.float32)
@@ -165,7 +174,9 @@ class GEM(nn.Module):
         dense_in = [(batch.dense.float() - self.dense_mean) / self.dense_std]
         pooled: list[torch.Tensor] = []
         if self.target:
-            outs = [ta(tokens[j], raw[col], h, seg_h) for ta, (j, col) in zip(self.target, cfg.target_pairs, strict=True)]
+            outs = [ta(tokens[j], raw[col], h, seg_h,
+                       same=batch.history[col] == batch.sparse[seg_h, j] if cfg.exact_match else None)
+                    for ta, (j, col) in zip(self.target, cfg.target_pairs, strict=True)]
             target = torch.stack([o[0] for o in outs], dim=1)
             pooled = [o[1] for o in outs]
             dense_in += [o[2].float() for o in outs]
@@ -182,7 +193,23 @@ class GEM(nn.Module):
         s = s.index_copy(0, hist_pos, h).index_copy(0, cls_pos, self.cls.to(h.dtype).repeat(bsz, 1))
         seg = segment_ids(new_off, total + bsz * n_cls)
         max_len = None if batch.max_len is None else batch.max_len + n_cls
-        return Inputs(x, s, new_off, seg, hist_len, target, torch.cat(dense_in, dim=1), max_len)
+        cross = self.cross_logit(batch, seg_h, hist_len) if CROSS in self.wide_tables else None
+        return Inputs(x, s, new_off, seg, hist_len, target, torch.cat(dense_in, dim=1), max_len, cross)
+
+    def cross_logit(self, batch: Batch, seg_h: torch.Tensor, hist_len: torch.Tensor) -> torch.Tensor:
+        """[B, n_tasks]: sum over the history of w[item] + w[item x candidate], 1/sqrt(length) each
+        (the hashed crosses of gem_model.baselines' logistic regression), for the first target pair."""
+        j, col = self.cfg.target_pairs[0]
+        rows = self.cfg.wide_cross_rows
+        item_rows = self.cfg.tables[self.cfg.sparse_features[j][1]]
+        items = batch.history[col].long()
+        pair = items * item_rows + batch.sparse[seg_h, j].long()  # distinct per (item, candidate) pair
+        # multiplicative hash, middle bits (the low bits of x * odd depend only on x's low bits)
+        idx = torch.stack([items, pair + item_rows * item_rows], 1)
+        idx = ((idx * _GOLDEN) >> 13) % rows
+        w = (1.0 / hist_len.clamp_min(1).float().sqrt())[seg_h]
+        table = self.wide_tables[CROSS]
+        return segment_sum(table(idx).sum(1), seg_h, len(hist_len), weights=w[:, None], out_dtype=torch.float32)
 
     # -- trunk ----------------------------------------------------------------------------------
     def trunk(self, inp: Inputs) -> torch.Tensor:
@@ -197,7 +224,8 @@ class GEM(nn.Module):
         return self.trunk(self.embed(batch))
 
     def head_logits(
-        self, h: torch.Tensor, surface_idx: torch.Tensor, wide_in: torch.Tensor, sparse: torch.Tensor
+        self, h: torch.Tensor, surface_idx: torch.Tensor, wide_in: torch.Tensor, sparse: torch.Tensor,
+        cross: torch.Tensor | None = None,
     ) -> torch.Tensor:
         names = self.cfg.surfaces
         head_w = torch.stack([self.head_w[s] for s in names])[surface_idx]
@@ -208,6 +236,8 @@ class GEM(nn.Module):
             wide = torch.einsum("bk,btk->bt", wide_in.float(), wide_w.float())
             for j, (_, table) in enumerate(self.cfg.sparse_features):
                 wide = wide + self.wide_tables[table](sparse[:, j]).float()
+            if cross is not None:
+                wide = wide + cross.float()
             return deep + wide + head_b.float()
 
     def set_dense_stats(self, mean: list[float] | torch.Tensor, std: list[float] | torch.Tensor) -> None:
@@ -223,7 +253,7 @@ class GEM(nn.Module):
         """(logits [B, 2], summary h [B, summary_dim]) in one pass."""
         inp = self.embed(batch)
         h = self.trunk(inp)
-        return self.head_logits(h, batch.surface_idx, inp.wide, batch.sparse), h
+        return self.head_logits(h, batch.surface_idx, inp.wide, batch.sparse, inp.cross), h
 
     # -- loss -----------------------------------------------------------------------------------
     def loss(self, logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -8,7 +8,7 @@ ads appear in histories as items). Two poolings of the projected history tokens:
 - unnormalised (sum of sigmoid-gated tokens, over the preset's max length, as in DIN): *how much*
   of the history matches, which a softmax divides away.
 
-Four match statistics per row join the dense/wide inputs, so the strength of the match reaches
+Six match statistics per row join the dense/wide inputs, so the strength of the match reaches
 the logit through a linear path too: log1p(soft match count), soft match count / max_len, the
 mean and the best score (0 for an empty history). The wide path starts with a positive weight on
 them (`STAT_INIT`): with a zero weight no gradient reaches the attention until the deep path has
@@ -24,7 +24,7 @@ from torch import nn
 
 from gem_model.models.layers import segment_max, segment_softmax, segment_sum
 
-N_STATS = 5
+N_STATS = 6
 STAT_INIT = 0.5  # initial wide weight of each match statistic
 RAW_SCALE = 10.0  # embeddings start at std 0.05: a raw dot product starts ~100x smaller than a logit
 
@@ -40,9 +40,11 @@ class DINTargetAttention(nn.Module):
         self.ln = nn.LayerNorm(d)
 
     def forward(
-        self, cand: torch.Tensor, items: torch.Tensor, tokens: torch.Tensor, seg: torch.Tensor
+        self, cand: torch.Tensor, items: torch.Tensor, tokens: torch.Tensor, seg: torch.Tensor,
+        same: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """cand [B, d], items/tokens [L, d], seg [L] -> (normalised [B, d], sum-pooled [B, d], stats [B, N_STATS])."""
+        """cand [B, d], items/tokens [L, d], seg [L], same [L] (history entry is the candidate's id)
+        -> (normalised [B, d], sum-pooled [B, d], stats [B, N_STATS], or N_STATS - 1 without `same`)."""
         batch = cand.shape[0]
         q = self.q(cand)[seg]
         k = self.k(items)
@@ -62,5 +64,8 @@ class DINTargetAttention(nn.Module):
         # match that needs no projection to be learned first
         raw = (cand[seg] * items).sum(-1) * RAW_SCALE
         raw_mean = segment_sum(raw, seg, batch, out_dtype=f32) / lengths.clamp_min(1.0)
-        stats = torch.stack([torch.log1p(count), count / self.max_len, mean, best, raw_mean], dim=1)
+        cols = [torch.log1p(count), count / self.max_len, mean, best, raw_mean]
+        if same is not None:  # without ids (checkpoints from before the statistic existed): N_STATS - 1 columns
+            cols.append(torch.log1p(segment_sum(same.float(), seg, batch, out_dtype=f32)))
+        stats = torch.stack(cols, dim=1)
         return self.ln(normed), summed, stats

@@ -279,7 +279,7 @@ def simulate_day_frames(
     item_mask = np.where(w.items.present, 0.0, -np.inf)
 
     # ---- impressions ----
-    n = int(rng.poisson(cfg.impressions_per_day * surf.traffic_share))
+    n = int(rng.poisson(cfg.impressions_per_day * cfg.share(surf)))
     t_ms = _day_times_ms(rng, n)
     users = rng.choice(cfg.n_users, n, p=user_p)
     u = interests[users]
@@ -349,7 +349,7 @@ def simulate_day_frames(
     )
 
     # ---- organic activity ----
-    m = int(rng.poisson(cfg.impressions_per_day * surf.traffic_share * cfg.organic_per_impression))
+    m = int(rng.poisson(cfg.impressions_per_day * cfg.share(surf) * cfg.organic_per_impression))
     o_ms = day0_ms + _day_times_ms(rng, m)
     o_users = rng.choice(cfg.n_users, m, p=user_p)
     o_topics = _categorical_rows(rng, _BETA_ORGANIC * interests[o_users] + item_mask)

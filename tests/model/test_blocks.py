@@ -87,7 +87,7 @@ def test_sequence_blocks_shapes_and_grads():
     assert te(torch.tensor([0.0, 1.0, 1e9])).shape == (3, d)
     ta = DINTargetAttention(d, max_len=16)
     tok, summed, stats = ta(torch.randn(4, d), values.detach(), values, seg)
-    assert tok.shape == summed.shape == (4, d) and stats.shape == (4, N_STATS)
+    assert tok.shape == summed.shape == (4, d) and stats.shape == (4, N_STATS - 1)  # no ids: no exact-match count
 
 
 def test_target_attention_finds_the_candidate():
@@ -187,3 +187,52 @@ def test_presets_build_on_meta(preset):
     train = load_preset(preset)["train"]
     for key in ("batch_size", "lr", "epochs", "warmup_steps", "checkpoint_every", "eval_batch_size"):
         assert key in train
+
+
+def test_exact_match_statistic_counts_the_candidate_in_the_history():
+    """The last match statistic is log1p(#history entries equal to the candidate's id), per row."""
+    d = 8
+    torch.manual_seed(0)
+    offsets = torch.tensor([0, 3, 3, 5])  # row 1 has an empty history
+    seg = segment_ids(offsets, 5)
+    cand_ids = torch.tensor([7, 7, 9])
+    hist_ids = torch.tensor([7, 2, 7, 9, 3])
+    ta = DINTargetAttention(d, max_len=16)
+    same = hist_ids == cand_ids[seg]
+    _, _, stats = ta(torch.randn(3, d), torch.randn(5, d), torch.randn(5, d), seg, same=same)
+    assert torch.allclose(stats[:, -1], torch.log1p(torch.tensor([2.0, 0.0, 1.0])))
+    assert stats.shape == (3, N_STATS)
+
+
+def test_wide_cross_reads_history_item_candidate_pairs():
+    """The wide cross path (wide_cross_rows > 0) is 0 for an empty history and depends on the
+    candidate through the (history item, candidate) pairs, row by row."""
+    from gem_model.models.gem import CROSS, GEM
+    from gem_model.synthetic_batches import config_from_assets, synthetic_batch
+
+    cfg = config_from_assets("tiny", {"wide_cross_rows": 1 << 12})
+    model = GEM(cfg)
+    torch.nn.init.normal_(model.wide_tables[CROSS].weight)
+    b = synthetic_batch(cfg, 32, torch.Generator().manual_seed(0))
+    cross = model.embed(b).cross
+    lengths = b.offsets[1:] - b.offsets[:-1]
+    assert cross.shape == (32, 2) and torch.all(cross[lengths == 0] == 0) and torch.all(cross[lengths > 0] != 0)
+    j, _ = cfg.target_pairs[0]
+    r = int(torch.nonzero(lengths > 0)[0])
+    b.sparse[r, j] = (b.sparse[r, j] % (cfg.tables[cfg.sparse_features[j][1]] - 2)) + 1  # another candidate
+    moved = model.embed(b).cross
+    others = torch.arange(32) != r
+    assert not torch.allclose(moved[r], cross[r]) and torch.equal(moved[others], cross[others])
+    assert GEM(config_from_assets("tiny")).embed(b).cross is None  # off unless asked for
+
+
+def test_checkpoints_from_before_the_exact_match_statistic_still_load():
+    from gem_model.models.config import GEMConfig
+    from gem_model.models.gem import GEM
+    from gem_model.synthetic_batches import config_from_assets
+
+    old = config_from_assets("tiny", {"exact_match": False})
+    state = GEM(old).state_dict()
+    saved = {k: v for k, v in old.to_dict().items() if k != "exact_match"}  # what an old checkpoint carries
+    GEM(GEMConfig.from_dict(saved)).load_state_dict(state)  # strict: every shape matches
+    assert GEM(config_from_assets("tiny")).dense[0].in_features == GEM(old).dense[0].in_features + 1
