@@ -14,11 +14,16 @@ class ModelGate(_Strict):
     max_vs_labels_only: float = Field(default=0.02, ge=0)
 
 
+class StudentSelection(_Strict):
+    keep_accepted_within: float = Field(default=0.005, ge=0)
+
+
 class QualityConfig(_Strict):
     quarantine_warn_rate: float = Field(default=0.01, ge=0, le=1)
     quarantine_fail_rate: float = Field(default=0.10, ge=0, le=1)
     freshness_hours: dict[str, float] = Field(default_factory=lambda: {"events": 36, "training_examples": 36})
     model_gate: ModelGate = ModelGate()
+    student_selection: StudentSelection = StudentSelection()
 
 
 QUALITY = _load(QualityConfig, spec_path("quality.yaml"))

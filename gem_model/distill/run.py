@@ -241,8 +241,13 @@ def kd_effectiveness(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def select_student(rows: list[dict[str, Any]], surface: str) -> tuple[str, str]:
-    """The (arm, path) with the lowest seed-mean click NE on the validation split (never E)."""
+def select_student(rows: list[dict[str, Any]], surface: str, incumbent: tuple[str, str] | None = None,
+                   keep_within: float = 0.0) -> tuple[str, str]:
+    """The (arm, path) with the lowest seed-mean click NE on the validation split (never E).
+
+    incumbent: the (arm, path) of the surface's ACCEPTED student. It is kept unless the best pair beats
+    it by more than `keep_within` NE: on one seed, pairs a few thousandths apart swap places from day to
+    day, and each swap makes the production student start cold instead of warm."""
     scores: dict[tuple[str, str], list[float]] = {}
     for r in rows:
         if r["surface"] == surface and r["split"] == "validation" and r["task"] == "click" and r["ne"] is not None \
@@ -250,7 +255,12 @@ def select_student(rows: list[dict[str, Any]], surface: str) -> tuple[str, str]:
             scores.setdefault((r["arm"], r["path"]), []).append(r["ne"])
     if not scores:
         raise ValueError(f"no validation click rows for surface {surface!r}")
-    return min(scores, key=lambda k: (float(np.mean(scores[k])), k))
+    mean = {k: float(np.mean(v)) for k, v in scores.items()}
+    best = min(mean, key=lambda k: (mean[k], k))
+    incumbent = tuple(incumbent) if incumbent else None
+    if incumbent in mean and mean[incumbent] - mean[best] <= keep_within:
+        return incumbent
+    return best
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -277,14 +287,20 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def write_report(rows: list[dict[str, Any]], path: str | Path | None = None, extra: dict[str, Any] | None = None) -> Path:
-    """reports/distillation_report.json: rows, summary, and the (arm, path) selected per surface."""
+def write_report(rows: list[dict[str, Any]], path: str | Path | None = None, extra: dict[str, Any] | None = None,
+                 incumbents: Mapping[str, tuple[str, str]] | None = None, keep_within: float = 0.0) -> Path:
+    """reports/distillation_report.json: rows, summary, and the (arm, path) selected per surface
+    (`select_student`, keeping a surface's incumbent (arm, path) within `keep_within`)."""
     path = Path(path) if path else reports_dir() / REPORT_FILE
     surfaces = sorted({r["surface"] for r in rows})
+    incumbents = incumbents or {}
+    selected = {s: select_student(rows, s, incumbents.get(s), keep_within) for s in surfaces}
     doc = {
         "rows": rows,
         "summary": summarize(rows),
-        "selected": {s: dict(zip(("arm", "path"), select_student(rows, s), strict=True)) for s in surfaces},
+        "selected": {s: {"arm": a, "path": p, "kept_accepted": incumbents.get(s) == (a, p)}
+                     for s, (a, p) in selected.items()},
+        "keep_accepted_within": keep_within,
         **(extra or {}),
     }
     return atomic.write_json(path, doc)

@@ -1,10 +1,14 @@
 """Warm start of a production student from the last ACCEPTED student of its surface.
 
 A new day moves the window by one day: retraining from the ACCEPTED weights keeps what they learnt
-and needs fewer steps to track the new days. It is only done when the ACCEPTED student is the same
-model: same surface, arm, path, features, tasks and architecture (its whole config but the seed), and
-every parameter of the same shape. Otherwise the student starts cold, and the reason is logged and
-kept in its train info (`warm_start`), so metrics.json and the asset metadata say which it was.
+and needs fewer steps to track the new days. It is done whenever the ACCEPTED student is the same
+network: same surface, features, tasks and architecture (its whole config but the keys that only
+steer training: seed, arm, path and teacher), and every parameter of the same shape. A student that
+changes teacher (path) or loss (arm) keeps its weights when the arm adds no head or input: the
+aux-head arms add a head (`aux_head`), the representation arms an input (`teacher_emb_dim`), and those
+differences start it cold. The parameter-sharing arm then copies the teacher's tables over the warm
+ones, as it does over a cold start. A cold start logs its reason and keeps it in the train info
+(`warm_start`), so metrics.json and the asset metadata say which it was.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from gem_model.distill.student import Student
 
 log = logging.getLogger(__name__)
 
-IGNORED_KEYS = ("seed",)  # config keys that may differ between the ACCEPTED student and the new one
+IGNORED_KEYS = ("seed", "arm", "path", "teacher")  # config keys that may differ: they steer training only
 NO_SOURCE = {"warm_start_from": None, "warm_start": "cold: no ACCEPTED student to start from"}
 
 

@@ -87,6 +87,20 @@ def _accepted_teachers() -> dict[str, tuple[str, str]]:
     return {"foundation": _accepted_foundation()} | {f"domain:{d}": found for d, found in _accepted_domains().items()}
 
 
+def _accepted_student_pairs() -> dict[str, tuple[str, str]]:
+    """Surface -> (arm, path) of its ACCEPTED student, for surfaces that have one."""
+    from gem_model.registry import read_accepted
+
+    out = {}
+    for surface in SURFACES.names:
+        found = read_accepted("students", surface)
+        metrics = found / "metrics.json" if found is not None else None
+        if metrics is not None and metrics.is_file():
+            key = json.loads(metrics.read_text())["key"]
+            out[surface] = (key["arm"], key["path"])
+    return out
+
+
 def _tp_uri(lake: LakeResource) -> str:
     return lake.table("teacher_predictions")
 
@@ -237,7 +251,8 @@ def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfi
             on_student=lambda key, _m, _r, info: p.step(
                 f"{key['surface']} {key['arm']}/{key['path']} seed {key['seed']} ({int(info.get('steps', 0))} steps)"),
         )
-    path = write_report(rows, reports_dir() / "distillation_report.json")
+    path = write_report(rows, reports_dir() / "distillation_report.json", incumbents=_accepted_student_pairs(),
+                        keep_within=QUALITY.student_selection.keep_accepted_within)
     return dg.MaterializeResult(
         metadata={**report_metadata("report", path), "rows": len(rows),
                   "table": distillation_table(rows), "click_ne_by_arm": distillation_plot(rows)}
@@ -256,14 +271,15 @@ def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfi
 )
 def students(context: dg.AssetExecutionContext, lake: LakeResource, wandb: WandbResource,
              accelerator: AcceleratorResource):
-    """The production student of a surface: the (arm, path) with the lowest click NE on E-1, exported."""
-    from gem_model.distill import score_student, select_student, train_production_student
+    """The production student of a surface: the (arm, path) the distillation report selected (lowest click NE
+    on E-1, the ACCEPTED student's pair kept within student_selection.keep_accepted_within), exported."""
+    from gem_model.distill import score_student, train_production_student
     from gem_model.registry import read_accepted
 
     wandb.apply()
     surface = context.partition_key
     report = json.loads((reports_dir() / "distillation_report.json").read_text())
-    arm, path = select_student(report["rows"], surface)
+    arm, path = report["selected"][surface]["arm"], report["selected"][surface]["path"]
     teachers = {name: ckpt for name, (ckpt, _) in _accepted_teachers().items()}
     version = version_for(context)
     accepted = read_accepted("students", surface)  # warm start from it when it is the same model
@@ -287,6 +303,8 @@ def students(context: dg.AssetExecutionContext, lake: LakeResource, wandb: Wandb
     yield dg.MaterializeResult(
         metadata={
             "arm": arm, "path": path, "version": version,
+            "selection": ("kept the ACCEPTED student's arm and path" if report["selected"][surface]["kept_accepted"]
+                          else "lowest click NE on E-1"),
             # the ACCEPTED version it started from, or why it started cold
             "warm_start_from": accepted.name if start == "warm" else start,
             "model_dir": dg.MetadataValue.path(out["model_dir"]),

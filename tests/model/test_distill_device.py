@@ -93,7 +93,7 @@ def test_distillation_report_asset_passes_the_accelerator_device(monkeypatch, tm
     monkeypatch.setattr(assets, "_accepted_teachers", lambda: {"foundation": ("ckpt", "v1")})
     monkeypatch.setattr(assets, "_accepted_foundation", lambda: ("ckpt", "v1"))
     monkeypatch.setattr(distill, "run_distillation", lambda *a, **kw: calls.append(kw) or [])
-    monkeypatch.setattr(distill, "write_report", lambda rows, path: path)
+    monkeypatch.setattr(distill, "write_report", lambda rows, path, **_: path)
     monkeypatch.setattr(assets, "distillation_table", lambda rows: "")
     monkeypatch.setattr(assets, "distillation_plot", lambda rows: "")
     accelerator = AcceleratorResource(device=device, precision="bf16")

@@ -103,12 +103,31 @@ def test_selection_reads_only_the_validation_day(report):
         assert val[(arm, path)] == min(val.values())
 
 
+def test_selection_keeps_the_accepted_pair_unless_beaten_by_more_than_the_margin(report):
+    rows, _ = report
+    for s in SURFACES:
+        val = {(r["arm"], r["path"]): r["ne"] for r in rows if r["surface"] == s and r["split"] == "validation"
+               and r["task"] == "click"}
+        best = select_student(rows, s)
+        worst = max(val, key=val.get)
+        gap = val[worst] - val[best]
+        assert gap > 0
+        assert select_student(rows, s, incumbent=worst, keep_within=gap) == worst  # within the margin: kept
+        assert select_student(rows, s, incumbent=worst, keep_within=gap * 0.99) == best  # beaten: replaced
+        assert select_student(rows, s, incumbent=("no_such_arm", "direct"), keep_within=1.0) == best
+
+
 def test_write_report(report, tmp_path):
     rows, _ = report
     p = write_report(rows, tmp_path / "distillation_report.json")
     doc = json.loads(p.read_text())
     assert set(doc["selected"]) == set(SURFACES)
     assert "parameter_sharing|hierarchical|evaluation" in doc["summary"]
+    assert not any(v["kept_accepted"] for v in doc["selected"].values())
+    incumbents = {s: ("labels_only", "none") for s in SURFACES}
+    kept = json.loads(write_report(rows, tmp_path / "kept.json", incumbents=incumbents, keep_within=10.0).read_text())
+    assert kept["selected"] == {s: {"arm": "labels_only", "path": "none", "kept_accepted": True} for s in SURFACES}
+    assert kept["keep_accepted_within"] == 10.0
 
 
 def test_production_student_saved_loaded_exported(world, tmp_path):  # noqa: F811
@@ -161,9 +180,16 @@ def test_production_student_warm_starts_from_the_accepted_one(world, tmp_path): 
     assert not all(torch.equal(v1[k], v3[k]) for k in v1)  # the cold one starts from a fresh init
     ne = {(r["split"], r["task"]): r["ne"] for r in first["rows"]}
     assert {(r["split"], r["task"]): r["ne"] for r in warm["rows"]} == pytest.approx(ne, rel=1e-6)
-    other = train_production_student("shops", "standard_kd", "direct", version="v4", overrides=frozen,
+    # another loss and teacher over the same network: still warm (arm, path and teacher steer training only)
+    kd = train_production_student("shops", "standard_kd", "direct", version="v4", overrides=frozen,
+                                  init_from=first["model_dir"], **kw)
+    assert kd["train"]["warm_start"] == "warm"
+    v4 = load_student(tmp_path / "shops" / "v4").state_dict()
+    assert all(torch.equal(v1[k], v4[k]) for k in v1)
+    # an arm that adds a head is another network: cold, naming the difference
+    other = train_production_student("shops", "aux_head", "direct", version="v5", overrides=frozen,
                                      init_from=first["model_dir"], **kw)
-    assert other["train"]["warm_start"].startswith("cold: the ACCEPTED student differs in arm='labels_only'")
+    assert other["train"]["warm_start"].startswith("cold: the ACCEPTED student differs in aux_head=False")
     assert other["train"]["warm_start_from"] is None
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "model.pt").write_bytes(b"not a checkpoint")

@@ -16,6 +16,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from gem_model.distill.arms import ARMS
+
 pytestmark = pytest.mark.slow
 
 SURFACES = ("feed", "reels", "marketplace", "shops")
@@ -46,23 +48,36 @@ def _next_day(env: dict[str, str], tmp: Path) -> dict:
     return json.loads(out.read_text())
 
 
+def _network(arm: str) -> tuple[bool, bool]:
+    """What of an arm changes the student's network: an aux head, the teacher-embedding input."""
+    spec = ARMS[arm]
+    return spec["kd"] == "aux", spec["representation"]
+
+
 def _warm_starts(home: Path, before: dict[str, str], after: dict[str, str]) -> int:
-    """Each new ACCEPTED student started from the one it replaces, unless the report selected another
-    (arm, path) for its surface (then cold, saying so). Returns how many warm-started."""
+    """Each new ACCEPTED student kept the (arm, path) it replaces unless the day's report found one
+    better on E-1 by more than the margin, and started from the student it replaces whenever the
+    network is the same (cold otherwise, saying why). Returns how many warm-started."""
+    report = json.loads((home / "reports" / "distillation_report.json").read_text())
     warm = 0
     for s in SURFACES:
         key = f"students/{s}/ACCEPTED"
-        old, new = (json.loads((home / "models" / "students" / s / v[key] / "metrics.json").read_text())
+        old, new = (json.loads((home / "models" / "students" / s / v[key] / "metrics.json").read_text())["key"]
                     for v in (before, after))
-        train = new["train"]
-        if (old["key"]["arm"], old["key"]["path"]) == (new["key"]["arm"], new["key"]["path"]):
+        train = json.loads((home / "models" / "students" / s / after[key] / "metrics.json").read_text())["train"]
+        old_pair, new_pair = (old["arm"], old["path"]), (new["arm"], new["path"])
+        assert report["selected"][s] == {"arm": new["arm"], "path": new["path"],
+                                         "kept_accepted": old_pair == new_pair}
+        if old_pair != new_pair:
+            val = {(r["arm"], r["path"]): r["ne"] for r in report["rows"]
+                   if r["surface"] == s and r["split"] == "validation" and r["task"] == "click"}
+            assert val[old_pair] - val[new_pair] > report["keep_accepted_within"], (s, old_pair, new_pair, val)
+        if _network(old["arm"]) == _network(new["arm"]):
             assert train["warm_start"] == "warm", (s, train["warm_start"])
             assert Path(train["warm_start_from"]) == home / "models" / "students" / s / before[key]
             warm += 1
         else:
-            reason = train["warm_start"]
-            assert reason.startswith("cold: the ACCEPTED student differs in ") and ("arm=" in reason or "path=" in reason), (
-                s, reason)
+            assert train["warm_start"].startswith("cold: the ACCEPTED student differs in "), (s, train["warm_start"])
     return warm
 
 
