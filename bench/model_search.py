@@ -69,6 +69,9 @@ VARIANTS: dict[str, dict] = {
                                                 "wide_weight_decay": 1e-6}, "model": {"wide_cross_rows": 1 << 20}},
     "e1_cross_wide_lr_0.1_wd_1e-6": {"train": {"epochs": 1, "eval_every": 39, "wide_lr": 0.1,
                                                "wide_weight_decay": 1e-6}, "model": {"wide_cross_rows": 1 << 20}},
+    # round 3: the history co-occurrence loss (GEMConfig.cooc_weight) on top of the preset
+    "cooc_1": {"model": {"cooc_weight": 1.0}},
+    "cooc_0.2": {"model": {"cooc_weight": 0.2}},
 }
 
 

@@ -461,6 +461,8 @@ def train(
             with torch.autocast(device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp):
                 logits = fwd(batch)
             loss, parts = core.loss(logits, batch)
+            if core.cfg.cooc_weight:
+                loss = loss + core.cfg.cooc_weight * core.cooc_loss(batch)
             opt_dense.zero_grad(set_to_none=True)
             opt_emb.zero_grad(set_to_none=True)
             loss.backward()

@@ -38,6 +38,13 @@ class GEMConfig:
     # rows of the wide history-item x candidate cross table (0: none): the logistic regression's
     # strongest features, inside the model's wide path (hashed pairs, 1/sqrt(history length) each)
     wide_cross_rows: int = 0
+    # weight of the history co-occurrence loss (0: off): each history item scores the next item of the
+    # same history against the batch's other items (in-batch softmax over normalised item embeddings),
+    # so items that share users' interests get similar embeddings from the organic logs themselves,
+    # not only from the sparse click gradient
+    cooc_weight: float = 0.0
+    cooc_pairs: int = 2048  # history pairs sampled per batch for that loss
+    cooc_temperature: float = 0.1
     attention: str = "jagged"  # jagged (kernels.jagged_attention) | padded (SDPA over a padded batch)
     max_hist_len: int | None = None  # None: features.yaml history.max_len (never longer)
 
@@ -61,6 +68,8 @@ class GEMConfig:
             raise ValueError("n_cls must be >= 1")
         if self.attention not in ("jagged", "padded"):
             raise ValueError(f"attention must be 'jagged' or 'padded', not {self.attention!r}")
+        if self.cooc_weight and self.sparse_features and not self.target_pairs:
+            raise ValueError("cooc_weight needs a history item column sharing a table with a candidate id")
 
     @property
     def n_tokens(self) -> int:

@@ -265,6 +265,28 @@ class GEM(nn.Module):
         total = (per_task * self.task_w).sum()
         return total, {t: per_task[i].detach() for i, t in enumerate(TASKS)}
 
+    def cooc_loss(self, batch: Batch) -> torch.Tensor:
+        """In-batch softmax of next-item prediction inside each history (cfg.cooc_weight): `cooc_pairs`
+        positions k drawn at random, item k scores item k+1 of the same history against the other drawn
+        pairs' next items. Pairs that cross two histories or touch a null id weigh 0 (a mask, not an
+        index: no host synchronisation)."""
+        cfg = self.cfg
+        j, col = cfg.target_pairs[0]
+        table = self.tables[cfg.sparse_features[j][1]]
+        items = batch.history[col].long()
+        total = int(items.shape[0])
+        if total < 2:
+            return items.new_zeros((), dtype=torch.float32)
+        seg = segment_ids(batch.offsets.long(), total)
+        k = torch.randint(0, total - 1, (min(cfg.cooc_pairs, total - 1),), device=items.device)
+        a, b = items[k], items[k + 1]
+        w = ((seg[k] == seg[k + 1]) & (a != 0) & (b != 0)).float()
+        ea = F.normalize(table(a).float(), dim=-1)
+        eb = F.normalize(table(b).float(), dim=-1)
+        ce = F.cross_entropy(ea @ eb.T / cfg.cooc_temperature, torch.arange(len(k), device=items.device),
+                             reduction="none")
+        return (ce * w).sum() / w.sum().clamp_min(1.0)
+
     # -- compilation ----------------------------------------------------------------------------
     def compile_dense(self, **kw: Any) -> GEM:
         """torch.compile the fixed-shape dense parts (Wukong interaction arches, summary MLP, dense
