@@ -1,0 +1,128 @@
+"""Where the oracle's edge lives: click NE on E of the oracle with one latent factor taken away.
+
+    PYTHONPATH=. GEM_SIMULATOR=eval python bench/oracle_decomposition.py   # the world of `make eval`
+
+The simulator's click logit is a sum of terms (gem_pipelines/data/simulator.py): ad and advertiser
+quality, position, device, hour (all visible to a model through ids and features), the user's
+propensity (a per-user offset: visible only by memorising each user's few clicks) and gamma x the
+user's current interest in the ad's topic (visible only through the topics of the user's history,
+which a model must first learn from which items share histories). Each variant removes terms from
+the true logit and refits a per-surface logistic map (intercept + one weight per input) on E-1,
+then scores E, so every row is a model that knows the rest exactly:
+
+- oracle: the true probability (the floor of every report);
+- no propensity / no interest / neither: the true logit without those terms;
+- interest from history topics: "no interest" plus the log share of the candidate's topic among the
+  topics of the user's organic items of the 7 days before (every item's true topic known): what the
+  history can say about the interest when the topics are known perfectly.
+
+The days are simulated again from the world's seed (the lake holds the same rows, less the
+corrupted records); nothing is trained, E is only scored.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gem_model.config import load_calendar, load_simulator, load_surfaces  # noqa: E402
+from gem_model.metrics import normalized_entropy  # noqa: E402
+from gem_pipelines.data import simulator as sim  # noqa: E402
+
+LOOKBACK = 7
+PRIOR = 0.5  # add-one-half smoothing of the topic counts
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    p = np.clip(p, 1e-9, 1 - 1e-9)
+    return np.log(p / (1 - p))
+
+
+def fit_logistic(x: np.ndarray, y: np.ndarray, iters: int = 30, l2: float = 1e-6) -> np.ndarray:
+    """Newton's method for a logistic regression with an intercept; returns the weights."""
+    x = np.column_stack([np.ones(len(x)), x])
+    w = np.zeros(x.shape[1])
+    for _ in range(iters):
+        p = 1 / (1 + np.exp(-(x @ w)))
+        grad = x.T @ (p - y) + l2 * w
+        hess = (x * (p * (1 - p))[:, None]).T @ x + l2 * np.eye(len(w))
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return w
+
+
+def _apply(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-(np.column_stack([np.ones(len(x)), x]) @ w)))
+
+
+def _day(cfg, surfaces, date: dt.date) -> dict[str, np.ndarray]:
+    """Every surface's impressions of `date` with the pieces of their true logit."""
+    w = sim._get_world(cfg)
+    parts = []
+    for s in surfaces.names:
+        imp, _ = sim.simulate_day_frames(cfg, surfaces, s, date)
+        users, ads = imp["user_id"].to_numpy(), imp["ad_id"].to_numpy()
+        parts.append({
+            "surface": np.full(imp.height, s), "user": users, "ad_topic": w.ad_topic[ads - 1],
+            "click": imp["click"].to_numpy().astype(np.float64), "logit": _logit(imp["p_click"].to_numpy()),
+            "propensity": w.user_propensity[users - 1],
+            "interest": sim._GAMMA * sim.interest_affinity(cfg, date, users, ads),
+        })
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def _topic_counts(cfg, surfaces, date: dt.date) -> np.ndarray:
+    """(users, topics): how many organic items of each topic every user touched in the LOOKBACK days
+    before `date`, on every surface."""
+    w = sim._get_world(cfg)
+    counts = np.zeros((cfg.n_users, cfg.n_topics))
+    for back in range(1, LOOKBACK + 1):
+        for s in surfaces.names:
+            _, org = sim.simulate_day_frames(cfg, surfaces, s, date - dt.timedelta(days=back))
+            topic = w.item_topic[org["item_id"].to_numpy() - cfg.n_ads - 1]
+            np.add.at(counts, (org["user_id"].to_numpy() - 1, topic), 1.0)
+    return counts
+
+
+def main() -> None:
+    cfg, surfaces = load_simulator(), load_surfaces()
+    roles = load_calendar().roles()
+    days = {"E-1": roles.validation, "E": roles.evaluation}
+    data = {}
+    for role, date in days.items():
+        d = _day(cfg, surfaces, date)
+        c = _topic_counts(cfg, surfaces, date)[d["user"] - 1]
+        share = (c[np.arange(len(c)), d["ad_topic"]] + PRIOR) / (c.sum(1) + PRIOR * cfg.n_topics)
+        d["history_topic"] = np.log(share)
+        data[role] = d
+    variants = {
+        "oracle": None,
+        "no propensity": lambda d: np.column_stack([d["logit"] - d["propensity"]]),
+        "no interest": lambda d: np.column_stack([d["logit"] - d["interest"]]),
+        "neither": lambda d: np.column_stack([d["logit"] - d["interest"] - d["propensity"]]),
+        "no interest + history topics": lambda d: np.column_stack([d["logit"] - d["interest"], d["history_topic"]]),
+        "neither + history topics": lambda d: np.column_stack([d["logit"] - d["interest"] - d["propensity"],
+                                                               d["history_topic"]]),
+    }
+    print(f"simulator: {cfg.impressions_per_day} impressions/day, E-1 = {days['E-1']}, E = {days['E']}; "
+          f"click NE on E per surface (each map fitted on E-1)\n")
+    print("| variant | " + " | ".join(surfaces.names) + " |")
+    print("|---|" + "---|" * len(surfaces.names))
+    for name, feats in variants.items():
+        cells = []
+        for s in surfaces.names:
+            tr, ev = ({k: v[d["surface"] == s] for k, v in d.items()} for d in (data["E-1"], data["E"]))
+            p = 1 / (1 + np.exp(-ev["logit"])) if feats is None else _apply(fit_logistic(feats(tr), tr["click"]), feats(ev))
+            cells.append(f"{normalized_entropy(ev['click'], p):.4f}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
