@@ -13,17 +13,20 @@ Trains the foundation model (every surface, the calendar's teacher window, seed 
 of the preset's `train`/`model` settings, with validation on E-1 every `eval_every` steps and
 early stopping, and reports the best E-1 click NE per surface and its step. The evaluation day E is
 never read here (data.eval is unset). Appends the table to bench/MODEL_SEARCH.md.
+
+A real dataset's lake (`GEM_DATA=douban GEM_HOME=.gem/douban`, built by `make demo DATA=douban` or
+`python -m gem_pipelines.demo --through features`) is searched the same way; its preset includes
+assets/sources/<dataset>/models/<preset>.yaml. Ad-hoc variants: `--set name='{"train": {...}}'`.
+The training and E-1 scoring are gem_model.selection's (shared with gem_pipelines.sources.validate).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import math
-import os
+import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 # `python bench/model_search.py` puts bench/ first on sys.path, where bench/kernels.py would shadow the package.
@@ -31,9 +34,9 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
-from gem_model.config import FeaturesConfig, load_calendar, load_features  # noqa: E402
+from gem_model.config import dataset_name, load_calendar  # noqa: E402
 from gem_model.paths import lake_root  # noqa: E402
-from gem_model.train import train  # noqa: E402
+from gem_model.selection import TABLE_HEAD, score_variant, table_row  # noqa: E402
 
 SYNTHETIC_WORLD = {"n_users": 400, "n_ads": 48, "n_items": 192, "n_topics": 6, "max_hist": 16}
 # name -> overrides of assets/models/<preset>.yaml
@@ -75,22 +78,19 @@ VARIANTS: dict[str, dict] = {
 }
 
 
-def with_buckets(features: FeaturesConfig, buckets: dict[str, int]) -> FeaturesConfig:
-    """features.yaml with other table sizes for some hashed features (a variant of the search)."""
-    raw = features.model_dump()
-    for f in [*raw["sparse"], *raw["history"]["columns"]]:
-        if f["name"] in buckets:
-            f["buckets"] = buckets[f["name"]]
-    return FeaturesConfig.model_validate(raw)
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--preset", default="small")
-    p.add_argument("--variants", nargs="*", default=list(VARIANTS))
+    p.add_argument("--variants", nargs="*", default=None, help="names of VARIANTS (default: all, unless --set)")
+    p.add_argument("--set", nargs="*", default=[], metavar="NAME=JSON",
+                   help='ad-hoc variants, e.g. wide_lr_0.2=\'{"train": {"wide_lr": 0.2}}\'')
     p.add_argument("--world", choices=["lake", "synthetic"], default="lake")
     p.add_argument("--out", default=str(Path(__file__).with_name("MODEL_SEARCH.md")))
     a = p.parse_args()
+    adhoc = dict(kv.split("=", 1) for kv in a.set)
+    variants = {**VARIANTS, **{k: json.loads(v) for k, v in adhoc.items()}}
+    a.variants = a.variants if a.variants is not None else ([] if adhoc else list(VARIANTS))
+    a.variants += [k for k in adhoc if k not in a.variants]
     lake = None
     if a.world == "synthetic":
         from gem_model.synthetic import write_synthetic_lake
@@ -104,28 +104,17 @@ def main() -> None:
         roles = load_calendar().roles()
         window, valid = (str(roles.teacher[0]), str(roles.teacher[1])), str(roles.validation)
         extra = {}
-    lines = [f"\n## {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {a.world} world ({lake or lake_root()}), preset `{a.preset}`"
+    lines = [f"\n## {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {a.world} world ({lake or lake_root()}, GEM_DATA={dataset_name()}), preset `{a.preset}`"
              f"{' + ' + str(extra) if extra else ''}, training window {window[0]}..{window[1]}, "
              f"selection on E-1 = {valid}\n",
-             "| variant | overrides | best E-1 score | best step / steps | E-1 click NE per surface | E-1 score by step | train s |",
-             "|---|---|---|---|---|---|---|"]
+             TABLE_HEAD]
     with open(a.out, "a") as f:  # the header now, each row as soon as its run ends (a stopped search keeps them)
         f.write("\n".join(lines) + "\n")
     for name in a.variants:
-        over = VARIANTS[name]
-        with tempfile.TemporaryDirectory() as tmp:
-            t = time.time()
-            s = train({"preset": a.preset, "model": over.get("model", {}),
-                       "train": {"log_every": 10**6, **extra, **over.get("train", {})},
-                       "data": {"train": list(window), "valid": valid, "lake": lake},
-                       "seed": 0, "device": os.environ.get("GEM_DEVICE", "cpu"),
-                       "tracking": {"name": f"search-{name}"}}, out_dir=tmp,
-                      features=with_buckets(load_features(), over.get("buckets", {})))
-        per = ", ".join(f"{r['surface']} {r['ne']:.4f}" for r in s["valid_rows"]
-                        if r["task"] == "click" and math.isfinite(r["ne"]))
-        curve = " ".join(f"{int(st)}:{sc:.4f}" for st, sc in s["valid_history"])
-        row = (f"| {name} | `{over}` | {s['best_valid_score']:.4f} | {s['best_step']} / {s['step']} | {per} | "
-               f"{curve} | {time.time() - t:.0f} |")
+        over = variants[name]
+        r = score_variant(over, preset=a.preset, window=window, valid=valid, lake=lake, extra_train=extra,
+                          name=f"search-{name}")
+        row = table_row(name, over, r)
         print(row, flush=True)
         with open(a.out, "a") as f:
             f.write(row + "\n")

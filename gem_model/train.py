@@ -96,6 +96,9 @@ DEFAULT_TRAIN: dict[str, Any] = {
     "embedding_sharding": "replicated",  # or "row": tables row-wise across ranks, dense params FSDP2 (gem_model.sharding)
     "precision": "auto",  # auto (bf16 autocast on CUDA, fp32 elsewhere) | bf16 (autocast on any device) | fp32
     "torch_threads": None,
+    # {features: [sparse feature names], l2: float}: their wide offsets start at one Newton step of an
+    # L2 logistic regression on the training window's labels (gem_model.wide_prior); None: zeros
+    "wide_prior": None,
     "head_bias": "fixed",  # fixed (the model's init) | base_rate (logit of each head's training-window rate)
     "fail_at_step": None,  # tests: raise after this step (after its checkpoint, if any)
     "dump_rank_weights": False,  # tests: write rank<r>.pt with each rank's final weights
@@ -355,6 +358,16 @@ def train(
     if tcfg["head_bias"] == "base_rate" and not init_from:  # a fresh head starts at the base rate, not at
         # the model's fixed init (a CTR-2% prior: -3 logits is 400 steps away from a 70% rating-click world)
         set_head_bias(core, base_rates(uri, [dt.date.fromisoformat(d) for d in train_days], dcfg["surfaces"], so))
+    if tcfg.get("wide_prior") and not init_from:
+        if sharded:
+            raise ValueError("train.wide_prior needs replicated embedding tables")
+        from gem_model.wide_prior import set_wide_prior
+
+        wp = tcfg["wide_prior"]
+        seen = set_wide_prior(core, ExampleStream(dcfg["train"][0], dcfg["train"][1], dcfg["surfaces"],
+                                                  batch_size=tcfg["eval_batch_size"], shuffle=False, **common),
+                              list(wp["features"]), float(wp["l2"]))
+        _say(rank, f"wide prior (l2 {wp['l2']}): ids with labels {seen}")
     collisions = collision_rates(uri, [dt.date.fromisoformat(d) for d in train_days], dcfg["surfaces"], features, so) \
         if rank == 0 else {}
 

@@ -12,6 +12,13 @@ if TYPE_CHECKING:  # gem_model.config needs pydantic: imported lazily, so the mo
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
 
 
+def click_row(columns: list[tuple[str, Any]]) -> int:
+    """Row of `click` in the closed vocabulary of the history's action column ((source, vocab) per
+    column; value i -> row i + 1), 0 when there is none."""
+    return next((list(v).index("click") + 1 for src, v in columns
+                 if src == "action" and isinstance(v, tuple | list) and "click" in v), 0)
+
+
 @dataclass
 class GEMConfig:
     # -- trunk dimensions -----------------------------------------------------------------------
@@ -45,6 +52,11 @@ class GEMConfig:
     cooc_weight: float = 0.0
     cooc_pairs: int = 2048  # history pairs sampled per batch for that loss
     cooc_temperature: float = 0.1
+    # the user's own labels in their history as wide inputs: the share of history entries whose action
+    # is `click` (and their count, log1p), overall and on the candidate's surface. For rating data
+    # (Douban: a low rating is a `view`) it is the user's rating bias, also from days not trained on,
+    # and across domains. Off by default (the simulated world's histories are organic activity).
+    history_click_share: bool = False
     attention: str = "jagged"  # jagged (kernels.jagged_attention) | padded (SDPA over a padded batch)
     max_hist_len: int | None = None  # None: features.yaml history.max_len (never longer)
 
@@ -58,6 +70,7 @@ class GEMConfig:
     surface_loss_weights: dict[str, float] = field(default_factory=dict)  # default 1.0
     task_loss_weights: dict[str, float] = field(default_factory=lambda: {"click": 1.0, "conversion": 1.0})
     hist_max_len: int = 64
+    click_action_row: int = 0  # row of `click` in the history's action vocabulary (0: none)
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads or self.d_model // self.n_heads not in SUPPORTED_HEAD_DIMS:
@@ -88,6 +101,24 @@ class GEMConfig:
             for name, source, h_table in self.history_columns
             if source == "item_id" and h_table == table
         ]
+
+    @property
+    def click_share_columns(self) -> tuple[str, str | None, int | None] | None:
+        """(history action column, history surface column, index of the candidate's surface among the
+        sparse features) for history_click_share; None when off or the history has no click action."""
+        if not self.history_click_share or not self.click_action_row:
+            return None
+        action = next((n for n, src, _ in self.history_columns if src == "action"), None)
+        if action is None:
+            return None
+        surf = next(((n, t) for n, src, t in self.history_columns if src == "surface"), None)
+        j = next((j for j, (_, t) in enumerate(self.sparse_features) if surf and t == surf[1]), None)
+        return action, surf[0] if j is not None and surf else None, j
+
+    @property
+    def n_click_share(self) -> int:
+        cols = self.click_share_columns
+        return 0 if cols is None else (4 if cols[1] is not None else 2)
 
     @property
     def n_seq_summary(self) -> int:
@@ -130,6 +161,7 @@ class GEMConfig:
                     for n in names
                 },
                 "hist_max_len": features.history.max_len,
+                "click_action_row": click_row([(c.source, c.vocab) for c in features.history.columns]),
             }
         )
 

@@ -105,7 +105,7 @@ class GEM(nn.Module):
         # -- inputs ---------------------------------------------------------------------------
         self.tables = nn.ModuleDict({t: nn.Embedding(rows, d) for t, rows in cfg.tables.items()})
         n_stats = N_STATS if cfg.exact_match else N_STATS - 1
-        n_wide = len(cfg.dense_features) + n_stats * len(cfg.target_pairs)
+        n_wide = len(cfg.dense_features) + n_stats * len(cfg.target_pairs) + cfg.n_click_share
         self.dense = MLP(n_wide, 2 * d, d)
         # training-window statistics (gem_model.normalization), saved with the weights
         self.register_buffer("dense_mean", torch.zeros(len(cfg.dense_features)))
@@ -128,7 +128,8 @@ class GEM(nn.Module):
                                         for s in cfg.surfaces})
         self.head_b = nn.ParameterDict({s: nn.Parameter(torch.full((n_t,), -3.0)) for s in cfg.surfaces})
         wide0 = torch.zeros(n_t, n_wide)
-        wide0[:, len(cfg.dense_features):] = STAT_INIT  # the match statistics start switched on
+        n_dense = len(cfg.dense_features)
+        wide0[:, n_dense:n_dense + n_stats * len(cfg.target_pairs)] = STAT_INIT  # the match statistics start switched on
         self.wide = nn.ParameterDict({s: nn.Parameter(wide0.clone())  # a linear path, as in Wide & Deep
                                       for s in cfg.surfaces})
         # ... and a per-id logit offset per task for every sparse feature (a logistic regression on ids)
@@ -180,6 +181,8 @@ class GEM(nn.Module):
             target = torch.stack([o[0] for o in outs], dim=1)
             pooled = [o[1] for o in outs]
             dense_in += [o[2].float() for o in outs]
+        if cfg.n_click_share:
+            dense_in.append(self.click_share(batch, seg_h, len(hist_len)))
         tokens.append(self.dense(torch.cat(dense_in, dim=1)))
         tokens += pooled
         x = torch.stack(tokens, dim=1)
@@ -195,6 +198,19 @@ class GEM(nn.Module):
         max_len = None if batch.max_len is None else batch.max_len + n_cls
         cross = self.cross_logit(batch, seg_h, hist_len) if CROSS in self.wide_tables else None
         return Inputs(x, s, new_off, seg, hist_len, target, torch.cat(dense_in, dim=1), max_len, cross)
+
+    def click_share(self, batch: Batch, seg_h: torch.Tensor, bsz: int) -> torch.Tensor:
+        """[B, 2 or 4]: share of the history's entries that are clicks and log1p of their number,
+        overall and (with a surface column) on the candidate's surface (history_click_share)."""
+        action, surf, j = self.cfg.click_share_columns  # type: ignore[misc]
+        clicked = (batch.history[action] == self.cfg.click_action_row).float()
+        cols = [torch.ones_like(clicked), clicked]
+        if surf is not None:
+            same = (batch.history[surf] == batch.sparse[seg_h, j]).float()
+            cols += [same, same * clicked]
+        sums = segment_sum(torch.stack(cols, 1), seg_h, bsz, out_dtype=torch.float32)
+        n, c = sums[:, 0::2], sums[:, 1::2]
+        return torch.cat([c / n.clamp_min(1.0), torch.log1p(n)], dim=1)
 
     def cross_logit(self, batch: Batch, seg_h: torch.Tensor, hist_len: torch.Tensor) -> torch.Tensor:
         """[B, n_tasks]: sum over the history of w[item] + w[item x candidate], 1/sqrt(length) each

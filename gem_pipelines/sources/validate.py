@@ -6,34 +6,22 @@ click NE per surface on E-1 and the selection score (NE weighted by positives). 
         '{"train": {"emb_lr": 0.05}}' [--surface music] [--preset small] [--seed 0]
 
 The JSON holds overrides on top of the preset (and of the dataset's own models/<preset>.yaml).
+A thin command line over gem_model.selection.score_variant; `bench/model_search.py --set
+name='<json>'` runs the same scoring for several variants and records them in bench/MODEL_SEARCH.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from typing import Any
 
-from gem_model.config import load_calendar
+from gem_model.selection import score_variant
 
 
 def validate(overrides: dict[str, Any], *, preset: str = "small", surface: str | None = None,
              seed: int = 0) -> dict[str, Any]:
-    from gem_model.train import train
-
-    roles = load_calendar().roles()
-    cfg = {"preset": preset, "model": overrides.get("model") or {}, "train": overrides.get("train") or {},
-           "data": {"train": [roles.teacher[0].isoformat(), roles.teacher[1].isoformat()],
-                    "valid": roles.validation.isoformat(), "eval": None,
-                    "surfaces": [surface] if surface else None, "oracle": False},
-           "seed": seed, "device": "cpu",
-           "tracking": {"project": "validate", "group": "validate", "name": "validate", "job_type": "validate"}}
-    with tempfile.TemporaryDirectory() as out:
-        s = train(cfg, out_dir=out)
-    return {"score": s["best_valid_score"], "best_step": s["best_step"], "steps": s["step"],
-            "valid_history": s["valid_history"],
-            "ne": {r["surface"]: r["ne"] for r in s["valid_rows"] if r["task"] == "click"}}
+    return score_variant(overrides, preset=preset, seed=seed, surfaces=[surface] if surface else None)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -50,7 +50,9 @@ def _assets(dest: Path) -> Path:
     shutil.copy(dest / "features.yaml", douban / "features.yaml")
     tiny = dest / "models" / "tiny.yaml"
     spec = yaml.safe_load(tiny.read_text())
-    spec["train"].update(max_steps=25)
+    # ... with Douban's own per-id wide prior (models/small.yaml), so the graph runs the option
+    own = yaml.safe_load((douban / "models" / "small.yaml").read_text())["train"]
+    spec["train"].update(max_steps=25, wide_prior=own["wide_prior"])
     tiny.write_text(yaml.safe_dump(spec))
     quality = yaml.safe_load((dest / "quality.yaml").read_text())
     # the gate has its own tests; 25 steps of the tiny model on a slice only have to run (NE not judged)

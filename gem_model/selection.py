@@ -1,0 +1,67 @@
+"""Model selection on the validation day E-1 only: the one place that trains a variant of a preset
+and scores it on E-1. `bench/model_search.py` (named variants, a table appended to
+bench/MODEL_SEARCH.md) and `gem_pipelines.sources.validate` (a real dataset's JSON overrides) are
+thin command lines over `score_variant`. The evaluation day E is never read here (data.eval unset).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+from typing import Any
+
+from gem_model.config import FeaturesConfig, load_calendar
+
+
+def with_buckets(features: FeaturesConfig, buckets: dict[str, int]) -> FeaturesConfig:
+    """features.yaml with other table sizes for some hashed features (a variant of the search)."""
+    raw = features.model_dump()
+    for f in [*raw["sparse"], *raw["history"]["columns"]]:
+        if f["name"] in buckets:
+            f["buckets"] = buckets[f["name"]]
+    return FeaturesConfig.model_validate(raw)
+
+
+def score_variant(
+    overrides: dict[str, Any], *, preset: str = "small", seed: int = 0, surfaces: list[str] | None = None,
+    window: tuple[str, str] | None = None, valid: str | None = None, lake: str | None = None,
+    extra_train: dict[str, Any] | None = None, name: str = "validate",
+) -> dict[str, Any]:
+    """Train the preset + `overrides` ({"model": ..., "train": ..., "buckets": {feature: rows}}) on
+    the calendar's teacher window (or `window`), validating on E-1 (or `valid`) every `eval_every`
+    steps with early stopping. Returns the best E-1 score (click NE weighted by positives), its step,
+    the score by step and the best checkpoint's E-1 click NE per surface."""
+    from gem_model.config import load_features
+    from gem_model.train import train
+
+    if window is None or valid is None:
+        roles = load_calendar().roles()
+        window = window or (roles.teacher[0].isoformat(), roles.teacher[1].isoformat())
+        valid = valid or roles.validation.isoformat()
+    cfg = {"preset": preset, "model": overrides.get("model") or {},
+           "train": {"log_every": 10**6, **(extra_train or {}), **(overrides.get("train") or {})},
+           "data": {"train": list(window), "valid": valid, "eval": None, "surfaces": surfaces, "lake": lake,
+                    "oracle": False},
+           "seed": seed, "device": os.environ.get("GEM_DEVICE", "cpu"),
+           "tracking": {"project": "validate", "group": "validate", "name": name, "job_type": "validate"}}
+    features = with_buckets(load_features(), overrides["buckets"]) if overrides.get("buckets") else None
+    t = time.time()
+    with tempfile.TemporaryDirectory() as out:
+        s = train(cfg, out_dir=out, features=features)
+    return {"score": s["best_valid_score"], "best_step": s["best_step"], "steps": s["step"],
+            "valid_history": s["valid_history"], "seconds": round(time.time() - t),
+            "ne": {r["surface"]: r["ne"] for r in s["valid_rows"] if r["task"] == "click" and math.isfinite(r["ne"])}}
+
+
+TABLE_HEAD = ("| variant | overrides | best E-1 score | best step / steps | E-1 click NE per surface | E-1 score by step | train s |\n"
+              "|---|---|---|---|---|---|---|")
+
+
+def table_row(name: str, overrides: dict[str, Any], r: dict[str, Any]) -> str:
+    """One row of TABLE_HEAD (bench/MODEL_SEARCH.md)."""
+    per = ", ".join(f"{s} {ne:.4f}" for s, ne in r["ne"].items())
+    curve = " ".join(f"{int(st)}:{sc:.4f}" for st, sc in r["valid_history"])
+    return (f"| {name} | `{overrides}` | {r['score']:.4f} | {r['best_step']} / {r['steps']} | {per} | "
+            f"{curve} | {r['seconds']} |")

@@ -1,0 +1,34 @@
+"""gem_model.selection: the one E-1 scoring behind bench/model_search.py and sources.validate."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import gem_model.train as train_mod
+from gem_model.selection import score_variant, table_row
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_score_variant_selects_on_the_validation_day_only(lake, monkeypatch) -> None:
+    read: list[tuple[str, str]] = []
+    real = train_mod.ExampleStream
+
+    def recording(start, end, *a, **kw):
+        read.append((str(start), str(end)))
+        return real(start, end, *a, **kw)
+
+    monkeypatch.setattr(train_mod, "ExampleStream", recording)
+    over = {"train": {"max_steps": 4, "eval_every": 2, "patience": 5, "torch_threads": 1},
+            "buckets": {"user_id": 512}}
+    r = score_variant(over, preset="tiny", window=("2026-11-02", "2026-11-03"), valid="2026-11-04", lake=str(lake))
+    # trained on the window, scored on the validation day; the evaluation day 2026-11-05 is never read
+    assert set(read) == {("2026-11-02", "2026-11-03"), ("2026-11-04", "2026-11-04")}
+    assert [int(s) for s, _ in r["valid_history"]] == [2, 4]
+    assert r["score"] == min(sc for _, sc in r["valid_history"]) and math.isfinite(r["score"])
+    assert r["best_step"] in (2, 4) and r["steps"] == 4
+    assert r["ne"] and all(math.isfinite(v) for v in r["ne"].values())
+    row = table_row("tiny_users", over, r)
+    assert row.startswith("| tiny_users | ") and f"{r['score']:.4f}" in row
