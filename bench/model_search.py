@@ -75,6 +75,7 @@ VARIANTS: dict[str, dict] = {
     # round 3: the history co-occurrence loss (GEMConfig.cooc_weight) on top of the preset
     "cooc_1": {"model": {"cooc_weight": 1.0}},
     "cooc_0.2": {"model": {"cooc_weight": 0.2}},
+    "cooc_clicks_0.2": {"model": {"cooc_weight": 0.2, "cooc_clicks": True}},
 }
 
 

@@ -52,6 +52,7 @@ class GEMConfig:
     cooc_weight: float = 0.0
     cooc_pairs: int = 2048  # history pairs sampled per batch for that loss
     cooc_temperature: float = 0.1
+    cooc_clicks: bool = False  # ... and each clicked candidate ad scores an item of its own history
     # the user's own labels in their history as wide inputs: the share of history entries whose action
     # is `click` (and their count, log1p), overall and on the candidate's surface. For rating data
     # (Douban: a low rating is a `view`) it is the user's rating bias, also from days not trained on,

@@ -293,13 +293,25 @@ class GEM(nn.Module):
         total = int(items.shape[0])
         if total < 2:
             return items.new_zeros((), dtype=torch.float32)
-        seg = segment_ids(batch.offsets.long(), total)
+        offsets = batch.offsets.long()
+        seg = segment_ids(offsets, total)
         k = torch.randint(0, total - 1, (min(cfg.cooc_pairs, total - 1),), device=items.device)
         a, b = items[k], items[k + 1]
-        w = ((seg[k] == seg[k + 1]) & (a != 0) & (b != 0)).float()
+        loss = self._in_batch_softmax(table, a, b, (seg[k] == seg[k + 1]) & (a != 0) & (b != 0))
+        if cfg.cooc_clicks:  # a clicked candidate scores one random item of its own history
+            lengths = offsets[1:] - offsets[:-1]
+            pos = offsets[:-1] + (torch.rand(len(lengths), device=items.device) * lengths).long()
+            hist = items[pos.clamp(max=total - 1)]
+            clicked = batch.label_mask[:, 0] & (batch.labels[:, 0] > 0) & (lengths > 0) & (hist != 0)
+            loss = loss + self._in_batch_softmax(table, batch.sparse[:, j].long(), hist, clicked)
+        return loss
+
+    def _in_batch_softmax(self, table: nn.Embedding, a: torch.Tensor, b: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Mean over valid pairs of -log softmax_b'(cos(a, b') / T) at the pair's own b."""
+        w = valid.float()
         ea = F.normalize(table(a).float(), dim=-1)
         eb = F.normalize(table(b).float(), dim=-1)
-        ce = F.cross_entropy(ea @ eb.T / cfg.cooc_temperature, torch.arange(len(k), device=items.device),
+        ce = F.cross_entropy(ea @ eb.T / self.cfg.cooc_temperature, torch.arange(len(a), device=a.device),
                              reduction="none")
         return (ce * w).sum() / w.sum().clamp_min(1.0)
 

@@ -76,3 +76,30 @@ def test_cooc_weight_needs_a_history_item_column():
         assert "cooc_weight needs a history item column" in str(e)
     else:
         raise AssertionError("cooc_weight without an item history was accepted")
+
+
+def test_cooc_clicks_pull_a_clicked_ad_toward_its_history_topic():
+    """cooc_clicks: ads (ids above the topic items) clicked by users whose histories hold one topic end
+    closer to that topic's items than to the others'."""
+    torch.manual_seed(0)
+    cfg = _config(cooc_clicks=True)
+    model = build_model(cfg)
+    j, col = cfg.target_pairs[0]
+    first_ad = 1 + N_TOPICS * PER_TOPIC
+    g = torch.Generator().manual_seed(3)
+    opt = torch.optim.Adam(model.tables.parameters(), lr=0.03)
+    for _ in range(60):
+        b = _topic_batch(cfg, g)
+        topic = (b.history[col][b.offsets[:-1]] - 1) // PER_TOPIC  # every history holds one topic
+        b.sparse[:, j] = first_ad + topic  # ad t is the ad of topic t
+        b.labels[:, 0] = (torch.rand(len(b), generator=g) < 0.5).float()
+        loss = model.cooc_loss(b)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    e = torch.nn.functional.normalize(model.tables[cfg.sparse_features[j][1]].weight.detach(), dim=-1)
+    items = e[1:first_ad].reshape(N_TOPICS, PER_TOPIC, -1).mean(1)
+    cos = e[first_ad:first_ad + N_TOPICS] @ torch.nn.functional.normalize(items, dim=-1).T  # [ad topic, item topic]
+    own = cos.diagonal()
+    other = (cos.sum(1) - own) / (N_TOPICS - 1)
+    assert bool((own - other > 0.3).all()), cos
