@@ -46,6 +46,7 @@ import torch.distributed as torch_dist
 import yaml
 
 from gem_model import atomic
+from gem_model.calibration import DEFAULT_CALIBRATION, Calibrator, fit_calibrator
 from gem_model.config import (
     ASSETS_DIR,
     SOURCES_DIR,
@@ -115,7 +116,7 @@ def load_preset(preset: str | Path) -> dict[str, Any]:
     if not path.suffix:
         path = ASSETS_DIR / "models" / f"{preset}.yaml"
         layers = [path, SOURCES_DIR / dataset_name() / "models" / f"{preset}.yaml"]
-    out: dict[str, Any] = {"model": {}, "train": {}}
+    out: dict[str, Any] = {"model": {}, "train": {}, "calibration": {}}
     for p in layers:
         raw = (yaml.safe_load(p.read_text()) or {}) if p == path or p.is_file() else {}
         for k in out:
@@ -135,7 +136,7 @@ def _iso(d: Any) -> str | None:
 def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
     """Preset + overrides -> a complete plain dict (what config.json and checkpoints carry)."""
     config = copy.deepcopy(config)
-    preset = load_preset(config.get("preset", "tiny")) if config.get("preset", "tiny") else {"model": {}, "train": {}}
+    preset = load_preset(config.get("preset", "tiny")) if config.get("preset", "tiny") else {}
     data = dict(config.get("data") or {})
     if "train" not in data:
         raise ValueError("config.data.train = [first_date, last_date] is required")
@@ -144,8 +145,9 @@ def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
         train_range = [train_range, train_range]
     out = {
         "preset": str(config.get("preset", "tiny")),
-        "model": {**preset["model"], **(config.get("model") or {})},
-        "train": {**DEFAULT_TRAIN, **preset["train"], **(config.get("train") or {})},
+        "model": {**preset.get("model", {}), **(config.get("model") or {})},
+        "train": {**DEFAULT_TRAIN, **preset.get("train", {}), **(config.get("train") or {})},
+        "calibration": {**DEFAULT_CALIBRATION, **preset.get("calibration", {}), **(config.get("calibration") or {})},
         "data": {
             "train": [_iso(train_range[0]), _iso(train_range[1])],
             "valid": _iso(data.get("valid")),
@@ -518,6 +520,16 @@ def train(
     # -- select, evaluate, write -----------------------------------------------------------------------
     if (rank == 0 or layout.collective) and dcfg["valid"] and (out / BEST).exists():
         layout.load_model_state(core, torch.load(out / BEST, map_location="cpu", weights_only=True)["model"])
+    calibrator: Calibrator | None = None
+    ccfg = cfg["calibration"]
+    if (rank == 0 or layout.collective) and dcfg["valid"] and ccfg["enabled"]:
+        # post-hoc Platt map per (surface, task), fitted on the selected model's E-1 predictions only
+        valid_preds = predict(core, eval_stream(dcfg["valid"]), device=device, amp_dtype=amp_dtype)
+        calibrator = fit_calibrator(valid_preds, list(core.cfg.surfaces), min_positives=int(ccfg["min_positives"]),
+                                    fit_day=dcfg["valid"])
+        core.calibrator = calibrator  # metrics.predict applies it from here on
+        _say(rank, f"calibrator fitted on {dcfg['valid']}: {int(calibrator.fitted.sum())} of "
+                   f"{calibrator.fitted.numel()} heads (others: identity, < {ccfg['min_positives']} positives)")
     rows: list[dict[str, Any]] = []
     if (rank == 0 or layout.collective) and dcfg["eval"]:  # sharded: every rank takes part in the forward
         oracle_df = None
@@ -530,8 +542,8 @@ def train(
         eval_preds = predict(core, eval_stream(dcfg["eval"]), device=device, amp_dtype=amp_dtype)
         rows = metric_rows(eval_preds, oracle_df)
         # per-row predictions on E: paired bootstrap intervals between models (gem_model.model_quality)
-        eval_preds.filter(pl.col("click_mask")).select("request_id", "surface", "click", "p_click").write_parquet(
-            out / EVAL_PREDICTIONS)
+        keep = ["request_id", "surface", "click", "p_click"] + (["p_click_raw"] if "p_click_raw" in eval_preds.columns else [])
+        eval_preds.filter(pl.col("click_mask")).select(keep).write_parquet(out / EVAL_PREDICTIONS)
     summary = {
         "step": step,
         "best_step": best["step"] if dcfg["valid"] else step,
@@ -545,6 +557,7 @@ def train(
         "valid_history": valid_history,
         "param_counts": core.param_counts(),
         "hash_collisions": collisions,
+        "calibration": calibrator.metadata() if calibrator is not None else None,
         "dense_stats": {"mean": core.dense_mean.tolist(), "std": core.dense_std.tolist()},
         "resumed_from_step": resumed_from,
         "warm_start": warm,
@@ -558,7 +571,8 @@ def train(
     save_checkpoint()
     if rank == 0:
         atomic_save({"model": final, "model_config": mcfg.to_dict(), "config": cfg,
-                     "step": summary["best_step"], "rows": json.dumps(rows)}, out / MODEL)
+                     "step": summary["best_step"], "rows": json.dumps(rows),
+                     **({"calibration": calibrator.state()} if calibrator is not None else {})}, out / MODEL)
         atomic_write_json(cfg, out / "config.json")
         atomic_write_json({**summary, "config": cfg}, out / "metrics.json")
         if tracker is not None:
