@@ -146,6 +146,7 @@ def run_foundation(
                 "train_seconds": summary["train_seconds"],
                 "param_counts": summary["param_counts"],
                 "best_step": summary["best_step"],
+                "calibration": summary.get("calibration"),  # the post-hoc map fitted on E-1 (None: disabled)
                 "wandb": summary["wandb"],
             }
         if baselines:

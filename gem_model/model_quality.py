@@ -63,13 +63,16 @@ def model_quality(results: list[dict[str, Any]], seeds: list[int], n_boot: int =
     first = preds[("foundation", seeds[0])].select("request_id", "surface", "click")
     joined = first.join(joined, on="request_id", how="inner")
     for (model, seed), df in preds.items():
-        joined = joined.join(df.select("request_id", pl.col("p_click").alias(f"{model}|{seed}")), on="request_id",
-                             how="inner")
+        # raw: before the post-hoc calibrator fitted on E-1 (models without one: their p_click)
+        raw = pl.col("p_click_raw") if "p_click_raw" in df.columns else pl.col("p_click")
+        joined = joined.join(df.select("request_id", pl.col("p_click").alias(f"{model}|{seed}"),
+                                       raw.alias(f"{model}~{seed}")), on="request_id", how="inner")
     out: dict[str, Any] = {"surfaces": {}, "n_boot": n_boot, "seeds": seeds}
     for surface in sorted(joined["surface"].unique().to_list()):
         sub = joined.filter(pl.col("surface") == surface)
         y = sub["click"].to_numpy().astype(np.float64)
         cols = {c: sub[c].to_numpy() for c in sub.columns if "|" in c}
+        raws = {c.replace("~", "|"): sub[c].to_numpy() for c in sub.columns if "~" in c}
         boot = bootstrap_ne(y, cols, n_boot=n_boot, seed=0)
         oracle_ne = normalized_entropy(y, sub["oracle"].to_numpy())
         models: dict[str, Any] = {}
@@ -79,12 +82,15 @@ def model_quality(results: list[dict[str, Any]], seeds: list[int], n_boot: int =
             keys = [f"{model}|{s}" for s in seeds]
             nes = [normalized_entropy(y, cols[k]) for k in keys]
             cal = [float(np.mean(cols[k]) / np.mean(y)) for k in keys]
+            cal_raw = [float(np.mean(raws[k]) / np.mean(y)) for k in keys]
+            ne_raw = [normalized_entropy(y, raws[k]) for k in keys]
             seed_mean[model] = np.mean([boot[k] for k in keys], axis=0)
             point[model] = float(np.mean(nes))
             lo, hi = interval(seed_mean[model])
             models[model] = {
                 "ne": point[model], "ne_sd": float(np.std(nes, ddof=1)) if len(nes) > 1 else 0.0, "ne_lo": lo,
-                "ne_hi": hi, "calibration": float(np.mean(cal)),
+                "ne_hi": hi, "calibration": float(np.mean(cal)), "calibration_raw": float(np.mean(cal_raw)),
+                "ne_raw": float(np.mean(ne_raw)),
                 "gap_closed": (1 - point[model]) / (1 - oracle_ne) if oracle_ne < 1 else None,
             }
         diffs = {other: paired_difference(seed_mean["foundation"], seed_mean[other],
@@ -99,19 +105,21 @@ def model_quality(results: list[dict[str, Any]], seeds: list[int], n_boot: int =
 def quality_markdown(q: dict[str, Any], n_seeds: int, seconds: float) -> str:
     lines = [
         f"Click NE on E, mean +- sd over {n_seeds} seed(s), [95% bootstrap interval of the seed mean, "
-        f"{q['n_boot']} resamples]; calibration = mean prediction / click rate; gap = share of the "
-        "base-rate-to-oracle gap closed (goal >= 60%).",
+        f"{q['n_boot']} resamples]; calibration = mean prediction / click rate, after the post-hoc map "
+        "fitted on E-1 (raw: before it; NE raw likewise); gap = share of the base-rate-to-oracle gap closed "
+        "(goal >= 60%).",
         "",
-        "| surface | positives | model | NE | 95% CI | calibration | gap closed |",
-        "|---|---|---|---|---|---|---|",
+        "| surface | positives | model | NE | 95% CI | NE raw | calibration | calibration raw | gap closed |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for s, v in q["surfaces"].items():
         for m, r in v["models"].items():
             gap = f"{100 * r['gap_closed']:.0f}%" if r["gap_closed"] is not None else "-"
             lines.append(f"| {s} | {v['positives']} | {m} | {r['ne']:.4f} +- {r['ne_sd']:.4f} | "
-                         f"[{r['ne_lo']:.4f}, {r['ne_hi']:.4f}] | {r['calibration']:.3f} | {gap} |")
+                         f"[{r['ne_lo']:.4f}, {r['ne_hi']:.4f}] | {r.get('ne_raw', r['ne']):.4f} | {r['calibration']:.3f} | "
+                         f"{r.get('calibration_raw', r['calibration']):.3f} | {gap} |")
         lines.append(f"| {s} | {v['positives']} | oracle floor (goal NE <= {v['goal_ne']:.4f}) | {v['oracle_ne']:.4f} "
-                     "| | | 100% |")
+                     "| | | | | 100% |")
     lines += ["", "Paired differences, NE(foundation) - NE(other), same resampled rows (negative: foundation "
               "better; a verdict only where the interval excludes 0):", "",
               "| surface | other model | difference | 95% CI | verdict |", "|---|---|---|---|---|"]

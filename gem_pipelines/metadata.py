@@ -68,7 +68,7 @@ def png_markdown(fig: Any) -> dg.MetadataValue:
 
 def metric_table(rows: list[dict[str, Any]]) -> dg.MetadataValue:
     """Per-surface metric rows as a markdown table, with the gap to the oracle floor."""
-    cols = ["model", "surface", "task", "seed", "ne", "oracle_ne", "gap", "auc", "calibration", "n"]
+    cols = ["model", "surface", "task", "seed", "ne", "oracle_ne", "gap", "auc", "calibration", "calibration_raw", "n"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         gap = (r["ne"] / r["oracle_ne"] - 1) if r.get("oracle_ne") else None
