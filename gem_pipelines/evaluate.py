@@ -13,7 +13,8 @@ the lake `make demo` built, as before.
 Writes reports/foundation_eval_3seeds.json, reports/model_quality.md (the README's table: click NE
 per surface, seed mean +- sd, 95% bootstrap interval of the seed mean, calibration, share of the
 base-rate-to-oracle gap closed, paired differences foundation - other model with their intervals)
-and reports/distillation_report_3seeds.json, and prints its runtime. Selection and early stopping
+and reports/distillation_report_3seeds.json with reports/distillation_kd_gains.md (KD gains over
+labels_only on E and the effectiveness ratio, with paired bootstrap intervals), and prints its runtime. Selection and early stopping
 use the validation day E-1 only; E is reported, never tuned on.
 """
 
@@ -203,6 +204,11 @@ def main(argv: list[str] | None = None) -> None:
             teachers[f"domain:{domain}"] = str(resolve_checkpoint(accepted))
         rows = run_distillation(list(ARMS), list(DEFAULT_PATHS), args.seeds, preset=args.preset, teachers=teachers)
         path = write_report(rows, out_dir / "distillation_report_3seeds.json")
+        from gem_model.distill.kd_intervals import intervals_from_rows, intervals_markdown
+
+        kd_md = out_dir / "distillation_kd_gains.md"  # KD gains on E with paired bootstrap intervals
+        kd_md.write_text(intervals_markdown(intervals_from_rows(rows)))
+        print(f"\nKD gains over labels_only (-> {kd_md}):\n" + kd_md.read_text(), flush=True)
         print(f"\ndistillation (click NE on E, mean +- sd over seeds)  -> {path}")
         for (arm, p, surface, split, task), m, sd, _n in mean_spread(rows, ("arm", "path", "surface", "split", "task")):
             if task == "click" and split == "evaluation":
