@@ -242,20 +242,40 @@ def _entropy_vec(rate: np.ndarray) -> np.ndarray:
     return -(r * np.log(r) + (1 - r) * np.log(1 - r))
 
 
+def _poisson_weights(n_rows: int, n_boot: int, seed: int, chunk: int):
+    """Chunks of Poisson(1) row weights: the resamples every bootstrap of this module shares (a
+    given seed gives the same resamples to NE and calibration, so they are paired too)."""
+    rng = np.random.default_rng(seed)
+    for start in range(0, n_boot, chunk):
+        yield rng.poisson(1.0, size=(min(chunk, n_boot - start), n_rows)).astype(np.float64)
+
+
 def bootstrap_ne(
     y: np.ndarray, preds: dict[str, np.ndarray], *, n_boot: int = 1000, seed: int = 0, chunk: int = 100
 ) -> dict[str, np.ndarray]:
     """NE of every model on `n_boot` Poisson-bootstrap resamples of the same rows: {name: [n_boot]}."""
     y = np.asarray(y, dtype=np.float64)
     ll = {k: _row_log_loss(y, p) for k, p in preds.items()}
-    rng = np.random.default_rng(seed)
     out: dict[str, list[np.ndarray]] = {k: [] for k in preds}
-    for start in range(0, n_boot, chunk):
-        w = rng.poisson(1.0, size=(min(chunk, n_boot - start), len(y))).astype(np.float64)
+    for w in _poisson_weights(len(y), n_boot, seed, chunk):
         tot = w.sum(1)
         h = _entropy_vec((w @ y) / tot)
         for k, v in ll.items():
             out[k].append((w @ v) / tot / h)
+    return {k: np.concatenate(v) for k, v in out.items()}
+
+
+def bootstrap_calibration(
+    y: np.ndarray, preds: dict[str, np.ndarray], *, n_boot: int = 1000, seed: int = 0, chunk: int = 100
+) -> dict[str, np.ndarray]:
+    """Calibration (sum of predictions / sum of labels) of every model on the resamples of
+    `bootstrap_ne` with the same seed: {name: [n_boot]}. How far the click count of E alone moves it."""
+    y = np.asarray(y, dtype=np.float64)
+    out: dict[str, list[np.ndarray]] = {k: [] for k in preds}
+    for w in _poisson_weights(len(y), n_boot, seed, chunk):
+        pos = np.maximum(w @ y, 1e-12)
+        for k, p in preds.items():
+            out[k].append((w @ np.asarray(p, dtype=np.float64)) / pos)
     return {k: np.concatenate(v) for k, v in out.items()}
 
 

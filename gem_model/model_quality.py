@@ -10,6 +10,7 @@ gives the 95% interval of each model's seed-mean NE and of the difference founda
 from __future__ import annotations
 
 import datetime as dt
+import math
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,14 @@ import numpy as np
 import polars as pl
 
 from gem_model.config import load_calendar, load_surfaces
-from gem_model.metrics import bootstrap_ne, interval, normalized_entropy, paired_difference, read_oracle
+from gem_model.metrics import (
+    bootstrap_calibration,
+    bootstrap_ne,
+    interval,
+    normalized_entropy,
+    paired_difference,
+    read_oracle,
+)
 from gem_model.paths import models_dir, storage_options, table_uri
 
 PREDICTIONS = "eval_predictions.parquet"
@@ -74,6 +82,7 @@ def model_quality(results: list[dict[str, Any]], seeds: list[int], n_boot: int =
         cols = {c: sub[c].to_numpy() for c in sub.columns if "|" in c}
         raws = {c.replace("~", "|"): sub[c].to_numpy() for c in sub.columns if "~" in c}
         boot = bootstrap_ne(y, cols, n_boot=n_boot, seed=0)
+        boot_cal = bootstrap_calibration(y, cols, n_boot=n_boot, seed=0)  # E's own click count moves it
         oracle_ne = normalized_entropy(y, sub["oracle"].to_numpy())
         models: dict[str, Any] = {}
         seed_mean: dict[str, np.ndarray] = {}
@@ -85,11 +94,13 @@ def model_quality(results: list[dict[str, Any]], seeds: list[int], n_boot: int =
             cal_raw = [float(np.mean(raws[k]) / np.mean(y)) for k in keys]
             ne_raw = [normalized_entropy(y, raws[k]) for k in keys]
             seed_mean[model] = np.mean([boot[k] for k in keys], axis=0)
+            cal_lo, cal_hi = interval(np.mean([boot_cal[k] for k in keys], axis=0))
             point[model] = float(np.mean(nes))
             lo, hi = interval(seed_mean[model])
             models[model] = {
                 "ne": point[model], "ne_sd": float(np.std(nes, ddof=1)) if len(nes) > 1 else 0.0, "ne_lo": lo,
-                "ne_hi": hi, "calibration": float(np.mean(cal)), "calibration_raw": float(np.mean(cal_raw)),
+                "ne_hi": hi, "calibration": float(np.mean(cal)), "calibration_lo": cal_lo, "calibration_hi": cal_hi,
+                "calibration_raw": float(np.mean(cal_raw)),
                 "ne_raw": float(np.mean(ne_raw)),
                 "gap_closed": (1 - point[model]) / (1 - oracle_ne) if oracle_ne < 1 else None,
             }
@@ -106,8 +117,8 @@ def quality_markdown(q: dict[str, Any], n_seeds: int, seconds: float) -> str:
     lines = [
         f"Click NE on E, mean +- sd over {n_seeds} seed(s), [95% bootstrap interval of the seed mean, "
         f"{q['n_boot']} resamples]; calibration = mean prediction / click rate, after the post-hoc map "
-        "fitted on E-1 (raw: before it; NE raw likewise); gap = share of the base-rate-to-oracle gap closed "
-        "(goal >= 60%).",
+        "fitted on E-1, with the 95% bootstrap interval of the seed mean (raw: before the map; NE raw "
+        "likewise); gap = share of the base-rate-to-oracle gap closed (goal >= 60%).",
         "",
         "| surface | positives | model | NE | 95% CI | NE raw | calibration | calibration raw | gap closed |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -116,7 +127,8 @@ def quality_markdown(q: dict[str, Any], n_seeds: int, seconds: float) -> str:
         for m, r in v["models"].items():
             gap = f"{100 * r['gap_closed']:.0f}%" if r["gap_closed"] is not None else "-"
             lines.append(f"| {s} | {v['positives']} | {m} | {r['ne']:.4f} +- {r['ne_sd']:.4f} | "
-                         f"[{r['ne_lo']:.4f}, {r['ne_hi']:.4f}] | {r.get('ne_raw', r['ne']):.4f} | {r['calibration']:.3f} | "
+                         f"[{r['ne_lo']:.4f}, {r['ne_hi']:.4f}] | {r.get('ne_raw', r['ne']):.4f} | {r['calibration']:.3f} "
+                         f"[{r.get('calibration_lo', math.nan):.3f}, {r.get('calibration_hi', math.nan):.3f}] | "
                          f"{r.get('calibration_raw', r['calibration']):.3f} | {gap} |")
         lines.append(f"| {s} | {v['positives']} | oracle floor (goal NE <= {v['goal_ne']:.4f}) | {v['oracle_ne']:.4f} "
                      "| | | | | 100% |")

@@ -164,6 +164,10 @@ def main(argv: list[str] | None = None) -> None:
                              "first seed, the teacher, is done)")
     parser.add_argument("--build-only", choices=["features", "teachers"],
                         help="build the evaluation world up to this stage, then stop")
+    parser.add_argument("--rescore-versions", nargs="+", metavar="VERSION",
+                        help="foundation_model versions, one per --seeds entry in that order, already trained "
+                             "(with their baselines): write reports/model_quality_rescored.{md,json} from their "
+                             "saved predictions on E with this code, without training")
     args = parser.parse_args(argv)
     t0 = time.time()
     out_dir = reports_dir()  # the reports land where `make demo` puts its own, whatever the world
@@ -178,6 +182,17 @@ def main(argv: list[str] | None = None) -> None:
             world.teacher(args.preset, args.seeds[0])
             world.domain_teachers()
     if args.build_only:
+        return
+    if args.rescore_versions:  # the table again from versions already trained (no training)
+        from gem_model.atomic import write_json
+
+        results = [{"version_dir": str(version_dir(FOUNDATION_ASSET, v)), "seeds": [s]}
+                   for v, s in zip(args.rescore_versions, args.seeds, strict=True)]
+        quality = model_quality(results, list(args.seeds))
+        write_json(out_dir / "model_quality_rescored.json", quality)
+        md = out_dir / "model_quality_rescored.md"
+        md.write_text(quality_markdown(quality, len(results), time.time() - t0))
+        print(md.read_text(), flush=True)
         return
     from gem_model.distill import ARMS, DEFAULT_PATHS, run_distillation, write_report
     from gem_model.registry import read_accepted, resolve_checkpoint

@@ -128,3 +128,17 @@ def test_calibrator_is_fitted_on_validation_day_only(lake, tmp_path):
     assert any(pos[(r["surface"], r["task"])] != r["positives"] for r in rows_after if r["task"] == "click")
     # the raw calibration is reported beside the calibrated one
     assert all(r["calibration_raw"] is not None for r in rows_before)
+
+
+def test_calibration_interval_reflects_the_click_count_of_the_day():
+    """A calibrated model's calibration on a day with ~350 positives moves by about +-2/sqrt(350)
+    (the goal's +-5% is about one such sd): the interval says so, and contains the point."""
+    from gem_model.metrics import bootstrap_calibration, interval
+
+    rng = np.random.default_rng(4)
+    for n, rate in ((20000, 0.0175), (80000, 0.0175)):
+        p = np.full(n, rate)
+        y = (rng.random(n) < p).astype(np.float64)
+        lo, hi = interval(bootstrap_calibration(y, {"m": p}, n_boot=400)["m"])
+        assert lo <= calibration(y, p) <= hi
+        assert (hi - lo) == pytest.approx(2 * 1.96 / np.sqrt(y.sum()), rel=0.25)
