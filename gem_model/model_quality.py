@@ -107,7 +107,10 @@ def model_quality(results: list[dict[str, Any]], seeds: list[int], n_boot: int =
         diffs = {other: paired_difference(seed_mean["foundation"], seed_mean[other],
                                           point["foundation"] - point[other])
                  for other in MODELS if other != "foundation"}
+        # the simulator's true probabilities: how far E's realised clicks alone put a perfect model from 1.0
+        oracle_cal = float(np.mean(sub["oracle"].to_numpy()) / np.mean(y))
         out["surfaces"][surface] = {"n": int(len(y)), "positives": int(y.sum()), "oracle_ne": oracle_ne,
+                                    "oracle_calibration": oracle_cal,
                                     "goal_ne": 1 - 0.6 * (1 - oracle_ne), "models": models,
                                     "foundation_minus": diffs}
     return out
@@ -118,7 +121,8 @@ def quality_markdown(q: dict[str, Any], n_seeds: int, seconds: float) -> str:
         f"Click NE on E, mean +- sd over {n_seeds} seed(s), [95% bootstrap interval of the seed mean, "
         f"{q['n_boot']} resamples]; calibration = mean prediction / click rate, after the post-hoc map "
         "fitted on E-1, with the 95% bootstrap interval of the seed mean (raw: before the map; NE raw "
-        "likewise); gap = share of the base-rate-to-oracle gap closed (goal >= 60%).",
+        "likewise; the oracle's: its true probabilities, i.e. how far E's click count alone puts a perfect model); "
+        "gap = share of the base-rate-to-oracle gap closed (goal >= 60%).",
         "",
         "| surface | positives | model | NE | 95% CI | NE raw | calibration | calibration raw | gap closed |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -130,8 +134,9 @@ def quality_markdown(q: dict[str, Any], n_seeds: int, seconds: float) -> str:
                          f"[{r['ne_lo']:.4f}, {r['ne_hi']:.4f}] | {r.get('ne_raw', r['ne']):.4f} | {r['calibration']:.3f} "
                          f"[{r.get('calibration_lo', math.nan):.3f}, {r.get('calibration_hi', math.nan):.3f}] | "
                          f"{r.get('calibration_raw', r['calibration']):.3f} | {gap} |")
+        oc = v.get("oracle_calibration")
         lines.append(f"| {s} | {v['positives']} | oracle floor (goal NE <= {v['goal_ne']:.4f}) | {v['oracle_ne']:.4f} "
-                     "| | | | | 100% |")
+                     f"| | | {'' if oc is None else f'{oc:.3f}'} | | 100% |")
     lines += ["", "Paired differences, NE(foundation) - NE(other), same resampled rows (negative: foundation "
               "better; a verdict only where the interval excludes 0):", "",
               "| surface | other model | difference | 95% CI | verdict |", "|---|---|---|---|---|"]
