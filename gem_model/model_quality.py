@@ -76,6 +76,7 @@ def model_quality(results: list[dict[str, Any]], seeds: list[int], n_boot: int =
         joined = joined.join(df.select("request_id", pl.col("p_click").alias(f"{model}|{seed}"),
                                        raw.alias(f"{model}~{seed}")), on="request_id", how="inner")
     out: dict[str, Any] = {"surfaces": {}, "n_boot": n_boot, "seeds": seeds}
+    valid_cal = oracle_calibration(roles.validation)
     for surface in sorted(joined["surface"].unique().to_list()):
         sub = joined.filter(pl.col("surface") == surface)
         y = sub["click"].to_numpy().astype(np.float64)
@@ -111,9 +112,23 @@ def model_quality(results: list[dict[str, Any]], seeds: list[int], n_boot: int =
         oracle_cal = float(np.mean(sub["oracle"].to_numpy()) / np.mean(y))
         out["surfaces"][surface] = {"n": int(len(y)), "positives": int(y.sum()), "oracle_ne": oracle_ne,
                                     "oracle_calibration": oracle_cal,
+                                    "oracle_calibration_valid": valid_cal.get(surface),
                                     "goal_ne": 1 - 0.6 * (1 - oracle_ne), "models": models,
                                     "foundation_minus": diffs}
     return out
+
+
+def oracle_calibration(day: dt.date) -> dict[str, float]:
+    """Per surface: the oracle's calibration on `day` (sum of true click probabilities / clicks),
+    i.e. how far that day's click count is from its expectation. On E-1 it is what a calibrator
+    fitted there inherits (reporting only: no model reads the oracle)."""
+    so = storage_options()
+    clicks = (pl.scan_delta(table_uri("training_examples"), storage_options=so)
+              .filter((pl.col("date") == day) & pl.col("click").is_not_null()).select("request_id", "click"))
+    orc = read_oracle([day], uri=table_uri("oracle"), storage_options=so).lazy().select("request_id", "surface", "p_click")
+    df = (orc.join(clicks, on="request_id").group_by("surface")
+          .agg((pl.col("p_click").sum() / pl.col("click").sum()).alias("cal")).collect())
+    return dict(zip(df["surface"].to_list(), df["cal"].to_list(), strict=True))
 
 
 def quality_markdown(q: dict[str, Any], n_seeds: int, seconds: float) -> str:
@@ -121,7 +136,7 @@ def quality_markdown(q: dict[str, Any], n_seeds: int, seconds: float) -> str:
         f"Click NE on E, mean +- sd over {n_seeds} seed(s), [95% bootstrap interval of the seed mean, "
         f"{q['n_boot']} resamples]; calibration = mean prediction / click rate, after the post-hoc map "
         "fitted on E-1, with the 95% bootstrap interval of the seed mean (raw: before the map; NE raw "
-        "likewise; the oracle's: its true probabilities, i.e. how far E's click count alone puts a perfect model); "
+        "likewise; the oracle's: its true probabilities, i.e. how far E's click count alone puts a perfect model, and on E-1, where the map is fitted); "
         "gap = share of the base-rate-to-oracle gap closed (goal >= 60%).",
         "",
         "| surface | positives | model | NE | 95% CI | NE raw | calibration | calibration raw | gap closed |",
@@ -134,9 +149,10 @@ def quality_markdown(q: dict[str, Any], n_seeds: int, seconds: float) -> str:
                          f"[{r['ne_lo']:.4f}, {r['ne_hi']:.4f}] | {r.get('ne_raw', r['ne']):.4f} | {r['calibration']:.3f} "
                          f"[{r.get('calibration_lo', math.nan):.3f}, {r.get('calibration_hi', math.nan):.3f}] | "
                          f"{r.get('calibration_raw', r['calibration']):.3f} | {gap} |")
-        oc = v.get("oracle_calibration")
+        oc, ov = v.get("oracle_calibration"), v.get("oracle_calibration_valid")
+        cal = ("" if oc is None else f"{oc:.3f}") + ("" if ov is None else f" (E-1: {ov:.3f})")
         lines.append(f"| {s} | {v['positives']} | oracle floor (goal NE <= {v['goal_ne']:.4f}) | {v['oracle_ne']:.4f} "
-                     f"| | | {'' if oc is None else f'{oc:.3f}'} | | 100% |")
+                     f"| | | {cal} | | 100% |")
     lines += ["", "Paired differences, NE(foundation) - NE(other), same resampled rows (negative: foundation "
               "better; a verdict only where the interval excludes 0):", "",
               "| surface | other model | difference | 95% CI | verdict |", "|---|---|---|---|---|"]
