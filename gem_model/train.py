@@ -100,6 +100,8 @@ DEFAULT_TRAIN: dict[str, Any] = {
     "head_bias": "fixed",  # fixed (the model's init) | base_rate (logit of each head's training-window rate)
     "fail_at_step": None,  # tests: raise after this step (after its checkpoint, if any)
     "dump_rank_weights": False,  # tests: write rank<r>.pt with each rank's final weights
+    "calibrate": DEFAULT_CALIBRATION["enabled"],  # Platt map per (surface, task) fitted on E-1 after selection
+    "calibration_min_positives": DEFAULT_CALIBRATION["min_positives"],  # fewer on E-1: identity for that head
 }
 
 
@@ -116,7 +118,7 @@ def load_preset(preset: str | Path) -> dict[str, Any]:
     if not path.suffix:
         path = ASSETS_DIR / "models" / f"{preset}.yaml"
         layers = [path, SOURCES_DIR / dataset_name() / "models" / f"{preset}.yaml"]
-    out: dict[str, Any] = {"model": {}, "train": {}, "calibration": {}}
+    out: dict[str, Any] = {"model": {}, "train": {}}
     for p in layers:
         raw = (yaml.safe_load(p.read_text()) or {}) if p == path or p.is_file() else {}
         for k in out:
@@ -147,7 +149,6 @@ def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
         "preset": str(config.get("preset", "tiny")),
         "model": {**preset.get("model", {}), **(config.get("model") or {})},
         "train": {**DEFAULT_TRAIN, **preset.get("train", {}), **(config.get("train") or {})},
-        "calibration": {**DEFAULT_CALIBRATION, **preset.get("calibration", {}), **(config.get("calibration") or {})},
         "data": {
             "train": [_iso(train_range[0]), _iso(train_range[1])],
             "valid": _iso(data.get("valid")),
@@ -521,15 +522,14 @@ def train(
     if (rank == 0 or layout.collective) and dcfg["valid"] and (out / BEST).exists():
         layout.load_model_state(core, torch.load(out / BEST, map_location="cpu", weights_only=True)["model"])
     calibrator: Calibrator | None = None
-    ccfg = cfg["calibration"]
-    if (rank == 0 or layout.collective) and dcfg["valid"] and ccfg["enabled"]:
+    if (rank == 0 or layout.collective) and dcfg["valid"] and tcfg["calibrate"]:
         # post-hoc Platt map per (surface, task), fitted on the selected model's E-1 predictions only
         valid_preds = predict(core, eval_stream(dcfg["valid"]), device=device, amp_dtype=amp_dtype)
-        calibrator = fit_calibrator(valid_preds, list(core.cfg.surfaces), min_positives=int(ccfg["min_positives"]),
+        calibrator = fit_calibrator(valid_preds, list(core.cfg.surfaces), min_positives=int(tcfg["calibration_min_positives"]),
                                     fit_day=dcfg["valid"])
         core.calibrator = calibrator  # metrics.predict applies it from here on
         _say(rank, f"calibrator fitted on {dcfg['valid']}: {int(calibrator.fitted.sum())} of "
-                   f"{calibrator.fitted.numel()} heads (others: identity, < {ccfg['min_positives']} positives)")
+                   f"{calibrator.fitted.numel()} heads (others: identity, < {tcfg['calibration_min_positives']} positives)")
     rows: list[dict[str, Any]] = []
     if (rank == 0 or layout.collective) and dcfg["eval"]:  # sharded: every rank takes part in the forward
         oracle_df = None

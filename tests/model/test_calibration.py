@@ -111,8 +111,7 @@ def test_calibrator_is_fitted_on_validation_day_only(lake, tmp_path):
     from gem_model.train import train
 
     def run(name: str) -> tuple[dict, list]:
-        cfg = tiny_config(tmp_path / name, max_steps=6, eval_every=3)
-        cfg["calibration"] = {"min_positives": 5}
+        cfg = tiny_config(tmp_path / name, max_steps=6, eval_every=3, calibration_min_positives=5)
         summary = train(cfg)
         return torch.load(tmp_path / name / "model.pt", weights_only=True)["calibration"], summary["rows"]
 
