@@ -48,7 +48,8 @@ from gem_model.train import train
 
 FOUNDATION_ASSET = "foundation_model"
 BASELINE_ASSET = "single_surface_baseline"
-ROW_KEYS = ("surface", "task", "ne", "auc", "calibration", "oracle_ne", "gap", "n", "positives")
+ROW_KEYS = ("surface", "task", "ne", "auc", "calibration", "calibration_raw", "ne_raw", "oracle_ne", "gap", "n",
+            "positives")
 
 
 def _rows(summary: dict[str, Any], model: str, seed: int) -> list[dict[str, Any]]:
@@ -145,6 +146,7 @@ def run_foundation(
                 "train_seconds": summary["train_seconds"],
                 "param_counts": summary["param_counts"],
                 "best_step": summary["best_step"],
+                "calibration": summary.get("calibration"),  # the post-hoc map fitted on E-1 (None: disabled)
                 "wandb": summary["wandb"],
             }
         if baselines:

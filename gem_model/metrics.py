@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 import torch
 
+from gem_model.calibration import apply as calibrated
 from gem_model.data import TASKS, Batch
 
 EPS = 1e-7
@@ -75,12 +76,13 @@ def predict(
     with_embeddings: bool = False,
     amp_dtype: torch.dtype | None = None,
 ) -> pl.DataFrame:
-    """One pass: request_id, surface_idx, labels, masks, p_click, p_conversion (+ embedding)."""
+    """One pass: request_id, surface, labels, masks, p_click, p_conversion (+ embedding). A model
+    carrying a calibrator (gem_model.calibration) gives calibrated p_* and its raw p_*_raw too."""
     was_training = model.training
     model.eval()
     device = torch.device(device) if device is not None else next(model.parameters()).device
     core = getattr(model, "module", model)
-    parts: dict[str, list[Any]] = {k: [] for k in ("request_id", "surface_idx", "y", "m", "p", "emb")}
+    parts: dict[str, list[Any]] = {k: [] for k in ("request_id", "surface_idx", "y", "m", "p", "raw", "emb")}
     for batch in loader:
         batch = batch.to(device)
         with torch.autocast(device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
@@ -89,7 +91,10 @@ def predict(
         parts["surface_idx"].append(batch.surface_idx.cpu().numpy())
         parts["y"].append(batch.labels.cpu().numpy())
         parts["m"].append((batch.label_mask & core.task_allowed[batch.surface_idx]).cpu().numpy())
-        parts["p"].append(torch.sigmoid(logits.float()).cpu().numpy())
+        p, raw = calibrated(core, logits, batch.surface_idx)
+        parts["p"].append(p.cpu().numpy())
+        if raw is not None:
+            parts["raw"].append(raw.cpu().numpy())
         if with_embeddings:
             parts["emb"].append(h.float().cpu().numpy())
     model.train(was_training)
@@ -106,6 +111,9 @@ def predict(
         "p_click": cat["p"][:, 0].astype(np.float64) if n else np.zeros(0),
         "p_conversion": cat["p"][:, 1].astype(np.float64) if n else np.zeros(0),
     }
+    if parts["raw"]:  # a calibrated model: the raw probabilities too (reports show both)
+        cols["p_click_raw"] = cat["raw"][:, 0].astype(np.float64)
+        cols["p_conversion_raw"] = cat["raw"][:, 1].astype(np.float64)
     if with_embeddings:
         emb = cat["emb"] if n else np.zeros((0, core.cfg.summary_dim), np.float32)
         cols["embedding"] = pl.Series(emb.astype(np.float32)).cast(pl.Array(pl.Float32, emb.shape[1]))
@@ -113,7 +121,8 @@ def predict(
 
 
 def metric_rows(preds: pl.DataFrame, oracle_df: pl.DataFrame | None = None) -> list[dict[str, Any]]:
-    """Rows {surface, task, ne, auc, calibration, oracle_ne, gap, n, positives} from `predict` output."""
+    """Rows {surface, task, ne, auc, calibration, calibration_raw, ne_raw, oracle_ne, gap, n, positives}
+    from `predict` output (the *_raw pair: before the model's calibrator, None without one)."""
     if oracle_df is not None and len(oracle_df):
         orc = oracle_df.select(
             "request_id",
@@ -136,6 +145,9 @@ def metric_rows(preds: pl.DataFrame, oracle_df: pl.DataFrame | None = None) -> l
                 "ne": normalized_entropy(y, p),
                 "auc": auc(y, p),
                 "calibration": calibration(y, p),
+                # before the post-hoc calibrator (None: the model has none)
+                "calibration_raw": calibration(y, s[f"p_{task}_raw"].to_numpy()) if f"p_{task}_raw" in s.columns else None,
+                "ne_raw": normalized_entropy(y, s[f"p_{task}_raw"].to_numpy()) if f"p_{task}_raw" in s.columns else None,
                 "oracle_ne": None,
                 "gap": None,
                 "n": int(s.height),
@@ -230,20 +242,40 @@ def _entropy_vec(rate: np.ndarray) -> np.ndarray:
     return -(r * np.log(r) + (1 - r) * np.log(1 - r))
 
 
+def _poisson_weights(n_rows: int, n_boot: int, seed: int, chunk: int):
+    """Chunks of Poisson(1) row weights: the resamples every bootstrap of this module shares (a
+    given seed gives the same resamples to NE and calibration, so they are paired too)."""
+    rng = np.random.default_rng(seed)
+    for start in range(0, n_boot, chunk):
+        yield rng.poisson(1.0, size=(min(chunk, n_boot - start), n_rows)).astype(np.float64)
+
+
 def bootstrap_ne(
     y: np.ndarray, preds: dict[str, np.ndarray], *, n_boot: int = 1000, seed: int = 0, chunk: int = 100
 ) -> dict[str, np.ndarray]:
     """NE of every model on `n_boot` Poisson-bootstrap resamples of the same rows: {name: [n_boot]}."""
     y = np.asarray(y, dtype=np.float64)
     ll = {k: _row_log_loss(y, p) for k, p in preds.items()}
-    rng = np.random.default_rng(seed)
     out: dict[str, list[np.ndarray]] = {k: [] for k in preds}
-    for start in range(0, n_boot, chunk):
-        w = rng.poisson(1.0, size=(min(chunk, n_boot - start), len(y))).astype(np.float64)
+    for w in _poisson_weights(len(y), n_boot, seed, chunk):
         tot = w.sum(1)
         h = _entropy_vec((w @ y) / tot)
         for k, v in ll.items():
             out[k].append((w @ v) / tot / h)
+    return {k: np.concatenate(v) for k, v in out.items()}
+
+
+def bootstrap_calibration(
+    y: np.ndarray, preds: dict[str, np.ndarray], *, n_boot: int = 1000, seed: int = 0, chunk: int = 100
+) -> dict[str, np.ndarray]:
+    """Calibration (sum of predictions / sum of labels) of every model on the resamples of
+    `bootstrap_ne` with the same seed: {name: [n_boot]}. How far the click count of E alone moves it."""
+    y = np.asarray(y, dtype=np.float64)
+    out: dict[str, list[np.ndarray]] = {k: [] for k in preds}
+    for w in _poisson_weights(len(y), n_boot, seed, chunk):
+        pos = np.maximum(w @ y, 1e-12)
+        for k, p in preds.items():
+            out[k].append((w @ np.asarray(p, dtype=np.float64)) / pos)
     return {k: np.concatenate(v) for k, v in out.items()}
 
 

@@ -10,6 +10,7 @@ gives the 95% interval of each model's seed-mean NE and of the difference founda
 from __future__ import annotations
 
 import datetime as dt
+import math
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,14 @@ import numpy as np
 import polars as pl
 
 from gem_model.config import load_calendar, load_surfaces
-from gem_model.metrics import bootstrap_ne, interval, normalized_entropy, paired_difference, read_oracle
+from gem_model.metrics import (
+    bootstrap_calibration,
+    bootstrap_ne,
+    interval,
+    normalized_entropy,
+    paired_difference,
+    read_oracle,
+)
 from gem_model.paths import models_dir, storage_options, table_uri
 
 PREDICTIONS = "eval_predictions.parquet"
@@ -63,14 +71,19 @@ def model_quality(results: list[dict[str, Any]], seeds: list[int], n_boot: int =
     first = preds[("foundation", seeds[0])].select("request_id", "surface", "click")
     joined = first.join(joined, on="request_id", how="inner")
     for (model, seed), df in preds.items():
-        joined = joined.join(df.select("request_id", pl.col("p_click").alias(f"{model}|{seed}")), on="request_id",
-                             how="inner")
+        # raw: before the post-hoc calibrator fitted on E-1 (models without one: their p_click)
+        raw = pl.col("p_click_raw") if "p_click_raw" in df.columns else pl.col("p_click")
+        joined = joined.join(df.select("request_id", pl.col("p_click").alias(f"{model}|{seed}"),
+                                       raw.alias(f"{model}~{seed}")), on="request_id", how="inner")
     out: dict[str, Any] = {"surfaces": {}, "n_boot": n_boot, "seeds": seeds}
+    valid_cal = oracle_calibration(roles.validation)
     for surface in sorted(joined["surface"].unique().to_list()):
         sub = joined.filter(pl.col("surface") == surface)
         y = sub["click"].to_numpy().astype(np.float64)
         cols = {c: sub[c].to_numpy() for c in sub.columns if "|" in c}
+        raws = {c.replace("~", "|"): sub[c].to_numpy() for c in sub.columns if "~" in c}
         boot = bootstrap_ne(y, cols, n_boot=n_boot, seed=0)
+        boot_cal = bootstrap_calibration(y, cols, n_boot=n_boot, seed=0)  # E's own click count moves it
         oracle_ne = normalized_entropy(y, sub["oracle"].to_numpy())
         models: dict[str, Any] = {}
         seed_mean: dict[str, np.ndarray] = {}
@@ -79,39 +92,67 @@ def model_quality(results: list[dict[str, Any]], seeds: list[int], n_boot: int =
             keys = [f"{model}|{s}" for s in seeds]
             nes = [normalized_entropy(y, cols[k]) for k in keys]
             cal = [float(np.mean(cols[k]) / np.mean(y)) for k in keys]
+            cal_raw = [float(np.mean(raws[k]) / np.mean(y)) for k in keys]
+            ne_raw = [normalized_entropy(y, raws[k]) for k in keys]
             seed_mean[model] = np.mean([boot[k] for k in keys], axis=0)
+            cal_lo, cal_hi = interval(np.mean([boot_cal[k] for k in keys], axis=0))
             point[model] = float(np.mean(nes))
             lo, hi = interval(seed_mean[model])
             models[model] = {
                 "ne": point[model], "ne_sd": float(np.std(nes, ddof=1)) if len(nes) > 1 else 0.0, "ne_lo": lo,
-                "ne_hi": hi, "calibration": float(np.mean(cal)),
+                "ne_hi": hi, "calibration": float(np.mean(cal)), "calibration_lo": cal_lo, "calibration_hi": cal_hi,
+                "calibration_raw": float(np.mean(cal_raw)),
+                "ne_raw": float(np.mean(ne_raw)),
                 "gap_closed": (1 - point[model]) / (1 - oracle_ne) if oracle_ne < 1 else None,
             }
         diffs = {other: paired_difference(seed_mean["foundation"], seed_mean[other],
                                           point["foundation"] - point[other])
                  for other in MODELS if other != "foundation"}
+        # the simulator's true probabilities: how far E's realised clicks alone put a perfect model from 1.0
+        oracle_cal = float(np.mean(sub["oracle"].to_numpy()) / np.mean(y))
         out["surfaces"][surface] = {"n": int(len(y)), "positives": int(y.sum()), "oracle_ne": oracle_ne,
+                                    "oracle_calibration": oracle_cal,
+                                    "oracle_calibration_valid": valid_cal.get(surface),
                                     "goal_ne": 1 - 0.6 * (1 - oracle_ne), "models": models,
                                     "foundation_minus": diffs}
     return out
 
 
+def oracle_calibration(day: dt.date) -> dict[str, float]:
+    """Per surface: the oracle's calibration on `day` (sum of true click probabilities / clicks),
+    i.e. how far that day's click count is from its expectation. On E-1 it is what a calibrator
+    fitted there inherits (reporting only: no model reads the oracle)."""
+    so = storage_options()
+    clicks = (pl.scan_delta(table_uri("training_examples"), storage_options=so)
+              .filter((pl.col("date") == day) & pl.col("click").is_not_null()).select("request_id", "click"))
+    orc = read_oracle([day], uri=table_uri("oracle"), storage_options=so).lazy().select("request_id", "surface", "p_click")
+    df = (orc.join(clicks, on="request_id").group_by("surface")
+          .agg((pl.col("p_click").sum() / pl.col("click").sum()).alias("cal")).collect())
+    return dict(zip(df["surface"].to_list(), df["cal"].to_list(), strict=True))
+
+
 def quality_markdown(q: dict[str, Any], n_seeds: int, seconds: float) -> str:
     lines = [
         f"Click NE on E, mean +- sd over {n_seeds} seed(s), [95% bootstrap interval of the seed mean, "
-        f"{q['n_boot']} resamples]; calibration = mean prediction / click rate; gap = share of the "
-        "base-rate-to-oracle gap closed (goal >= 60%).",
+        f"{q['n_boot']} resamples]; calibration = mean prediction / click rate, after the post-hoc map "
+        "fitted on E-1, with the 95% bootstrap interval of the seed mean (raw: before the map; NE raw "
+        "likewise; the oracle's: its true probabilities, i.e. how far E's click count alone puts a perfect model, and on E-1, where the map is fitted); "
+        "gap = share of the base-rate-to-oracle gap closed (goal >= 60%).",
         "",
-        "| surface | positives | model | NE | 95% CI | calibration | gap closed |",
-        "|---|---|---|---|---|---|---|",
+        "| surface | positives | model | NE | 95% CI | NE raw | calibration | calibration raw | gap closed |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for s, v in q["surfaces"].items():
         for m, r in v["models"].items():
             gap = f"{100 * r['gap_closed']:.0f}%" if r["gap_closed"] is not None else "-"
             lines.append(f"| {s} | {v['positives']} | {m} | {r['ne']:.4f} +- {r['ne_sd']:.4f} | "
-                         f"[{r['ne_lo']:.4f}, {r['ne_hi']:.4f}] | {r['calibration']:.3f} | {gap} |")
+                         f"[{r['ne_lo']:.4f}, {r['ne_hi']:.4f}] | {r.get('ne_raw', r['ne']):.4f} | {r['calibration']:.3f} "
+                         f"[{r.get('calibration_lo', math.nan):.3f}, {r.get('calibration_hi', math.nan):.3f}] | "
+                         f"{r.get('calibration_raw', r['calibration']):.3f} | {gap} |")
+        oc, ov = v.get("oracle_calibration"), v.get("oracle_calibration_valid")
+        cal = ("" if oc is None else f"{oc:.3f}") + ("" if ov is None else f" (E-1: {ov:.3f})")
         lines.append(f"| {s} | {v['positives']} | oracle floor (goal NE <= {v['goal_ne']:.4f}) | {v['oracle_ne']:.4f} "
-                     "| | | 100% |")
+                     f"| | | {cal} | | 100% |")
     lines += ["", "Paired differences, NE(foundation) - NE(other), same resampled rows (negative: foundation "
               "better; a verdict only where the interval excludes 0):", "",
               "| surface | other model | difference | 95% CI | verdict |", "|---|---|---|---|---|"]

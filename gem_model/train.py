@@ -46,6 +46,7 @@ import torch.distributed as torch_dist
 import yaml
 
 from gem_model import atomic
+from gem_model.calibration import DEFAULT_CALIBRATION, Calibrator, fit_calibrator
 from gem_model.config import (
     ASSETS_DIR,
     SOURCES_DIR,
@@ -102,6 +103,8 @@ DEFAULT_TRAIN: dict[str, Any] = {
     "head_bias": "fixed",  # fixed (the model's init) | base_rate (logit of each head's training-window rate)
     "fail_at_step": None,  # tests: raise after this step (after its checkpoint, if any)
     "dump_rank_weights": False,  # tests: write rank<r>.pt with each rank's final weights
+    "calibrate": DEFAULT_CALIBRATION["enabled"],  # Platt map per (surface, task) fitted on E-1 after selection
+    "calibration_min_positives": DEFAULT_CALIBRATION["min_positives"],  # fewer on E-1: identity for that head
 }
 
 
@@ -138,7 +141,7 @@ def _iso(d: Any) -> str | None:
 def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
     """Preset + overrides -> a complete plain dict (what config.json and checkpoints carry)."""
     config = copy.deepcopy(config)
-    preset = load_preset(config.get("preset", "tiny")) if config.get("preset", "tiny") else {"model": {}, "train": {}}
+    preset = load_preset(config.get("preset", "tiny")) if config.get("preset", "tiny") else {}
     data = dict(config.get("data") or {})
     if "train" not in data:
         raise ValueError("config.data.train = [first_date, last_date] is required")
@@ -147,8 +150,8 @@ def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
         train_range = [train_range, train_range]
     out = {
         "preset": str(config.get("preset", "tiny")),
-        "model": {**preset["model"], **(config.get("model") or {})},
-        "train": {**DEFAULT_TRAIN, **preset["train"], **(config.get("train") or {})},
+        "model": {**preset.get("model", {}), **(config.get("model") or {})},
+        "train": {**DEFAULT_TRAIN, **preset.get("train", {}), **(config.get("train") or {})},
         "data": {
             "train": [_iso(train_range[0]), _iso(train_range[1])],
             "valid": _iso(data.get("valid")),
@@ -533,6 +536,15 @@ def train(
     # -- select, evaluate, write -----------------------------------------------------------------------
     if (rank == 0 or layout.collective) and dcfg["valid"] and (out / BEST).exists():
         layout.load_model_state(core, torch.load(out / BEST, map_location="cpu", weights_only=True)["model"])
+    calibrator: Calibrator | None = None
+    if (rank == 0 or layout.collective) and dcfg["valid"] and tcfg["calibrate"]:
+        # post-hoc Platt map per (surface, task), fitted on the selected model's E-1 predictions only
+        valid_preds = predict(core, eval_stream(dcfg["valid"]), device=device, amp_dtype=amp_dtype)
+        calibrator = fit_calibrator(valid_preds, list(core.cfg.surfaces), min_positives=int(tcfg["calibration_min_positives"]),
+                                    fit_day=dcfg["valid"])
+        core.calibrator = calibrator  # metrics.predict applies it from here on
+        _say(rank, f"calibrator fitted on {dcfg['valid']}: {int(calibrator.fitted.sum())} of "
+                   f"{calibrator.fitted.numel()} heads (others: identity, < {tcfg['calibration_min_positives']} positives)")
     rows: list[dict[str, Any]] = []
     if (rank == 0 or layout.collective) and dcfg["eval"]:  # sharded: every rank takes part in the forward
         oracle_df = None
@@ -545,8 +557,8 @@ def train(
         eval_preds = predict(core, eval_stream(dcfg["eval"]), device=device, amp_dtype=amp_dtype)
         rows = metric_rows(eval_preds, oracle_df)
         # per-row predictions on E: paired bootstrap intervals between models (gem_model.model_quality)
-        eval_preds.filter(pl.col("click_mask")).select("request_id", "surface", "click", "p_click").write_parquet(
-            out / EVAL_PREDICTIONS)
+        keep = ["request_id", "surface", "click", "p_click"] + (["p_click_raw"] if "p_click_raw" in eval_preds.columns else [])
+        eval_preds.filter(pl.col("click_mask")).select(keep).write_parquet(out / EVAL_PREDICTIONS)
     summary = {
         "step": step,
         "best_step": best["step"] if dcfg["valid"] else step,
@@ -560,6 +572,7 @@ def train(
         "valid_history": valid_history,
         "param_counts": core.param_counts(),
         "hash_collisions": collisions,
+        "calibration": calibrator.metadata() if calibrator is not None else None,
         "dense_stats": {"mean": core.dense_mean.tolist(), "std": core.dense_std.tolist()},
         "resumed_from_step": resumed_from,
         "warm_start": warm,
@@ -573,7 +586,8 @@ def train(
     save_checkpoint()
     if rank == 0:
         atomic_save({"model": final, "model_config": mcfg.to_dict(), "config": cfg,
-                     "step": summary["best_step"], "rows": json.dumps(rows)}, out / MODEL)
+                     "step": summary["best_step"], "rows": json.dumps(rows),
+                     **({"calibration": calibrator.state()} if calibrator is not None else {})}, out / MODEL)
         atomic_write_json(cfg, out / "config.json")
         atomic_write_json({**summary, "config": cfg}, out / "metrics.json")
         if tracker is not None:

@@ -13,7 +13,8 @@ the lake `make demo` built, as before.
 Writes reports/foundation_eval_3seeds.json, reports/model_quality.md (the README's table: click NE
 per surface, seed mean +- sd, 95% bootstrap interval of the seed mean, calibration, share of the
 base-rate-to-oracle gap closed, paired differences foundation - other model with their intervals)
-and reports/distillation_report_3seeds.json, and prints its runtime. Selection and early stopping
+and reports/distillation_report_3seeds.json with reports/distillation_kd_gains.md (KD gains over
+labels_only on E and the effectiveness ratio, with paired bootstrap intervals), and prints its runtime. Selection and early stopping
 use the validation day E-1 only; E is reported, never tuned on.
 """
 
@@ -163,6 +164,10 @@ def main(argv: list[str] | None = None) -> None:
                              "first seed, the teacher, is done)")
     parser.add_argument("--build-only", choices=["features", "teachers"],
                         help="build the evaluation world up to this stage, then stop")
+    parser.add_argument("--rescore-versions", nargs="+", metavar="VERSION",
+                        help="foundation_model versions, one per --seeds entry in that order, already trained "
+                             "(with their baselines): write reports/model_quality_rescored.{md,json} from their "
+                             "saved predictions on E with this code, without training")
     args = parser.parse_args(argv)
     t0 = time.time()
     out_dir = reports_dir()  # the reports land where `make demo` puts its own, whatever the world
@@ -177,6 +182,17 @@ def main(argv: list[str] | None = None) -> None:
             world.teacher(args.preset, args.seeds[0])
             world.domain_teachers()
     if args.build_only:
+        return
+    if args.rescore_versions:  # the table again from versions already trained (no training)
+        from gem_model.atomic import write_json
+
+        results = [{"version_dir": str(version_dir(FOUNDATION_ASSET, v)), "seeds": [s]}
+                   for v, s in zip(args.rescore_versions, args.seeds, strict=True)]
+        quality = model_quality(results, list(args.seeds))
+        write_json(out_dir / "model_quality_rescored.json", quality)
+        md = out_dir / "model_quality_rescored.md"
+        md.write_text(quality_markdown(quality, len(results), time.time() - t0))
+        print(md.read_text(), flush=True)
         return
     from gem_model.distill import ARMS, DEFAULT_PATHS, run_distillation, write_report
     from gem_model.registry import read_accepted, resolve_checkpoint
@@ -203,6 +219,11 @@ def main(argv: list[str] | None = None) -> None:
             teachers[f"domain:{domain}"] = str(resolve_checkpoint(accepted))
         rows = run_distillation(list(ARMS), list(DEFAULT_PATHS), args.seeds, preset=args.preset, teachers=teachers)
         path = write_report(rows, out_dir / "distillation_report_3seeds.json")
+        from gem_model.distill.kd_intervals import intervals_from_rows, intervals_markdown
+
+        kd_md = out_dir / "distillation_kd_gains.md"  # KD gains on E with paired bootstrap intervals
+        kd_md.write_text(intervals_markdown(intervals_from_rows(rows)))
+        print(f"\nKD gains over labels_only (-> {kd_md}):\n" + kd_md.read_text(), flush=True)
         print(f"\ndistillation (click NE on E, mean +- sd over seeds)  -> {path}")
         for (arm, p, surface, split, task), m, sd, _n in mean_spread(rows, ("arm", "path", "surface", "split", "task")):
             if task == "click" and split == "evaluation":

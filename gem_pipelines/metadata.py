@@ -68,7 +68,7 @@ def png_markdown(fig: Any) -> dg.MetadataValue:
 
 def metric_table(rows: list[dict[str, Any]]) -> dg.MetadataValue:
     """Per-surface metric rows as a markdown table, with the gap to the oracle floor."""
-    cols = ["model", "surface", "task", "seed", "ne", "oracle_ne", "gap", "auc", "calibration", "n"]
+    cols = ["model", "surface", "task", "seed", "ne", "oracle_ne", "gap", "auc", "calibration", "calibration_raw", "n"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         gap = (r["ne"] / r["oracle_ne"] - 1) if r.get("oracle_ne") else None
@@ -108,12 +108,16 @@ def distillation_table(rows: list[dict[str, Any]]) -> dg.MetadataValue:
 
     if not rows:
         return dg.MetadataValue.md("(no rows)")
+    frame = pl.DataFrame(rows, infer_schema_length=None)
+    # on E: the gain over labels_only and the effectiveness with their paired bootstrap intervals
+    # (gem_model.distill.kd_intervals; the same value on every seed's row, hence first())
+    ci = [pl.col(c).drop_nulls().first() for c in ("kd_gain", "kd_gain_lo", "kd_gain_hi", "kd_effectiveness_lo",
+                                                  "kd_effectiveness_hi", "kd_report") if c in frame.columns]
     df = (
-        pl.DataFrame(rows, infer_schema_length=None)
-        .filter(pl.col("task") == "click")
+        frame.filter(pl.col("task") == "click")
         .group_by("arm", "path", "split", "surface")
         .agg(pl.col("ne").mean(), pl.col("ne").std().alias("ne_std"), pl.col("oracle_ne").mean(),
-             pl.col("kd_effectiveness").mean(), pl.len().alias("seeds"))
+             pl.col("kd_effectiveness").mean(), *ci, pl.len().alias("seeds"))
         .sort("split", "surface", "arm", "path")
     )
     cols = df.columns

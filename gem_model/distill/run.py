@@ -10,6 +10,8 @@ KD effectiveness of an arm (click task, per surface and split, from seed means):
 It is None for labels_only and standard_kd, and None when the denominator is <= KD_EPS (standard
 KD did not beat labels-only by a measurable margin: the ratio is then undefined or its sign is
 meaningless). Rows also carry both differences ("kd_gain", "kd_gain_standard") so nothing is hidden.
+On E the gains carry paired bootstrap intervals (gem_model.distill.kd_intervals), and the ratio is
+kept only where standard KD's gain interval lies above 0 (else kd_report = "two gains").
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from gem_model.distill.arms import BASELINE, STANDARD, arm_paths, arm_spec
 from gem_model.distill.config import load_student_preset
 from gem_model.distill.dataset import StudentData, attach_teacher, load_examples
 from gem_model.distill.export import export_student
+from gem_model.distill.kd_intervals import N_BOOT, EvalPredictions, intervals_from_rows, kd_intervals
 from gem_model.distill.student import Student, student_config
 from gem_model.distill.teacher import FOUNDATION, path_applies, read_teacher_predictions, teacher_for
 from gem_model.distill.trainer import load_student, predict_student, save_student, train_student
@@ -100,8 +103,10 @@ def _iter_students(
     device: str | None = None,
     precision: str = "fp32",
     init_from: str | Path | None = None,
+    kept: EvalPredictions | None = None,
 ) -> Iterable[tuple[dict[str, Any], Student, list[dict[str, Any]], dict[str, Any]]]:
-    """Train every (surface, arm, path, seed); yield (key, model, metric rows, train info)."""
+    """Train every (surface, arm, path, seed); yield (key, model, metric rows, train info). kept:
+    receives every student's per-row click predictions on E (the KD gains' bootstrap intervals)."""
     for a in arms:
         arm_spec(a)
     surfaces = list(surfaces or surfaces_config.names)
@@ -182,6 +187,10 @@ def _iter_students(
                         if len(part) == 0:
                             continue
                         preds = _preds_frame(part, predict_student(model, part), surface)
+                        if split == "evaluation" and kept is not None and "click" in tasks:
+                            e = preds.filter(pl.col("click_mask"))
+                            kept.add(surface, arm, path, int(seed), e["request_id"].to_numpy(), e["click"].to_numpy(),
+                                     e["p_click"].to_numpy())
                         for r in metric_rows(preds, oracle_df):
                             if r["task"] not in tasks:
                                 continue
@@ -274,8 +283,13 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         for s in sorted({r["surface"] for r in sub}):
             v = [r["ne"] for r in sub if r["surface"] == s and r["ne"] is not None and math.isfinite(r["ne"])]
             ke = [r["kd_effectiveness"] for r in sub if r["surface"] == s and r["kd_effectiveness"] is not None]
+            ci = next((r for r in sub if r["surface"] == s and r.get("kd_gain_lo") is not None), None)
             per_surface[s] = {"ne_mean": float(np.mean(v)) if v else None, "ne_std": float(np.std(v)) if v else None,
-                              "kd_effectiveness": ke[0] if ke else None}
+                              "kd_effectiveness": ke[0] if ke else None,
+                              **({"kd_gain": ci["kd_gain"], "kd_gain_ci": [ci["kd_gain_lo"], ci["kd_gain_hi"]],
+                                  "kd_report": ci.get("kd_report"),
+                                  "kd_effectiveness_ci": [ci.get("kd_effectiveness_lo"), ci.get("kd_effectiveness_hi")]}
+                                 if ci is not None else {})}
         nes = [v["ne_mean"] for v in per_surface.values() if v["ne_mean"] is not None]
         kes = [v["kd_effectiveness"] for v in per_surface.values() if v["kd_effectiveness"] is not None]
         out[f"{arm}|{path}|{split}"] = {
@@ -298,6 +312,7 @@ def write_report(rows: list[dict[str, Any]], path: str | Path | None = None, ext
     doc = {
         "rows": rows,
         "summary": summarize(rows),
+        "kd_intervals": intervals_from_rows(rows),  # gains over labels_only on E with paired bootstrap CIs
         "selected": {s: {"arm": a, "path": p, "kept_accepted": incumbents.get(s) == (a, p)}
                      for s, (a, p) in selected.items()},
         "keep_accepted_within": keep_within,
@@ -328,6 +343,7 @@ def run_distillation(
     device: str | None = None,
     precision: str = "fp32",
     init_from: str | Path | None = None,
+    n_boot: int = N_BOOT,
 ) -> list[dict[str, Any]]:
     """Train and evaluate every arm x path x surface x seed; return the report rows (see module doc).
 
@@ -342,19 +358,21 @@ def run_distillation(
     where and in which autocast precision the students train (the accelerator resource's; default:
     the CPU in fp32); each student is handed back on the CPU. init_from: a saved student (version
     directory) every student starts from when compatible (`warm_start`; the production student's last
-    ACCEPTED version), its outcome in info["warm_start"]."""
+    ACCEPTED version), its outcome in info["warm_start"]. n_boot: bootstrap resamples of the KD
+    gains' intervals on E (gem_model.distill.kd_intervals; fields kd_gain_lo/hi, kd_report, ...)."""
     surfaces_config = surfaces_config or load_surfaces()
     roles = roles or load_calendar().roles()
     hp = load_student_preset(preset, overrides=overrides)
     tracker = Tracker(project=tracking_project, name="distillation", group=tracking_group, job_type="distill",
                       config={"arms": list(arms), "paths": list(paths), "seeds": list(seeds), **hp})
     rows: list[dict[str, Any]] = []
+    kept = EvalPredictions()
     t0 = time.perf_counter()
     try:
         for key, model, r, info in _iter_students(
             arms, paths, seeds, surfaces, teachers=teachers, teacher_predictions=teacher_predictions, hp=hp,
             roles=roles, uri=uri, tp_uri=tp_uri, oracle_uri=oracle_uri, surfaces_config=surfaces_config,
-            tracker=tracker, device=device, precision=precision, init_from=init_from,
+            tracker=tracker, device=device, precision=precision, init_from=init_from, kept=kept,
         ):
             rows.extend(r)
             if save_root is not None:
@@ -365,6 +383,8 @@ def run_distillation(
                 on_student(key, model, r, info)
         rows.extend(not_applicable_rows(arms, paths, surfaces or surfaces_config.names, surfaces_config))
         kd_effectiveness(rows)
+        if BASELINE in arms:  # paired bootstrap intervals of every gain over labels_only on E
+            kd_intervals(rows, kept, n_boot=n_boot)
         tracker.summary({"distill/seconds": time.perf_counter() - t0, "distill/students": len({
             (r["surface"], r["arm"], r["path"], r["seed"]) for r in rows})})
     finally:

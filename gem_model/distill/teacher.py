@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 import torch
 
+from gem_model.calibration import apply as calibrated_probs
 from gem_model.config import SurfacesConfig, load_surfaces, validate_name
 from gem_model.data import ExampleStream, date_range
 from gem_model.delta import overwrite_partition
@@ -109,7 +110,9 @@ def predict_teacher(
                 batch = batch.to(device)
                 with torch.autocast(device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
                     logits, h = model.forward_with_summary(batch)
-                p = torch.sigmoid(logits.float())
+                # KD targets are the teacher's calibrated probabilities: a per-surface bias of the
+                # teacher would otherwise become the student's (the map is monotone: ranking unchanged)
+                p, _ = calibrated_probs(model, logits, batch.surface_idx)
                 allowed = model.task_allowed[batch.surface_idx] if hasattr(model, "task_allowed") else None
                 p_np = p.cpu().numpy().astype(np.float64)
                 p_conv = p_np[:, 1].copy()

@@ -119,7 +119,8 @@ def foundation_model(
             "world_size": nproc,
             "seeds": dg.MetadataValue.json(list(config.seeds)),
             **({"pipes_progress_messages": result["progress_messages"]} if "progress_messages" in result else {}),
-            "per_surface": metric_table(rows),
+            "per_surface": metric_table(rows),  # calibration after the E-1 calibrator, calibration_raw before
+            "calibrator": dg.MetadataValue.json(result.get("calibration") or {}),
             "samples_per_s": float(result["samples_per_s"]),
             **report_metadata("report", report),  # a link the UI opens, and the path relative to GEM_HOME
             "loss_curve": loss_curve_plot(result["loss_curve"]),

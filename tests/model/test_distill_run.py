@@ -128,6 +128,25 @@ def test_write_report(report, tmp_path):
     kept = json.loads(write_report(rows, tmp_path / "kept.json", incumbents=incumbents, keep_within=10.0).read_text())
     assert kept["selected"] == {s: {"arm": "labels_only", "path": "none", "kept_accepted": True} for s in SURFACES}
     assert kept["keep_accepted_within"] == 10.0
+    # KD gains on E with paired bootstrap intervals, for every kd arm and surface
+    for s in SURFACES:
+        cell = doc["kd_intervals"][s]["arms"]["parameter_sharing|direct"]
+        assert cell["gain_lo"] <= cell["gain"] <= cell["gain_hi"] and cell["report"] in ("ratio", "two gains")
+        assert (cell["report"] == "ratio") == (cell["standard_gain_lo"] > 0)
+
+
+def test_eval_rows_carry_gain_intervals_equal_to_the_row_gains(report):
+    rows, _ = report
+    ne = {(r["arm"], r["path"], r["surface"]): r["ne"] for r in rows if r["split"] == "evaluation"
+          and r["task"] == "click"}
+    for r in rows:
+        if r["split"] != "evaluation" or r["task"] != "click" or r["arm"] == "labels_only":
+            assert "kd_gain_lo" not in r
+            continue
+        assert r["kd_gain"] == pytest.approx(ne[("labels_only", "none", r["surface"])] - r["ne"])
+        assert r["kd_gain_lo"] <= r["kd_gain"] <= r["kd_gain_hi"]
+        if r.get("kd_report") == "two gains":
+            assert r["kd_effectiveness"] is None
 
 
 def test_production_student_saved_loaded_exported(world, tmp_path):  # noqa: F811
