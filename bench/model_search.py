@@ -76,6 +76,10 @@ VARIANTS: dict[str, dict] = {
     "cooc_1": {"model": {"cooc_weight": 1.0}},
     "cooc_0.2": {"model": {"cooc_weight": 0.2}},
     "cooc_clicks_0.2": {"model": {"cooc_weight": 0.2, "cooc_clicks": True}},
+    # the item table fitted to the co-occurrence loss alone before the first step (train.cooc_pretrain)
+    "cooc_pretrain": {"train": {"cooc_pretrain": {"repeats": 8, "lr": 0.01}}},
+    "cooc_pretrain_clicks": {"train": {"cooc_pretrain": {"repeats": 8, "lr": 0.01}},
+                             "model": {"cooc_clicks": True}},
 }
 
 

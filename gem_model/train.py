@@ -100,6 +100,9 @@ DEFAULT_TRAIN: dict[str, Any] = {
     # {features: [sparse feature names], l2: float}: their wide offsets start at one Newton step of an
     # L2 logistic regression on the training window's labels (gem_model.wide_prior); None: zeros
     "wide_prior": None,
+    # {repeats: int, lr: float}: one pass over the training window fits the item table alone to the
+    # history co-occurrence loss before the first step (gem_model.cooc_pretrain); None: off
+    "cooc_pretrain": None,
     "head_bias": "fixed",  # fixed (the model's init) | base_rate (logit of each head's training-window rate)
     "fail_at_step": None,  # tests: raise after this step (after its checkpoint, if any)
     "dump_rank_weights": False,  # tests: write rank<r>.pt with each rank's final weights
@@ -371,6 +374,17 @@ def train(
                                                   batch_size=tcfg["eval_batch_size"], shuffle=False, **common),
                               list(wp["features"]), float(wp["l2"]))
         _say(rank, f"wide prior (l2 {wp['l2']}): ids with labels {seen}")
+    if tcfg.get("cooc_pretrain") and not init_from and not (resume and (out / CHECKPOINT).exists()):
+        if sharded:
+            raise ValueError("train.cooc_pretrain needs replicated embedding tables")
+        from gem_model.cooc_pretrain import pretrain_item_embeddings
+
+        cp = tcfg["cooc_pretrain"]
+        info = pretrain_item_embeddings(core, ExampleStream(dcfg["train"][0], dcfg["train"][1], dcfg["surfaces"],
+                                                            batch_size=tcfg["eval_batch_size"], shuffle=True, seed=seed,
+                                                            **common),
+                                        repeats=int(cp["repeats"]), lr=float(cp["lr"]), device=device)
+        _say(rank, f"co-occurrence pretraining: {info}")
     collisions = collision_rates(uri, [dt.date.fromisoformat(d) for d in train_days], dcfg["surfaces"], features, so) \
         if rank == 0 else {}
 

@@ -103,3 +103,40 @@ def test_cooc_clicks_pull_a_clicked_ad_toward_its_history_topic():
     own = cos.diagonal()
     other = (cos.sum(1) - own) / (N_TOPICS - 1)
     assert bool((own - other > 0.3).all()), cos
+
+
+def test_pretraining_fits_the_item_table_alone():
+    from gem_model.cooc_pretrain import pretrain_item_embeddings
+
+    torch.manual_seed(0)
+    cfg = dataclasses.replace(config_from_assets("tiny"), cooc_pairs=512)  # cooc_weight 0: pretraining only
+    model = build_model(cfg)
+    j, _ = cfg.target_pairs[0]
+    item_table = cfg.sparse_features[j][1]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    g = torch.Generator().manual_seed(4)
+    info = pretrain_item_embeddings(model, [_topic_batch(cfg, g) for _ in range(12)], repeats=5, lr=0.03)
+    assert info["steps"] == 60 and info["loss_last"] < info["loss_first"]
+    same, other = _topic_cosines(model, cfg)
+    assert same - other > 0.5, (same, other)
+    moved = {k for k, v in model.state_dict().items() if not torch.equal(v, before[k])}
+    assert moved == {f"tables.{item_table}.weight"}
+
+
+def test_train_runs_the_pretraining_before_its_first_step(lake, tmp_path):  # noqa: F811
+    """train.cooc_pretrain runs inside train, on the lake's training window: the item table ends
+    elsewhere than in the same seeded run without it, which itself is reproducible."""
+    from gem_model.registry import load_model
+    from gem_model.train import train
+    from tests.model.conftest import tiny_config
+
+    def items(out, **over):
+        train(tiny_config(tmp_path / out, max_steps=1, eval_every=0, **over))
+        model, _ = load_model(tmp_path / out / "model.pt")
+        j, _ = model.cfg.target_pairs[0]
+        return model.tables[model.cfg.sparse_features[j][1]].weight
+
+    plain = items("plain")
+    pre = items("pre", cooc_pretrain={"repeats": 2, "lr": 0.05})
+    assert not torch.equal(plain, pre)
+    assert torch.equal(plain, items("plain_again"))  # the difference is the pretraining, not chance
