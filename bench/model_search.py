@@ -78,6 +78,10 @@ VARIANTS: dict[str, dict] = {
     "cooc_clicks_0.2": {"model": {"cooc_weight": 0.2, "cooc_clicks": True}},
     # the item table fitted to the co-occurrence loss alone before the first step (train.cooc_pretrain)
     "cooc_pretrain": {"train": {"cooc_pretrain": {"repeats": 8, "lr": 0.01}}},
+    # the exposure loss: the history scores the row's own ad against the batch's (GEMConfig.exposure_weight)
+    "exposure_1": {"model": {"exposure_weight": 1.0}},
+    "exposure_0.2": {"model": {"exposure_weight": 0.2}},
+    "exposure_0.05": {"model": {"exposure_weight": 0.05}},
     "cooc_pretrain_clicks": {"train": {"cooc_pretrain": {"repeats": 8, "lr": 0.01}},
                              "model": {"cooc_clicks": True}},
 }

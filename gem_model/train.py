@@ -103,6 +103,9 @@ DEFAULT_TRAIN: dict[str, Any] = {
     # {repeats: int, lr: float}: one pass over the training window fits the item table alone to the
     # history co-occurrence loss before the first step (gem_model.cooc_pretrain); None: off
     "cooc_pretrain": None,
+    # {dim: int}: the shared item table starts from the PPMI-SVD directions of the training window's
+    # history-item / candidate co-occurrence (gem_model.item_svd); None: random
+    "item_svd": None,
     "head_bias": "fixed",  # fixed (the model's init) | base_rate (logit of each head's training-window rate)
     "fail_at_step": None,  # tests: raise after this step (after its checkpoint, if any)
     "dump_rank_weights": False,  # tests: write rank<r>.pt with each rank's final weights
@@ -374,6 +377,15 @@ def train(
                                                   batch_size=tcfg["eval_batch_size"], shuffle=False, **common),
                               list(wp["features"]), float(wp["l2"]))
         _say(rank, f"wide prior (l2 {wp['l2']}): ids with labels {seen}")
+    if tcfg.get("item_svd") and not init_from and not (resume and (out / CHECKPOINT).exists()):
+        if sharded:
+            raise ValueError("train.item_svd needs replicated embedding tables")
+        from gem_model.item_svd import set_item_svd
+
+        info = set_item_svd(core, ExampleStream(dcfg["train"][0], dcfg["train"][1], dcfg["surfaces"],
+                                                batch_size=tcfg["eval_batch_size"], shuffle=False, **common),
+                            int(tcfg["item_svd"]["dim"]))
+        _say(rank, f"item table from PPMI-SVD: {info}")
     if tcfg.get("cooc_pretrain") and not init_from and not (resume and (out / CHECKPOINT).exists()):
         if sharded:
             raise ValueError("train.cooc_pretrain needs replicated embedding tables")
@@ -383,7 +395,8 @@ def train(
         info = pretrain_item_embeddings(core, ExampleStream(dcfg["train"][0], dcfg["train"][1], dcfg["surfaces"],
                                                             batch_size=tcfg["eval_batch_size"], shuffle=True, seed=seed,
                                                             **common),
-                                        repeats=int(cp["repeats"]), lr=float(cp["lr"]), device=device)
+                                        repeats=int(cp["repeats"]), lr=float(cp["lr"]), device=device,
+                                        losses=tuple(cp.get("losses", ("cooc",))), rescale=bool(cp.get("rescale", False)))
         _say(rank, f"co-occurrence pretraining: {info}")
     collisions = collision_rates(uri, [dt.date.fromisoformat(d) for d in train_days], dcfg["surfaces"], features, so) \
         if rank == 0 else {}
@@ -491,8 +504,9 @@ def train(
             with torch.autocast(device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp):
                 logits = fwd(batch)
             loss, parts = core.loss(logits, batch)
-            if core.cfg.cooc_weight:
-                loss = loss + core.cfg.cooc_weight * core.cooc_loss(batch)
+            aux = core.auxiliary_loss(batch)
+            if aux is not None:
+                loss = loss + aux
             opt_dense.zero_grad(set_to_none=True)
             opt_emb.zero_grad(set_to_none=True)
             loss.backward()

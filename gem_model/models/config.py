@@ -53,6 +53,12 @@ class GEMConfig:
     cooc_pairs: int = 2048  # history pairs sampled per batch for that loss
     cooc_temperature: float = 0.1
     cooc_clicks: bool = False  # ... and each clicked candidate ad scores an item of its own history
+    # weight of the exposure loss (0: off): the user's history (mean of its normalised item embeddings)
+    # scores the row's own candidate ad against the batch's other ads (in-batch softmax). Ads are
+    # delivered by targeting on users' interests, so every impression, clicked or not, says which
+    # history the ad belongs with: ~40x more pairs than the clicks, aligning ad and item embeddings
+    exposure_weight: float = 0.0
+    exposure_temperature: float = 0.1
     # the user's own labels in their history as wide inputs: the share of history entries whose action
     # is `click` (and their count, log1p), overall and on the candidate's surface. For rating data
     # (Douban: a low rating is a `view`) it is the user's rating bias, also from days not trained on,
@@ -82,8 +88,9 @@ class GEMConfig:
             raise ValueError("n_cls must be >= 1")
         if self.attention not in ("jagged", "padded"):
             raise ValueError(f"attention must be 'jagged' or 'padded', not {self.attention!r}")
-        if self.cooc_weight and self.sparse_features and not self.target_pairs:
-            raise ValueError("cooc_weight needs a history item column sharing a table with a candidate id")
+        for name in ("cooc_weight", "exposure_weight"):
+            if getattr(self, name) and self.sparse_features and not self.target_pairs:
+                raise ValueError(f"{name} needs a history item column sharing a table with a candidate id")
 
     @property
     def n_tokens(self) -> int:

@@ -306,6 +306,39 @@ class GEM(nn.Module):
             loss = loss + self._in_batch_softmax(table, batch.sparse[:, j].long(), hist, clicked)
         return loss
 
+    def auxiliary_loss(self, batch: Batch) -> torch.Tensor | None:
+        """The self-supervised losses the config switches on (cooc, exposure), weighted; None: none."""
+        cfg, loss = self.cfg, None
+        if cfg.cooc_weight:
+            loss = cfg.cooc_weight * self.cooc_loss(batch)
+        if cfg.exposure_weight:
+            e = cfg.exposure_weight * self.exposure_loss(batch)
+            loss = e if loss is None else loss + e
+        return loss
+
+    def exposure_loss(self, batch: Batch) -> torch.Tensor:
+        """In-batch softmax of the candidate ad given the user's history (cfg.exposure_weight): the
+        mean of the history's normalised item embeddings scores the row's own ad against the other rows'
+        ads (cosine / temperature); other rows showing the same ad are not counted as negatives. Rows
+        with an empty history weigh 0."""
+        cfg = self.cfg
+        j, col = cfg.target_pairs[0]
+        table = self.tables[cfg.sparse_features[j][1]]
+        items = batch.history[col].long()
+        offsets = batch.offsets.long()
+        lengths = offsets[1:] - offsets[:-1]
+        bsz = len(lengths)
+        seg = segment_ids(offsets, int(items.shape[0]))
+        e = F.normalize(table(items).float(), dim=-1) * (items != 0).float()[:, None]
+        user = F.normalize(segment_sum(e, seg, bsz, out_dtype=torch.float32), dim=-1)
+        ads = batch.sparse[:, j].long()
+        logits = user @ F.normalize(table(ads).float(), dim=-1).T / cfg.exposure_temperature
+        dup = (ads[:, None] == ads[None, :]) & ~torch.eye(bsz, dtype=torch.bool, device=ads.device)
+        logits = logits.masked_fill(dup, float("-inf"))
+        ce = F.cross_entropy(logits, torch.arange(bsz, device=ads.device), reduction="none")
+        w = ((lengths > 0) & (ads != 0)).float()
+        return (ce * w).sum() / w.sum().clamp_min(1.0)
+
     def _in_batch_softmax(self, table: nn.Embedding, a: torch.Tensor, b: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """Mean over valid pairs of -log softmax_b'(cos(a, b') / T) at the pair's own b."""
         w = valid.float()

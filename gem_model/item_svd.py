@@ -1,0 +1,82 @@
+"""Item embeddings started from the training window's co-occurrence structure (`train.item_svd`;
+off by default).
+
+The click gradient reaches an ad's or item's embedding only through the few clicks whose history
+holds it, and SGD on in-batch co-occurrence losses moves the rows too slowly within one epoch
+(bench/MODEL_SEARCH.md). Which items share users' histories, and which ads are shown next to which
+histories (ads are delivered by targeting on users' interests), is known from every row of the
+window at once. Before the first step this builds one bag per training row (its history items and
+its candidate ad, each once), counts how often two rows of the shared item table meet in a bag,
+takes the positive pointwise mutual information of those counts and its leading `dim` singular
+vectors (the classical PPMI-SVD word embedding, Levy & Goldberg 2014), and writes each seen row's
+direction into the first `dim` coordinates of its embedding, at the table's mean starting norm (the
+other coordinates start at 0, unseen rows keep their random start). Training then continues as
+usual from there.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable
+
+import torch
+
+from gem_model.batch import Batch
+from gem_model.models.gem import GEM
+
+
+def ppmi(counts: torch.Tensor) -> torch.Tensor:
+    """max(0, log(C * total / (row sum * column sum))) of a symmetric count matrix; 0 where C is 0."""
+    c = counts.double()
+    total = c.sum()
+    expected = c.sum(1, keepdim=True) * c.sum(0, keepdim=True)
+    out = torch.log(c * total / expected.clamp_min(1e-300)).clamp_min(0.0)
+    return torch.where(c > 0, out, torch.zeros_like(out)).float()
+
+
+@torch.no_grad()
+def set_item_svd(model: GEM, batches: Iterable[Batch], dim: int) -> dict[str, int]:
+    """Write PPMI-SVD directions of the item table shared by the candidate and the history into
+    `model`'s embeddings, from `batches` (the training window, read once). Returns {"rows": rows
+    written, "bags": rows read}."""
+    cfg = model.cfg
+    if not cfg.target_pairs:
+        raise ValueError("train.item_svd needs a history item column sharing a table with a candidate id")
+    if not 1 <= dim <= cfg.d_model:
+        raise ValueError(f"train.item_svd.dim must be in 1..d_model ({cfg.d_model}), not {dim}")
+    j, col = cfg.target_pairs[0]
+    table = model.tables[cfg.sparse_features[j][1]]
+    bag_rows: list[torch.Tensor] = []
+    bag_items: list[torch.Tensor] = []
+    bags = 0
+    for batch in batches:
+        items = batch.history[col].long().cpu()
+        offsets = batch.offsets.long().cpu()
+        lengths = offsets[1:] - offsets[:-1]
+        seg = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
+        ads = batch.sparse[:, j].long().cpu()
+        bag_rows += [seg + bags, torch.arange(len(ads)) + bags]
+        bag_items += [items, ads]
+        bags += len(ads)
+    rows, items = torch.cat(bag_rows), torch.cat(bag_items)
+    keep = items != 0  # row 0: null / unknown id
+    rows, items = rows[keep], items[keep]
+    seen, compact = torch.unique(items, return_inverse=True)
+    if len(seen) <= dim:
+        return {"rows": 0, "bags": bags}
+    h = torch.sparse_coo_tensor(torch.stack([rows, compact]), torch.ones(len(rows)), (bags, len(seen)),
+                                check_invariants=True).coalesce()
+    h = torch.sparse_coo_tensor(h.indices(), h.values().clamp(max=1.0), h.shape, is_coalesced=True,
+                                check_invariants=True)  # each item once per bag
+    with warnings.catch_warnings():  # sparse x sparse goes through CSR, which torch calls beta
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        counts = torch.sparse.mm(h.t().coalesce(), h).to_dense()
+    counts.fill_diagonal_(0.0)
+    u, s, _ = torch.svd_lowrank(ppmi(counts), q=min(dim + 8, len(seen)), niter=6)
+    vec = torch.nn.functional.normalize(u[:, :dim] * s[:dim].sqrt(), dim=1)
+    w = table.weight
+    scale = w.norm(dim=1).mean()
+    new = torch.zeros(len(seen), w.shape[1])
+    new[:, :dim] = vec * scale.cpu()
+    w[seen.to(w.device)] = new.to(w.dtype).to(w.device)
+    return {"rows": int(len(seen)), "bags": bags}

@@ -1,0 +1,124 @@
+"""The item table started from PPMI-SVD of the training window (train.item_svd) and the exposure loss
+(GEMConfig.exposure_weight): both must put an ad next to the items of the histories it is shown
+with, from impressions alone (no click needed)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from gem_model.item_svd import ppmi, set_item_svd
+from gem_model.models.gem import build_model
+from gem_model.synthetic_batches import config_from_assets, synthetic_batch
+
+N_TOPICS, PER_TOPIC = 4, 12
+FIRST_AD = 1 + N_TOPICS * PER_TOPIC
+
+
+def _exposure_batch(cfg, g: torch.Generator, rows: int = 64, length: int = 12, targeted: float = 0.7):
+    """Every history draws its items from one topic; the row's ad is that topic's ad (id FIRST_AD + topic)
+    with probability `targeted`, else a random ad. Labels are all 0: only impressions."""
+    b = synthetic_batch(cfg, rows, g, min_len=length, max_len=length)
+    j, col = cfg.target_pairs[0]
+    topic = torch.randint(0, N_TOPICS, (rows,), generator=g)
+    b.history[col] = 1 + topic.repeat_interleave(length) * PER_TOPIC + torch.randint(0, PER_TOPIC, (rows * length,), generator=g)
+    random_ad = torch.randint(0, N_TOPICS, (rows,), generator=g)
+    b.sparse[:, j] = FIRST_AD + torch.where(torch.rand(rows, generator=g) < targeted, topic, random_ad)
+    b.labels.zero_()
+    return b
+
+
+def _ad_topic_cosines(model, cfg) -> torch.Tensor:
+    """[ad topic, item topic] cosine of each ad to the mean direction of each topic's items."""
+    j, _ = cfg.target_pairs[0]
+    e = torch.nn.functional.normalize(model.tables[cfg.sparse_features[j][1]].weight.detach(), dim=-1)
+    items = torch.nn.functional.normalize(e[1:FIRST_AD].reshape(N_TOPICS, PER_TOPIC, -1).mean(1), dim=-1)
+    return e[FIRST_AD:FIRST_AD + N_TOPICS] @ items.T
+
+
+def _own_minus_other(cos: torch.Tensor) -> torch.Tensor:
+    own = cos.diagonal()
+    return own - (cos.sum(1) - own) / (N_TOPICS - 1)
+
+
+def test_ppmi_is_zero_for_independent_counts_and_positive_for_attraction():
+    independent = torch.outer(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 2.0, 3.0]))
+    assert torch.allclose(ppmi(independent), torch.zeros(3, 3), atol=1e-6)
+    block = torch.tensor([[0.0, 9.0, 1.0, 0.0], [9.0, 0.0, 0.0, 1.0], [1.0, 0.0, 0.0, 9.0], [0.0, 1.0, 9.0, 0.0]])
+    p = ppmi(block)
+    assert p[0, 1] > 0.5 and p[2, 3] > 0.5 and p[0, 2] == 0.0 and p[0, 3] == 0.0  # never-met pairs stay 0
+
+
+def test_item_svd_puts_each_ad_with_the_items_of_the_histories_it_is_shown_with():
+    torch.manual_seed(0)
+    cfg = config_from_assets("tiny")
+    model = build_model(cfg)
+    j, _ = cfg.target_pairs[0]
+    name = f"tables.{cfg.sparse_features[j][1]}.weight"
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    g = torch.Generator().manual_seed(5)
+    assert _own_minus_other(_ad_topic_cosines(model, cfg)).abs().max() < 0.5  # a random start knows no topics
+    info = set_item_svd(model, [_exposure_batch(cfg, g) for _ in range(8)], dim=8)
+    assert info == {"rows": N_TOPICS * PER_TOPIC + N_TOPICS, "bags": 8 * 64}
+    assert bool((_own_minus_other(_ad_topic_cosines(model, cfg)) > 0.5).all()), _ad_topic_cosines(model, cfg)
+    after = model.state_dict()
+    assert {k for k in after if not torch.equal(after[k], before[k])} == {name}  # the item table only
+    w, w0 = after[name], before[name]
+    written = torch.zeros(len(w), dtype=torch.bool)
+    written[1:FIRST_AD + N_TOPICS] = True
+    assert torch.equal(w[~written], w0[~written])  # rows never seen keep their random start
+    assert torch.allclose(w[written].norm(dim=1), w0.norm(dim=1).mean().expand(int(written.sum())), rtol=1e-4)
+    assert not w[written][:, 8:].any()  # directions live in the first `dim` coordinates
+
+
+def test_item_svd_rejects_a_dim_wider_than_the_table():
+    cfg = config_from_assets("tiny")
+    with pytest.raises(ValueError, match="item_svd.dim"):
+        set_item_svd(build_model(cfg), [], dim=cfg.d_model + 1)
+
+
+def test_exposure_loss_pulls_an_ad_toward_the_topic_of_the_histories_it_is_shown_with():
+    torch.manual_seed(0)
+    cfg = dataclasses.replace(config_from_assets("tiny"), exposure_weight=1.0)
+    model = build_model(cfg)
+    g = torch.Generator().manual_seed(6)
+    opt = torch.optim.Adam(model.tables.parameters(), lr=0.03)
+    for _ in range(60):
+        loss = model.auxiliary_loss(_exposure_batch(cfg, g))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert bool((_own_minus_other(_ad_topic_cosines(model, cfg)) > 0.3).all()), _ad_topic_cosines(model, cfg)
+
+
+def test_exposure_loss_ignores_empty_histories_and_is_off_by_default():
+    cfg = dataclasses.replace(config_from_assets("tiny"), exposure_weight=1.0)
+    model = build_model(cfg)
+    g = torch.Generator().manual_seed(7)
+    empty = synthetic_batch(cfg, 16, g, min_len=0, max_len=0)
+    assert float(model.exposure_loss(empty).detach()) == 0.0
+    assert float(model.exposure_loss(_exposure_batch(cfg, g)).detach()) > 0.0
+    assert build_model(config_from_assets("tiny")).auxiliary_loss(empty) is None
+
+
+def test_train_starts_the_item_table_from_the_svd(lake, tmp_path):  # noqa: F811
+    """train.item_svd runs inside train on the lake's window: the item table's seen rows start on
+    the first `dim` coordinates (one step later they have barely left them), unlike the same run without it."""
+    from gem_model.registry import load_model
+    from gem_model.train import train
+    from tests.model.conftest import tiny_config
+
+    def items(out, **over):
+        train(tiny_config(tmp_path / out, max_steps=1, eval_every=0, **over))
+        model, _ = load_model(tmp_path / out / "model.pt")
+        j, _ = model.cfg.target_pairs[0]
+        return model.tables[model.cfg.sparse_features[j][1]].weight.detach()
+
+    plain, svd = items("plain"), items("svd", item_svd={"dim": 4})
+    moved = (svd != plain).any(1)
+    assert int(moved.sum()) > 10
+    tail = svd[moved][:, 4:].norm(dim=1) / svd[moved].norm(dim=1)
+    head = plain[moved][:, 4:].norm(dim=1) / plain[moved].norm(dim=1)
+    assert float(tail.mean()) < 0.5 * float(head.mean()), (float(tail.mean()), float(head.mean()))
