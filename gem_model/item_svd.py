@@ -11,7 +11,8 @@ takes the positive pointwise mutual information of those counts and its leading 
 vectors (the classical PPMI-SVD word embedding, Levy & Goldberg 2014), and writes each seen row's
 direction into the first `dim` coordinates of its embedding, at the table's mean starting norm (the
 other coordinates start at 0, unseen rows keep their random start). Training then continues as
-usual from there.
+usual from there. With `model.topic_dim` the same directions also go, frozen, into the model's
+`item_topic` buffer, which the topic match statistics read.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def set_item_svd(model: GEM, batches: Iterable[Batch], dim: int) -> dict[str, in
         raise ValueError("train.item_svd needs a history item column sharing a table with a candidate id")
     if not 1 <= dim <= cfg.d_model:
         raise ValueError(f"train.item_svd.dim must be in 1..d_model ({cfg.d_model}), not {dim}")
+    if cfg.n_topic_stats and cfg.topic_dim != dim:
+        raise ValueError(f"train.item_svd.dim ({dim}) must equal model.topic_dim ({cfg.topic_dim})")
     j, col = cfg.target_pairs[0]
     table = model.tables[cfg.sparse_features[j][1]]
     bag_rows: list[torch.Tensor] = []
@@ -79,4 +82,7 @@ def set_item_svd(model: GEM, batches: Iterable[Batch], dim: int) -> dict[str, in
     new = torch.zeros(len(seen), w.shape[1])
     new[:, :dim] = vec * scale.cpu()
     w[seen.to(w.device)] = new.to(w.dtype).to(w.device)
+    if model.cfg.n_topic_stats:  # the frozen copy the topic statistics read (GEMConfig.topic_dim)
+        model.item_topic.zero_()
+        model.item_topic[seen.to(w.device)] = vec.to(model.item_topic.device)
     return {"rows": int(len(seen)), "bags": bags}

@@ -59,6 +59,11 @@ class GEMConfig:
     # history the ad belongs with: ~40x more pairs than the clicks, aligning ad and item embeddings
     exposure_weight: float = 0.0
     exposure_temperature: float = 0.1
+    # width of a frozen per-item topic vector of the shared item table (0: none). `train.item_svd` writes
+    # its PPMI-SVD directions there too; two match statistics read it (mean and max over the history of
+    # cos(candidate, item)), so the window's co-occurrence structure survives whatever the click
+    # gradient does to the trained embeddings. Saved with the weights (a buffer).
+    topic_dim: int = 0
     # the user's own labels in their history as wide inputs: the share of history entries whose action
     # is `click` (and their count, log1p), overall and on the candidate's surface. For rating data
     # (Douban: a low rating is a `view`) it is the user's rating bias, also from days not trained on,
@@ -122,6 +127,10 @@ class GEMConfig:
         surf = next(((n, t) for n, src, t in self.history_columns if src == "surface"), None)
         j = next((j for j, (_, t) in enumerate(self.sparse_features) if surf and t == surf[1]), None)
         return action, surf[0] if j is not None and surf else None, j
+
+    @property
+    def n_topic_stats(self) -> int:
+        return 2 if self.topic_dim and self.target_pairs else 0
 
     @property
     def n_click_share(self) -> int:

@@ -42,6 +42,7 @@ from gem_model.models.layers import (
     TimeGapEncoding,
     Wukong,
     segment_ids,
+    segment_max,
     segment_sum,
 )
 from gem_model.models.target_attention import N_STATS, STAT_INIT, DINTargetAttention
@@ -105,11 +106,14 @@ class GEM(nn.Module):
         # -- inputs ---------------------------------------------------------------------------
         self.tables = nn.ModuleDict({t: nn.Embedding(rows, d) for t, rows in cfg.tables.items()})
         n_stats = N_STATS if cfg.exact_match else N_STATS - 1
-        n_wide = len(cfg.dense_features) + n_stats * len(cfg.target_pairs) + cfg.n_click_share
+        n_wide = len(cfg.dense_features) + n_stats * len(cfg.target_pairs) + cfg.n_topic_stats + cfg.n_click_share
         self.dense = MLP(n_wide, 2 * d, d)
         # training-window statistics (gem_model.normalization), saved with the weights
         self.register_buffer("dense_mean", torch.zeros(len(cfg.dense_features)))
         self.register_buffer("dense_std", torch.ones(len(cfg.dense_features)))
+        if cfg.n_topic_stats:  # frozen topic vectors of the shared item table (gem_model.item_svd writes them)
+            rows = cfg.tables[cfg.sparse_features[cfg.target_pairs[0][0]][1]]
+            self.register_buffer("item_topic", torch.zeros(rows, cfg.topic_dim))
         self.emb_drop = nn.Dropout(cfg.emb_dropout)
         self.time = TimeGapEncoding(cfg.time_buckets, d)
         self.seq_ln = nn.LayerNorm(d)
@@ -129,7 +133,8 @@ class GEM(nn.Module):
         self.head_b = nn.ParameterDict({s: nn.Parameter(torch.full((n_t,), -3.0)) for s in cfg.surfaces})
         wide0 = torch.zeros(n_t, n_wide)
         n_dense = len(cfg.dense_features)
-        wide0[:, n_dense:n_dense + n_stats * len(cfg.target_pairs)] = STAT_INIT  # the match statistics start switched on
+        # the match statistics (and the topic statistics) start switched on
+        wide0[:, n_dense:n_dense + n_stats * len(cfg.target_pairs) + cfg.n_topic_stats] = STAT_INIT
         self.wide = nn.ParameterDict({s: nn.Parameter(wide0.clone())  # a linear path, as in Wide & Deep
                                       for s in cfg.surfaces})
         # ... and a per-id logit offset per task for every sparse feature (a logistic regression on ids)
@@ -181,6 +186,8 @@ class GEM(nn.Module):
             target = torch.stack([o[0] for o in outs], dim=1)
             pooled = [o[1] for o in outs]
             dense_in += [o[2].float() for o in outs]
+        if cfg.n_topic_stats:
+            dense_in.append(self.topic_stats(batch, seg_h, len(hist_len)))
         if cfg.n_click_share:
             dense_in.append(self.click_share(batch, seg_h, len(hist_len)))
         tokens.append(self.dense(torch.cat(dense_in, dim=1)))
@@ -198,6 +205,17 @@ class GEM(nn.Module):
         max_len = None if batch.max_len is None else batch.max_len + n_cls
         cross = self.cross_logit(batch, seg_h, hist_len) if CROSS in self.wide_tables else None
         return Inputs(x, s, new_off, seg, hist_len, target, torch.cat(dense_in, dim=1), max_len, cross)
+
+    def topic_stats(self, batch: Batch, seg_h: torch.Tensor, bsz: int) -> torch.Tensor:
+        """[B, 2]: mean and max over the history of cos(topic(candidate), topic(item)) on the frozen
+        topic vectors (0 for an empty history or an id without one)."""
+        j, col = self.cfg.target_pairs[0]
+        t = F.normalize(self.item_topic, dim=-1)
+        cos = (t[batch.sparse[seg_h, j].long()] * t[batch.history[col].long()]).sum(-1)
+        lengths = segment_sum(torch.ones_like(cos), seg_h, bsz)
+        mean = segment_sum(cos, seg_h, bsz) / lengths.clamp_min(1.0)
+        best = torch.where(lengths > 0, segment_max(cos, seg_h, bsz, floor=-1.0), 0.0)
+        return torch.stack([mean, best], dim=1)
 
     def click_share(self, batch: Batch, seg_h: torch.Tensor, bsz: int) -> torch.Tensor:
         """[B, 2 or 4]: share of the history's entries that are clicks and log1p of their number,

@@ -122,3 +122,46 @@ def test_train_starts_the_item_table_from_the_svd(lake, tmp_path):  # noqa: F811
     tail = svd[moved][:, 4:].norm(dim=1) / svd[moved].norm(dim=1)
     head = plain[moved][:, 4:].norm(dim=1) / plain[moved].norm(dim=1)
     assert float(tail.mean()) < 0.5 * float(head.mean()), (float(tail.mean()), float(head.mean()))
+
+
+def test_topic_statistics_read_the_frozen_svd_vectors():
+    """model.topic_dim: item_svd writes the same directions into the `item_topic` buffer; the two topic
+    statistics are the mean and max cosine of the candidate's vector with the history's, and training
+    steps leave the buffer as written."""
+    torch.manual_seed(0)
+    cfg = dataclasses.replace(config_from_assets("tiny"), topic_dim=8)
+    model = build_model(cfg)
+    assert "item_topic" in model.state_dict() and "item_topic" not in dict(model.named_parameters())
+    g = torch.Generator().manual_seed(8)
+    set_item_svd(model, [_exposure_batch(cfg, g) for _ in range(8)], dim=8)
+    topic = model.item_topic.clone()
+    assert topic[1:FIRST_AD + N_TOPICS].norm(dim=1).min() > 0.99 and not topic[FIRST_AD + N_TOPICS:].any()
+
+    b = _exposure_batch(cfg, g, rows=16)
+    j, col = cfg.target_pairs[0]
+    seg = torch.repeat_interleave(torch.arange(16), b.offsets[1:] - b.offsets[:-1])
+    stats = model.topic_stats(b, seg, 16)
+    t = torch.nn.functional.normalize(topic, dim=-1)
+    cos = (t[b.sparse[seg, j]] * t[b.history[col]]).sum(-1)
+    for r in range(16):
+        mine = cos[seg == r]
+        assert torch.allclose(stats[r], torch.stack([mine.mean(), mine.max()]), atol=1e-5)
+    # an ad shown with its own topic's history matches it better than an ad of another topic
+    own = b.sparse[:, j] - FIRST_AD == (b.history[col][b.offsets[:-1]] - 1) // PER_TOPIC
+    assert own.any() and (~own).any()
+    assert float(stats[own, 0].min()) > float(stats[~own, 0].max())
+
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    loss, _ = model.loss(model(b), b)
+    loss.backward()
+    opt.step()
+    assert torch.equal(model.item_topic, topic)
+
+
+def test_item_svd_dim_must_match_the_topic_buffer():
+    cfg = dataclasses.replace(config_from_assets("tiny"), topic_dim=8)
+    model = build_model(cfg)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match="must equal model.topic_dim"):
+        set_item_svd(model, [_exposure_batch(cfg, torch.Generator().manual_seed(9))], dim=4)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())  # nothing half-written
