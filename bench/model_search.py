@@ -94,6 +94,8 @@ VARIANTS: dict[str, dict] = {
     "svd32_topic": {"train": {"item_svd": {"dim": 32}}, "model": {"topic_dim": 32}},
     "svd32_topic_min_lr_0.5": {"train": {"item_svd": {"dim": 32}, "min_lr_frac": 0.5}, "model": {"topic_dim": 32}},
     "svd32_topic_epochs_2": {"train": {"item_svd": {"dim": 32}, "epochs": 2}, "model": {"topic_dim": 32}},
+    "svd32_topic_epochs_2_patience_4": {"train": {"item_svd": {"dim": 32}, "epochs": 2, "patience": 4},
+                                        "model": {"topic_dim": 32}},
     "svd32_topic_hist_64": {"train": {"item_svd": {"dim": 32}}, "model": {"topic_dim": 32, "max_hist_len": 64}},
     "cooc_pretrain_clicks": {"train": {"cooc_pretrain": {"repeats": 8, "lr": 0.01}},
                              "model": {"cooc_clicks": True}},
