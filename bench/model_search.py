@@ -96,6 +96,8 @@ VARIANTS: dict[str, dict] = {
     "svd32_topic_epochs_2": {"train": {"item_svd": {"dim": 32}, "epochs": 2}, "model": {"topic_dim": 32}},
     "svd32_topic_epochs_2_patience_4": {"train": {"item_svd": {"dim": 32}, "epochs": 2, "patience": 4},
                                         "model": {"topic_dim": 32}},
+    # on the preset with item_svd + topic_dim: the item table's hash collisions now mix topics
+    "big_item_table": {"buckets": {"ad_id": 65536, "hist_item_id": 65536}},
     "svd32_topic_hist_64": {"train": {"item_svd": {"dim": 32}}, "model": {"topic_dim": 32, "max_hist_len": 64}},
     "cooc_pretrain_clicks": {"train": {"cooc_pretrain": {"repeats": 8, "lr": 0.01}},
                              "model": {"cooc_clicks": True}},
@@ -110,6 +112,8 @@ def main() -> None:
                    help='ad-hoc variants, e.g. wide_lr_0.2=\'{"train": {"wide_lr": 0.2}}\'')
     p.add_argument("--world", choices=["lake", "synthetic"], default="lake")
     p.add_argument("--out", default=str(Path(__file__).with_name("MODEL_SEARCH.md")))
+    p.add_argument("--keep", default=None, metavar="DIR", help="keep each variant's run in DIR/<variant> (model.pt: "
+                   "bench/item_topics.py reads it)")
     a = p.parse_args()
     adhoc = dict(kv.split("=", 1) for kv in a.set)
     variants = {**VARIANTS, **{k: json.loads(v) for k, v in adhoc.items()}}
@@ -137,7 +141,7 @@ def main() -> None:
     for name in a.variants:
         over = variants[name]
         r = score_variant(over, preset=a.preset, window=window, valid=valid, lake=lake, extra_train=extra,
-                          name=f"search-{name}")
+                          name=f"search-{name}", keep=str(Path(a.keep) / name) if a.keep else None)
         row = table_row(name, over, r)
         print(row, flush=True)
         with open(a.out, "a") as f:

@@ -25,21 +25,24 @@ import torch
 from gem_model.batch import Batch
 from gem_model.models.gem import GEM
 
+MAX_ROWS = 8192  # default cap on the rows fitted
+
 
 def ppmi(counts: torch.Tensor) -> torch.Tensor:
     """max(0, log(C * total / (row sum * column sum))) of a symmetric count matrix; 0 where C is 0."""
-    c = counts.double()
+    c = counts.float()
     total = c.sum()
     expected = c.sum(1, keepdim=True) * c.sum(0, keepdim=True)
     out = torch.log(c * total / expected.clamp_min(1e-300)).clamp_min(0.0)
-    return torch.where(c > 0, out, torch.zeros_like(out)).float()
+    return torch.where(c > 0, out, torch.zeros_like(out))
 
 
 @torch.no_grad()
-def set_item_svd(model: GEM, batches: Iterable[Batch], dim: int) -> dict[str, int]:
+def set_item_svd(model: GEM, batches: Iterable[Batch], dim: int, max_rows: int = MAX_ROWS) -> dict[str, int]:
     """Write PPMI-SVD directions of the item table shared by the candidate and the history into
     `model`'s embeddings, from `batches` (the training window, read once). Returns {"rows": rows
-    written, "bags": rows read}."""
+    written, "bags": rows read}. Only the `max_rows` rows met in the most bags are fitted (the count
+    matrix is dense: max_rows^2 floats); the others keep their random start."""
     cfg = model.cfg
     if not cfg.target_pairs:
         raise ValueError("train.item_svd needs a history item column sharing a table with a candidate id")
@@ -65,6 +68,12 @@ def set_item_svd(model: GEM, batches: Iterable[Batch], dim: int) -> dict[str, in
     keep = items != 0  # row 0: null / unknown id
     rows, items = rows[keep], items[keep]
     seen, compact = torch.unique(items, return_inverse=True)
+    if len(seen) > max_rows:  # the rows met in the most bags
+        top = torch.topk(torch.bincount(compact, minlength=len(seen)), max_rows).indices.sort().values
+        remap = torch.full((len(seen),), -1, dtype=torch.long)
+        remap[top] = torch.arange(max_rows)
+        compact = remap[compact]
+        rows, compact, seen = rows[compact >= 0], compact[compact >= 0], seen[top]
     if len(seen) <= dim:
         return {"rows": 0, "bags": bags}
     h = torch.sparse_coo_tensor(torch.stack([rows, compact]), torch.ones(len(rows)), (bags, len(seen)),

@@ -27,7 +27,7 @@ def with_buckets(features: FeaturesConfig, buckets: dict[str, int]) -> FeaturesC
 def score_variant(
     overrides: dict[str, Any], *, preset: str = "small", seed: int = 0, surfaces: list[str] | None = None,
     window: tuple[str, str] | None = None, valid: str | None = None, lake: str | None = None,
-    extra_train: dict[str, Any] | None = None, name: str = "validate",
+    extra_train: dict[str, Any] | None = None, name: str = "validate", keep: str | None = None,
 ) -> dict[str, Any]:
     """Train the preset + `overrides` ({"model": ..., "train": ..., "buckets": {feature: rows}}) on
     the calendar's teacher window (or `window`), validating on E-1 (or `valid`) every `eval_every`
@@ -48,8 +48,11 @@ def score_variant(
            "tracking": {"project": "validate", "group": "validate", "name": name, "job_type": "validate"}}
     features = with_buckets(load_features(), overrides["buckets"]) if overrides.get("buckets") else None
     t = time.time()
-    with tempfile.TemporaryDirectory() as out:
-        s = train(cfg, out_dir=out, features=features)
+    if keep:
+        s = train(cfg, out_dir=keep, features=features)
+    else:
+        with tempfile.TemporaryDirectory() as out:
+            s = train(cfg, out_dir=out, features=features)
     return {"score": s["best_valid_score"], "best_step": s["best_step"], "steps": s["step"],
             "valid_history": s["valid_history"], "seconds": round(time.time() - t),
             "ne": {r["surface"]: r["ne"] for r in s["valid_rows"] if r["task"] == "click" and math.isfinite(r["ne"])}}

@@ -103,7 +103,7 @@ DEFAULT_TRAIN: dict[str, Any] = {
     # {repeats: int, lr: float}: one pass over the training window fits the item table alone to the
     # history co-occurrence loss before the first step (gem_model.cooc_pretrain); None: off
     "cooc_pretrain": None,
-    # {dim: int}: the shared item table starts from the PPMI-SVD directions of the training window's
+    # {dim: int, max_rows: int = 8192}: the shared item table starts from the PPMI-SVD directions of the training window's
     # history-item / candidate co-occurrence (gem_model.item_svd); None: random
     "item_svd": None,
     "head_bias": "fixed",  # fixed (the model's init) | base_rate (logit of each head's training-window rate)
@@ -380,11 +380,11 @@ def train(
     if tcfg.get("item_svd") and not init_from and not (resume and (out / CHECKPOINT).exists()):
         if sharded:
             raise ValueError("train.item_svd needs replicated embedding tables")
-        from gem_model.item_svd import set_item_svd
+        from gem_model.item_svd import MAX_ROWS, set_item_svd
 
         info = set_item_svd(core, ExampleStream(dcfg["train"][0], dcfg["train"][1], dcfg["surfaces"],
                                                 batch_size=tcfg["eval_batch_size"], shuffle=False, **common),
-                            int(tcfg["item_svd"]["dim"]))
+                            int(tcfg["item_svd"]["dim"]), int(tcfg["item_svd"].get("max_rows", MAX_ROWS)))
         _say(rank, f"item table from PPMI-SVD: {info}")
     if tcfg.get("cooc_pretrain") and not init_from and not (resume and (out / CHECKPOINT).exists()):
         if sharded:

@@ -46,6 +46,7 @@ __all__ = [
     "simulate_partition",
     "simulate_day_frames",
     "user_interests",
+    "world_topics",
     "interest_affinity",
     "applicable_reasons",
 ]
@@ -219,6 +220,13 @@ def user_interests(cfg: SimulatorConfig, date: dt.date) -> np.ndarray:
     theta = cfg.interest_drift * _day_index(date) + w.phase
     drift = np.cos(theta)[:, None] * w.interest_a + np.sin(theta)[:, None] * w.interest_b
     return math.sqrt(_RHO) * w.interest_s + math.sqrt(1 - _RHO) * drift
+
+
+def world_topics(cfg: SimulatorConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(topic of ad id 1..n_ads, topic of organic item id n_ads+1..n_ads+n_items): the truth no model
+    reads, for diagnostics (bench/item_topics.py)."""
+    w = _get_world(cfg)
+    return w.ad_topic.copy(), w.item_topic.copy()
 
 
 def interest_affinity(

@@ -64,7 +64,8 @@ def test_batches_shapes_and_jagged_history(lake):
         full = src[rid]["hist_item_id"]
         assert lengths[i] == min(len(full), 8)
         got = b.history["hist_item_id"][b.offsets[i] : b.offsets[i + 1]].numpy()
-        want = hash_int64(np.array(full[-8:] if full else [], dtype=np.int64), 8192) if full else np.zeros(0)
+        rows = next(c.buckets for c in load_features().history.columns if c.name == "hist_item_id")
+        want = hash_int64(np.array(full[-8:] if full else [], dtype=np.int64), rows) if full else np.zeros(0)
         np.testing.assert_array_equal(got, want)
         secs = b.history["hist_seconds_before"][b.offsets[i] : b.offsets[i + 1]].numpy()
         np.testing.assert_allclose(secs, np.array(src[rid]["hist_seconds_before"][-8:], dtype=np.float32))
