@@ -165,3 +165,26 @@ def test_item_svd_dim_must_match_the_topic_buffer():
     with pytest.raises(ValueError, match="must equal model.topic_dim"):
         set_item_svd(model, [_exposure_batch(cfg, torch.Generator().manual_seed(9))], dim=4)
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())  # nothing half-written
+
+
+def test_item_svd_fits_only_the_rows_met_most_when_capped():
+    """max_rows bounds the dense count matrix: the rows met in the most bags are fitted, the rest keep
+    their random start."""
+    torch.manual_seed(0)
+    cfg = config_from_assets("tiny")
+    model = build_model(cfg)
+    j, col = cfg.target_pairs[0]
+    table = model.tables[cfg.sparse_features[j][1]]
+    before = table.weight.detach().clone()
+    g = torch.Generator().manual_seed(10)
+    batches = [_exposure_batch(cfg, g) for _ in range(4)]
+    hot = FIRST_AD - 1  # the last item of the last topic: in every history, so met in every bag
+    for b in batches:
+        b.history[col][b.offsets[:-1]] = hot
+    counts = torch.bincount(torch.cat([torch.cat([b.history[col], b.sparse[:, j]]) for b in batches]))
+    counts[0] = 0
+    cut = float(torch.topk(counts, 20).values[-1])  # rows met as often as the 20th may tie with it
+    info = set_item_svd(model, batches, dim=8, max_rows=20)
+    changed = set((table.weight.detach() != before).any(1).nonzero().flatten().tolist())
+    assert info["rows"] == 20 and len(changed) == 20 and hot in changed
+    assert set((counts > cut).nonzero().flatten().tolist()) <= changed <= set((counts >= cut).nonzero().flatten().tolist())
