@@ -90,4 +90,5 @@ def main() -> None:
 
 if __name__ == "__main__":
     torch.set_grad_enabled(False)
+    torch.manual_seed(0)  # torch.svd_lowrank draws its random projection from the global generator
     main()

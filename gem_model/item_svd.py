@@ -24,6 +24,7 @@ import torch
 
 from gem_model.batch import Batch
 from gem_model.models.gem import GEM
+from gem_model.models.layers import segment_ids
 
 MAX_ROWS = 8192  # default cap on the rows fitted
 
@@ -57,9 +58,7 @@ def set_item_svd(model: GEM, batches: Iterable[Batch], dim: int, max_rows: int =
     bags = 0
     for batch in batches:
         items = batch.history[col].long().cpu()
-        offsets = batch.offsets.long().cpu()
-        lengths = offsets[1:] - offsets[:-1]
-        seg = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
+        seg = segment_ids(batch.offsets.long().cpu(), len(items))
         ads = batch.sparse[:, j].long().cpu()
         bag_rows += [seg + bags, torch.arange(len(ads)) + bags]
         bag_items += [items, ads]
@@ -76,10 +75,9 @@ def set_item_svd(model: GEM, batches: Iterable[Batch], dim: int, max_rows: int =
         rows, compact, seen = rows[compact >= 0], compact[compact >= 0], seen[top]
     if len(seen) <= dim:
         return {"rows": 0, "bags": bags}
-    h = torch.sparse_coo_tensor(torch.stack([rows, compact]), torch.ones(len(rows)), (bags, len(seen)),
-                                check_invariants=True).coalesce()
-    h = torch.sparse_coo_tensor(h.indices(), h.values().clamp(max=1.0), h.shape, is_coalesced=True,
-                                check_invariants=True)  # each item once per bag
+    pairs = torch.unique(rows * len(seen) + compact)  # each item once per bag
+    h = torch.sparse_coo_tensor(torch.stack([pairs // len(seen), pairs % len(seen)]), torch.ones(len(pairs)),
+                                (bags, len(seen)), is_coalesced=True, check_invariants=True)
     with warnings.catch_warnings():  # sparse x sparse goes through CSR, which torch calls beta
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
         counts = torch.sparse.mm(h.t().coalesce(), h).to_dense()
@@ -91,7 +89,7 @@ def set_item_svd(model: GEM, batches: Iterable[Batch], dim: int, max_rows: int =
     new = torch.zeros(len(seen), w.shape[1])
     new[:, :dim] = vec * scale.cpu()
     w[seen.to(w.device)] = new.to(w.dtype).to(w.device)
-    if model.cfg.n_topic_stats:  # the frozen copy the topic statistics read (GEMConfig.topic_dim)
+    if cfg.n_topic_stats:  # the frozen copy the topic statistics read (GEMConfig.topic_dim)
         model.item_topic.zero_()
         model.item_topic[seen.to(w.device)] = vec.to(model.item_topic.device)
     return {"rows": int(len(seen)), "bags": bags}

@@ -359,6 +359,10 @@ def train(
     def eval_stream(day: str) -> ExampleStream:
         return ExampleStream(day, day, dcfg["surfaces"], batch_size=tcfg["eval_batch_size"], shuffle=False, **common)
 
+    def window_pass() -> ExampleStream:  # the training window read once, in order (the start-up fits)
+        return ExampleStream(dcfg["train"][0], dcfg["train"][1], dcfg["surfaces"], batch_size=tcfg["eval_batch_size"],
+                             shuffle=False, **common)
+
     # dense inputs standardised with the training window's statistics (saved in the state dict;
     # a resumed run reloads them with the weights)
     train_days = [d.isoformat() for d in stream.dates]
@@ -373,18 +377,15 @@ def train(
         from gem_model.wide_prior import set_wide_prior
 
         wp = tcfg["wide_prior"]
-        seen = set_wide_prior(core, ExampleStream(dcfg["train"][0], dcfg["train"][1], dcfg["surfaces"],
-                                                  batch_size=tcfg["eval_batch_size"], shuffle=False, **common),
-                              list(wp["features"]), float(wp["l2"]))
+        seen = set_wide_prior(core, window_pass(), list(wp["features"]), float(wp["l2"]))
         _say(rank, f"wide prior (l2 {wp['l2']}): ids with labels {seen}")
     if tcfg.get("item_svd") and not init_from and not (resume and (out / CHECKPOINT).exists()):
         if sharded:
             raise ValueError("train.item_svd needs replicated embedding tables")
         from gem_model.item_svd import MAX_ROWS, set_item_svd
 
-        info = set_item_svd(core, ExampleStream(dcfg["train"][0], dcfg["train"][1], dcfg["surfaces"],
-                                                batch_size=tcfg["eval_batch_size"], shuffle=False, **common),
-                            int(tcfg["item_svd"]["dim"]), int(tcfg["item_svd"].get("max_rows", MAX_ROWS)))
+        info = set_item_svd(core, window_pass(), int(tcfg["item_svd"]["dim"]),
+                            int(tcfg["item_svd"].get("max_rows", MAX_ROWS)))
         _say(rank, f"item table from PPMI-SVD: {info}")
     if tcfg.get("cooc_pretrain") and not init_from and not (resume and (out / CHECKPOINT).exists()):
         if sharded:
