@@ -24,6 +24,8 @@ import argparse
 import json
 import math
 import os
+import subprocess
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -119,6 +121,23 @@ class EvalWorld:
         self.stage("teacher_predictions", "teacher_predictions_job", list(self.dates[1:]))
 
 
+def start_distillation_beside(args: argparse.Namespace, env: dict[str, str], log: Path) -> subprocess.Popen:
+    """The distillation arms in a second process (`--distillation-only`), beside seeds 1.. of the
+    protocol: they need only seed 0's teacher, and the two halves in turn take longer than the hour.
+    Each process gets half the cores (torch's default, all of them in both, oversubscribes). `env`
+    is the environment from before use_eval_world(), which the child applies itself."""
+    threads = max(1, (os.cpu_count() or 2) // 2)
+    import torch
+
+    torch.set_num_threads(threads)
+    cmd = [sys.executable, "-m", "gem_pipelines.evaluate", "--distillation-only", "--world", args.world,
+           "--preset", args.preset, "--seeds", *map(str, args.seeds)]
+    print(f"distillation arms beside the protocol ({threads} thread(s) each) -> {log}", flush=True)
+    with log.open("w") as f:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(cmd, env={**env, "OMP_NUM_THREADS": str(threads)}, stdout=f,
+                                stderr=subprocess.STDOUT)
+
+
 def protocol(args: argparse.Namespace, world: EvalWorld | None, out_dir: Path, t0: float) -> None:
     """Foundation, single-surface, base rate and logistic regression, one seed at a time, each a
     complete comparison: the report is rewritten after every seed, so a cut-short run still reports
@@ -170,6 +189,7 @@ def main(argv: list[str] | None = None) -> None:
                              "saved predictions on E with this code, without training")
     args = parser.parse_args(argv)
     t0 = time.time()
+    env = dict(os.environ)  # before use_eval_world(): what a second evaluate process starts from
     out_dir = reports_dir()  # the reports land where `make demo` puts its own, whatever the world
     world: EvalWorld | None = None
     if args.world == "eval" and dataset_name() == SIM:
@@ -197,11 +217,26 @@ def main(argv: list[str] | None = None) -> None:
     from gem_model.distill import ARMS, DEFAULT_PATHS, run_distillation, write_report
     from gem_model.registry import read_accepted, resolve_checkpoint
 
-    if not args.distillation_only:
-        protocol(args, world, out_dir, t0)
-    elif world is not None:
-        world.teacher(args.preset, args.seeds[0])  # the teacher (its stage marker when seed 0 is done)
-    if not args.skip_distillation:
+    beside: subprocess.Popen | None = None
+    if not args.distillation_only and not args.skip_distillation and world is not None:
+        world.teacher(args.preset, args.seeds[0])  # seed 0 of the protocol, the arms' teacher
+        beside = start_distillation_beside(args, env, out_dir / "eval_distillation.log")
+    try:
+        if not args.distillation_only:
+            protocol(args, world, out_dir, t0)
+        elif world is not None:
+            world.teacher(args.preset, args.seeds[0])  # the teacher (its stage marker when seed 0 is done)
+    except BaseException:
+        if beside is not None:
+            beside.terminate()  # the protocol failed or was interrupted: do not leave the arms running
+        raise
+    if beside is not None:
+        rc = beside.wait()
+        log = out_dir / "eval_distillation.log"
+        print("\n" + "".join(log.read_text().splitlines(keepends=True)[-40:]), flush=True)
+        if rc != 0:
+            raise SystemExit(f"the distillation arms failed (exit {rc}): see {log}")
+    elif not args.skip_distillation:
         if world is not None:
             world.domain_teachers()
         # the pipeline's ACCEPTED teacher: its predictions are the teacher_predictions the arms distil

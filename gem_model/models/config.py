@@ -64,6 +64,11 @@ class GEMConfig:
     # cos(candidate, item)), so the window's co-occurrence structure survives whatever the click
     # gradient does to the trained embeddings. Saved with the weights (a buffer).
     topic_dim: int = 0
+    # one more topic statistic: log((soft count of the history's items on the candidate's topic + 0.5)
+    # / (history length + 1)), soft count = sum of max(cos, 0). Organic activity follows a softmax of
+    # interests, so the log of a topic's share of the history is linear in the interest, as a click
+    # logit is; the mean cosine (the share itself) flattens the difference between 0, 1 and 2 items.
+    topic_log_share: bool = False
     # the user's own labels in their history as wide inputs: the share of history entries whose action
     # is `click` (and their count, log1p), overall and on the candidate's surface. For rating data
     # (Douban: a low rating is a `view`) it is the user's rating bias, also from days not trained on,
@@ -130,7 +135,7 @@ class GEMConfig:
 
     @property
     def n_topic_stats(self) -> int:
-        return 2 if self.topic_dim and self.target_pairs else 0
+        return 2 + int(self.topic_log_share) if self.topic_dim and self.target_pairs else 0
 
     @property
     def n_click_share(self) -> int:

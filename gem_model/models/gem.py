@@ -207,15 +207,20 @@ class GEM(nn.Module):
         return Inputs(x, s, new_off, seg, hist_len, target, torch.cat(dense_in, dim=1), max_len, cross)
 
     def topic_stats(self, batch: Batch, seg_h: torch.Tensor, bsz: int) -> torch.Tensor:
-        """[B, 2]: mean and max over the history of cos(topic(candidate), topic(item)) on the frozen
-        topic vectors (0 for an empty history or an id without one)."""
+        """[B, 2 or 3]: mean and max over the history of cos(topic(candidate), topic(item)) on the
+        frozen topic vectors (0 for an empty history or an id without one) and, with
+        topic_log_share, log((sum of max(cos, 0) + 0.5) / (length + 1))."""
         j, col = self.cfg.target_pairs[0]
         t = F.normalize(self.item_topic, dim=-1)
         cos = (t[batch.sparse[seg_h, j].long()] * t[batch.history[col].long()]).sum(-1)
-        lengths = segment_sum(torch.ones_like(cos), seg_h, bsz)
-        mean = segment_sum(cos, seg_h, bsz) / lengths.clamp_min(1.0)
+        sums = segment_sum(torch.stack([torch.ones_like(cos), cos, cos.clamp_min(0.0)], 1), seg_h, bsz)
+        lengths = sums[:, 0]
+        mean = sums[:, 1] / lengths.clamp_min(1.0)
         best = torch.where(lengths > 0, segment_max(cos, seg_h, bsz, floor=-1.0), 0.0)
-        return torch.stack([mean, best], dim=1)
+        stats = [mean, best]
+        if self.cfg.topic_log_share:
+            stats.append(torch.log((sums[:, 2] + 0.5) / (lengths + 1.0)))
+        return torch.stack(stats, dim=1)
 
     def click_share(self, batch: Batch, seg_h: torch.Tensor, bsz: int) -> torch.Tensor:
         """[B, 2 or 4]: share of the history's entries that are clicks and log1p of their number,

@@ -55,3 +55,90 @@ def test_make_eval_state_never_mixes_with_the_demo(monkeypatch, tmp_path):
     assert lake_root() == str(home / "lake")
     assert Path(os.environ["DAGSTER_HOME"]) == home / "dagster"
     assert load_simulator().traffic_share is not None
+
+
+class _FakeChild:
+    def __init__(self, rc: int) -> None:
+        self.rc, self.terminated = rc, False
+
+    def poll(self) -> int | None:
+        return None
+
+    def wait(self) -> int:
+        return self.rc
+
+    def terminate(self) -> None:
+        self.terminated = True
+
+
+def test_distillation_arms_run_beside_in_the_callers_world(monkeypatch, tmp_path):
+    """The second process starts from the environment before use_eval_world() (so its own
+    use_eval_world() lands in $GEM_HOME/eval_world, not eval_world/eval_world), with half the cores."""
+    import argparse
+    import subprocess
+
+    import torch
+
+    from gem_pipelines import evaluate
+
+    seen: dict = {}
+
+    def popen(cmd, env, stdout, stderr):
+        seen.update(cmd=cmd, env=env)
+        return _FakeChild(0)
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    threads = torch.get_num_threads()
+    try:
+        args = argparse.Namespace(world="eval", preset="small", seeds=[0, 1, 2])
+        evaluate.start_distillation_beside(args, {"GEM_HOME": str(tmp_path)}, tmp_path / "d.log")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    assert seen["cmd"][1:] == ["-m", "gem_pipelines.evaluate", "--distillation-only", "--world", "eval",
+                               "--preset", "small", "--seeds", "0", "1", "2"]
+    assert seen["env"] == {"GEM_HOME": str(tmp_path), "OMP_NUM_THREADS": "2"}
+
+
+@pytest.mark.parametrize("failure", ["protocol", "arms"])
+def test_make_eval_fails_loudly_when_either_half_fails(monkeypatch, tmp_path, failure):
+    """A protocol that fails stops the arms beside it; arms that fail fail `make eval` (after the
+    protocol's table), pointing at their log."""
+    from gem_pipelines import evaluate
+
+    monkeypatch.setenv("GEM_HOME", str(tmp_path))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))  # use_eval_world() rewrites these
+    monkeypatch.delenv("GEM_SIMULATOR", raising=False)
+    monkeypatch.delenv("GEM_DATA", raising=False)
+    child = _FakeChild(1 if failure == "arms" else 0)
+    envs: list[dict] = []
+
+    def beside(args, env, log):
+        envs.append(env)
+        log.write_text("boom\n")
+        return child
+
+    class World:
+        def data(self) -> None: ...
+
+        def teacher(self, preset: str, seed: int) -> None: ...
+
+    def protocol(*a) -> None:
+        if failure == "protocol":
+            raise RuntimeError("seed 1 diverged")
+
+    monkeypatch.setattr(evaluate, "EvalWorld", World)
+    monkeypatch.setattr(evaluate, "protocol", protocol)
+    monkeypatch.setattr(evaluate, "start_distillation_beside", beside)
+    (tmp_path / "reports").mkdir()
+    monkeypatch.setattr(evaluate, "reports_dir", lambda: tmp_path / "reports")
+    if failure == "protocol":
+        with pytest.raises(RuntimeError, match="diverged"):
+            evaluate.main(["--seeds", "0", "1"])
+        assert child.terminated
+    else:
+        with pytest.raises(SystemExit, match="distillation arms failed"):
+            evaluate.main(["--seeds", "0", "1"])
+        assert not child.terminated
+    assert envs[0]["GEM_HOME"] == str(tmp_path)  # the caller's, not the evaluation world's
