@@ -101,6 +101,12 @@ VARIANTS: dict[str, dict] = {
     "svd32_topic_hist_64": {"train": {"item_svd": {"dim": 32}}, "model": {"topic_dim": 32, "max_hist_len": 64}},
     "cooc_pretrain_clicks": {"train": {"cooc_pretrain": {"repeats": 8, "lr": 0.01}},
                              "model": {"cooc_clicks": True}},
+    # the interest as a logit sees it: the log of the topic's share of the history; the user's
+    # propensity through the history's click share; a longer history for both
+    "topic_log": {"model": {"topic_log_share": True}},
+    "topic_log_h64": {"model": {"topic_log_share": True, "max_hist_len": 64}},
+    "click_share": {"model": {"history_click_share": True}},
+    "topic_log_click_share": {"model": {"history_click_share": True, "topic_log_share": True}},
 }
 
 

@@ -134,7 +134,7 @@ def start_distillation_beside(args: argparse.Namespace, env: dict[str, str], log
            "--preset", args.preset, "--seeds", *map(str, args.seeds)]
     print(f"distillation arms beside the protocol ({threads} thread(s) each) -> {log}", flush=True)
     with log.open("w") as f:  # the child keeps its own copy of the descriptor
-        return subprocess.Popen(cmd, env={**env, "OMP_NUM_THREADS": str(threads)}, stdout=f,
+        return subprocess.Popen(cmd, env={**env, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}, stdout=f,
                                 stderr=subprocess.STDOUT)
 
 
@@ -263,7 +263,8 @@ def main(argv: list[str] | None = None) -> None:
         for (arm, p, surface, split, task), m, sd, _n in mean_spread(rows, ("arm", "path", "surface", "split", "task")):
             if task == "click" and split == "evaluation":
                 print(f"  {arm:<18} {p:<13} {surface:<12} {m:.4f} +- {sd:.4f}")
-    print(f"\nmake eval took {time.time() - t0:.0f}s")
+    what = "the distillation arms" if args.distillation_only else "make eval"
+    print(f"\n{what} took {time.time() - t0:.0f}s")
 
 
 if __name__ == "__main__":

@@ -98,7 +98,7 @@ def test_distillation_arms_run_beside_in_the_callers_world(monkeypatch, tmp_path
         torch.set_num_threads(threads)
     assert seen["cmd"][1:] == ["-m", "gem_pipelines.evaluate", "--distillation-only", "--world", "eval",
                                "--preset", "small", "--seeds", "0", "1", "2"]
-    assert seen["env"] == {"GEM_HOME": str(tmp_path), "OMP_NUM_THREADS": "2"}
+    assert seen["env"] == {"GEM_HOME": str(tmp_path), "OMP_NUM_THREADS": "2", "PYTHONUNBUFFERED": "1"}
 
 
 @pytest.mark.parametrize("failure", ["protocol", "arms"])
