@@ -107,6 +107,9 @@ VARIANTS: dict[str, dict] = {
     "topic_log_h64": {"model": {"topic_log_share": True, "max_hist_len": 64}},
     "click_share": {"model": {"history_click_share": True}},
     "topic_log_click_share": {"model": {"history_click_share": True, "topic_log_share": True}},
+    "big_user_table": {"buckets": {"user_id": 262144}},  # 25% of users share a row at 20,000
+    "tlcs_big_user": {"model": {"history_click_share": True, "topic_log_share": True},
+                      "buckets": {"user_id": 262144}},
 }
 
 
