@@ -218,9 +218,10 @@ def main(argv: list[str] | None = None) -> None:
     from gem_model.registry import read_accepted, resolve_checkpoint
 
     beside: subprocess.Popen | None = None
+    arms_log = out_dir / "eval_distillation.log"
     if not args.distillation_only and not args.skip_distillation and world is not None:
         world.teacher(args.preset, args.seeds[0])  # seed 0 of the protocol, the arms' teacher
-        beside = start_distillation_beside(args, env, out_dir / "eval_distillation.log")
+        beside = start_distillation_beside(args, env, arms_log)
     try:
         if not args.distillation_only:
             protocol(args, world, out_dir, t0)
@@ -232,10 +233,9 @@ def main(argv: list[str] | None = None) -> None:
         raise
     if beside is not None:
         rc = beside.wait()
-        log = out_dir / "eval_distillation.log"
-        print("\n" + "".join(log.read_text().splitlines(keepends=True)[-40:]), flush=True)
+        print("\n" + "".join(arms_log.read_text().splitlines(keepends=True)[-40:]), flush=True)
         if rc != 0:
-            raise SystemExit(f"the distillation arms failed (exit {rc}): see {log}")
+            raise SystemExit(f"the distillation arms failed (exit {rc}): see {arms_log}")
     elif not args.skip_distillation:
         if world is not None:
             world.domain_teachers()
