@@ -79,43 +79,54 @@ def model_quality(results: list[dict[str, Any]], seeds: list[int], n_boot: int =
     valid_cal = oracle_calibration(roles.validation)
     for surface in sorted(joined["surface"].unique().to_list()):
         sub = joined.filter(pl.col("surface") == surface)
-        y = sub["click"].to_numpy().astype(np.float64)
         cols = {c: sub[c].to_numpy() for c in sub.columns if "|" in c}
         raws = {c.replace("~", "|"): sub[c].to_numpy() for c in sub.columns if "~" in c}
-        boot = bootstrap_ne(y, cols, n_boot=n_boot, seed=0)
-        boot_cal = bootstrap_calibration(y, cols, n_boot=n_boot, seed=0)  # E's own click count moves it
-        oracle_ne = normalized_entropy(y, sub["oracle"].to_numpy())
-        models: dict[str, Any] = {}
-        seed_mean: dict[str, np.ndarray] = {}
-        point: dict[str, float] = {}
-        for model in MODELS:
-            keys = [f"{model}|{s}" for s in seeds]
-            nes = [normalized_entropy(y, cols[k]) for k in keys]
-            cal = [float(np.mean(cols[k]) / np.mean(y)) for k in keys]
-            cal_raw = [float(np.mean(raws[k]) / np.mean(y)) for k in keys]
-            ne_raw = [normalized_entropy(y, raws[k]) for k in keys]
-            seed_mean[model] = np.mean([boot[k] for k in keys], axis=0)
-            cal_lo, cal_hi = interval(np.mean([boot_cal[k] for k in keys], axis=0))
-            point[model] = float(np.mean(nes))
-            lo, hi = interval(seed_mean[model])
-            models[model] = {
-                "ne": point[model], "ne_sd": float(np.std(nes, ddof=1)) if len(nes) > 1 else 0.0, "ne_lo": lo,
-                "ne_hi": hi, "calibration": float(np.mean(cal)), "calibration_lo": cal_lo, "calibration_hi": cal_hi,
-                "calibration_raw": float(np.mean(cal_raw)),
-                "ne_raw": float(np.mean(ne_raw)),
-                "gap_closed": (1 - point[model]) / (1 - oracle_ne) if oracle_ne < 1 else None,
-            }
-        diffs = {other: paired_difference(seed_mean["foundation"], seed_mean[other],
-                                          point["foundation"] - point[other])
-                 for other in MODELS if other != "foundation"}
-        # the simulator's true probabilities: how far E's realised clicks alone put a perfect model from 1.0
-        oracle_cal = float(np.mean(sub["oracle"].to_numpy()) / np.mean(y))
-        out["surfaces"][surface] = {"n": int(len(y)), "positives": int(y.sum()), "oracle_ne": oracle_ne,
-                                    "oracle_calibration": oracle_cal,
-                                    "oracle_calibration_valid": valid_cal.get(surface),
-                                    "goal_ne": 1 - 0.6 * (1 - oracle_ne), "models": models,
-                                    "foundation_minus": diffs}
+        out["surfaces"][surface] = {
+            **surface_quality(sub["click"].to_numpy().astype(np.float64), sub["oracle"].to_numpy(), cols, raws, seeds,
+                              n_boot=n_boot),
+            "oracle_calibration_valid": valid_cal.get(surface)}
     return out
+
+
+def surface_quality(y: np.ndarray, truth: np.ndarray, cols: dict[str, np.ndarray], raws: dict[str, np.ndarray],
+                    seeds: list[int], models: tuple[str, ...] = MODELS, n_boot: int = N_BOOT) -> dict[str, Any]:
+    """One surface's table: y the clicks on E, truth the oracle's probabilities of the same rows,
+    cols / raws {"<model>|<seed>": p_click} after / before the model's calibrator. The first of
+    `models` is compared with the others."""
+    boot = bootstrap_ne(y, {**cols, "oracle": truth}, n_boot=n_boot, seed=0)  # the oracle on the same resamples
+    boot_cal = bootstrap_calibration(y, cols, n_boot=n_boot, seed=0)  # E's own click count moves it
+    oracle_ne = normalized_entropy(y, truth)
+    rows: dict[str, Any] = {}
+    seed_mean: dict[str, np.ndarray] = {}
+    point: dict[str, float] = {}
+    for model in models:
+        keys = [f"{model}|{s}" for s in seeds]
+        nes = [normalized_entropy(y, cols[k]) for k in keys]
+        cal = [float(np.mean(cols[k]) / np.mean(y)) for k in keys]
+        cal_raw = [float(np.mean(raws[k]) / np.mean(y)) for k in keys]
+        # against the true probabilities instead of E's clicks: E's own click count out of it
+        cal_truth = [float(np.mean(cols[k]) / np.mean(truth)) for k in keys]
+        ne_raw = [normalized_entropy(y, raws[k]) for k in keys]
+        seed_mean[model] = np.mean([boot[k] for k in keys], axis=0)
+        cal_lo, cal_hi = interval(np.mean([boot_cal[k] for k in keys], axis=0))
+        point[model] = float(np.mean(nes))
+        lo, hi = interval(seed_mean[model])
+        gap_lo, gap_hi = interval((1 - seed_mean[model]) / (1 - boot["oracle"])) if oracle_ne < 1 else (None, None)
+        rows[model] = {
+            "ne": point[model], "ne_sd": float(np.std(nes, ddof=1)) if len(nes) > 1 else 0.0, "ne_lo": lo,
+            "ne_hi": hi, "calibration": float(np.mean(cal)), "calibration_lo": cal_lo, "calibration_hi": cal_hi,
+            "calibration_raw": float(np.mean(cal_raw)), "calibration_truth": float(np.mean(cal_truth)),
+            "ne_raw": float(np.mean(ne_raw)),
+            "gap_closed": (1 - point[model]) / (1 - oracle_ne) if oracle_ne < 1 else None,
+            "gap_closed_lo": gap_lo, "gap_closed_hi": gap_hi,
+        }
+    first = models[0]
+    diffs = {other: paired_difference(seed_mean[first], seed_mean[other], point[first] - point[other])
+             for other in models[1:]}
+    return {"n": int(len(y)), "positives": int(y.sum()), "oracle_ne": oracle_ne,
+            # the simulator's true probabilities: how far E's realised clicks alone put a perfect model from 1.0
+            "oracle_calibration": float(np.mean(truth) / np.mean(y)),
+            "goal_ne": 1 - 0.6 * (1 - oracle_ne), "models": rows, "foundation_minus": diffs}
 
 
 def oracle_calibration(day: dt.date) -> dict[str, float]:
@@ -136,23 +147,27 @@ def quality_markdown(q: dict[str, Any], n_seeds: int, seconds: float) -> str:
         f"Click NE on E, mean +- sd over {n_seeds} seed(s), [95% bootstrap interval of the seed mean, "
         f"{q['n_boot']} resamples]; calibration = mean prediction / click rate, after the post-hoc map "
         "fitted on E-1, with the 95% bootstrap interval of the seed mean (raw: before the map; NE raw "
-        "likewise; the oracle's: its true probabilities, i.e. how far E's click count alone puts a perfect model, and on E-1, where the map is fitted); "
-        "gap = share of the base-rate-to-oracle gap closed (goal >= 60%).",
+        "likewise; vs truth: mean prediction / mean true probability, i.e. without E's own click count; "
+        "the oracle's: its true probabilities, i.e. how far E's click count alone puts a perfect model, and on E-1, where the map is fitted); "
+        "gap = share of the base-rate-to-oracle gap closed (goal >= 60%), with the 95% interval of the same resamples "
+        "(the oracle's NE resampled with the model's).",
         "",
-        "| surface | positives | model | NE | 95% CI | NE raw | calibration | calibration raw | gap closed |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| surface | positives | model | NE | 95% CI | NE raw | calibration | calibration raw | calibration vs truth | gap closed |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s, v in q["surfaces"].items():
         for m, r in v["models"].items():
             gap = f"{100 * r['gap_closed']:.0f}%" if r["gap_closed"] is not None else "-"
+            if r.get("gap_closed_lo") is not None:
+                gap += f" [{100 * r['gap_closed_lo']:.0f}%, {100 * r['gap_closed_hi']:.0f}%]"
             lines.append(f"| {s} | {v['positives']} | {m} | {r['ne']:.4f} +- {r['ne_sd']:.4f} | "
                          f"[{r['ne_lo']:.4f}, {r['ne_hi']:.4f}] | {r.get('ne_raw', r['ne']):.4f} | {r['calibration']:.3f} "
                          f"[{r.get('calibration_lo', math.nan):.3f}, {r.get('calibration_hi', math.nan):.3f}] | "
-                         f"{r.get('calibration_raw', r['calibration']):.3f} | {gap} |")
+                         f"{r.get('calibration_raw', r['calibration']):.3f} | {r.get('calibration_truth', math.nan):.3f} | {gap} |")
         oc, ov = v.get("oracle_calibration"), v.get("oracle_calibration_valid")
         cal = ("" if oc is None else f"{oc:.3f}") + ("" if ov is None else f" (E-1: {ov:.3f})")
         lines.append(f"| {s} | {v['positives']} | oracle floor (goal NE <= {v['goal_ne']:.4f}) | {v['oracle_ne']:.4f} "
-                     f"| | | {cal} | | 100% |")
+                     f"| | | {cal} | | 1.000 | 100% |")
     lines += ["", "Paired differences, NE(foundation) - NE(other), same resampled rows (negative: foundation "
               "better; a verdict only where the interval excludes 0):", "",
               "| surface | other model | difference | 95% CI | verdict |", "|---|---|---|---|---|"]

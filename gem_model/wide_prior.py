@@ -4,13 +4,20 @@ On rating data (Douban) the strongest signal is each user's and each item's own 
 One pass of row-wise Adagrad moves a rarely seen row by about `wide_lr` per sighting whatever the
 evidence (its first step is a sign step), so the offsets stay far from the logistic regression's
 optimum, and a second pass overfits the deep id embeddings (E-1, bench/MODEL_SEARCH.md). This sets
-each listed feature's offset, before the first step, to one Newton step of an L2-regularised
-logistic regression from the heads' starting bias b:
+the listed features' offsets, before the first step, to an L2-regularised logistic regression on
+the training window from the heads' starting bias b, fitted by block coordinate Newton steps
+(backfitting): in each of `passes` sweeps, feature by feature,
 
-    w[id, task] = sum over the id's rows (y - b) / (sum over them b (1 - b) + l2)
+    w[id, task] += (sum over the id's rows (y - p) - l2 w) / (sum over them p (1 - p) + l2),
+    p = sigmoid(b + the offsets of every listed feature as they stand)
 
-each feature on its own (no double counting inside one feature; list features that are not copies
-of each other). Training then continues from there as usual.
+A single feature's first step from zero is the one-step estimate sum (y - b) / (sum b (1 - b) + l2).
+One pass leaves the users' offsets blind to their items' (a user of popular items looks
+generous); repeated sweeps converge to the joint fit. b is the head
+bias alone: fitted against the whole model's starting logit (its switched-on match statistics and
+quiet deep part, one forward pass) the offsets absorb that start's noise in-sample and Douban's E-1
+after training is worse (bench/MODEL_SEARCH.md 7). The window is read once: only (surface, labels,
+mask, ids) of labelled rows stay in memory. Training then continues from there as usual.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from gem_model.models.gem import GEM
 
 @torch.no_grad()
 def set_wide_prior(model: GEM, batches: Iterable[Batch], features: list[str], l2: float,
-                   max_abs: float = 3.0) -> dict[str, int]:
+                   max_abs: float = 3.0, passes: int = 1) -> dict[str, int]:
     """Write the offsets of `features` (sparse feature names) into model.wide_tables from `batches`
     (the training window, read once). Returns {feature: ids with at least one labelled row}."""
     cfg = model.cfg
@@ -35,27 +42,39 @@ def set_wide_prior(model: GEM, batches: Iterable[Batch], features: list[str], l2
         raise ValueError(f"train.wide_prior.features: {unknown} are not sparse features ({names})")
     if l2 <= 0:
         raise ValueError("train.wide_prior.l2 must be > 0")
+    if passes < 1:
+        raise ValueError("train.wide_prior.passes must be >= 1")
     cols = [(names.index(f), cfg.sparse_features[names.index(f)][1]) for f in features]
     if len({t for _, t in cols}) < len(cols):
         raise ValueError(f"train.wide_prior.features: {features} share a wide table (one would overwrite the other)")
-    heads = torch.stack([model.head_b[s] for s in cfg.surfaces]).float().cpu()  # [n_surfaces, n_tasks]
+    heads = torch.stack([model.head_b[s] for s in cfg.surfaces]).detach().double().cpu()  # [n_surfaces, n_tasks]
     allowed = model.task_allowed.cpu()
-    n_t = heads.shape[1]
-    resid = {f: torch.zeros(cfg.tables[t], n_t, dtype=torch.float64) for f, (_, t) in zip(features, cols, strict=True)}
-    curv = {f: torch.zeros(cfg.tables[t], n_t, dtype=torch.float64) for f, (_, t) in zip(features, cols, strict=True)}
+    parts: dict[str, list[torch.Tensor]] = {"b": [], "y": [], "m": [], **{f: [] for f in features}}
     for batch in batches:
         s = batch.surface_idx.long().cpu()
-        b = torch.sigmoid(heads[s]).double()
-        m = (batch.label_mask.cpu() & allowed[s]).double()
-        r, c = (batch.labels.cpu().double() - b) * m, b * (1 - b) * m
+        m = batch.label_mask.cpu() & allowed[s]
+        keep = m.any(1)
+        parts["b"].append(heads[s[keep]])
+        parts["y"].append(batch.labels.cpu().double()[keep])
+        parts["m"].append(m[keep].double())
         for f, (j, _) in zip(features, cols, strict=True):
-            ids = batch.sparse[:, j].long().cpu()
-            resid[f].index_add_(0, ids, r)
-            curv[f].index_add_(0, ids, c)
+            parts[f].append(batch.sparse[keep, j].long().cpu())
+    if not parts["b"]:
+        return {f: 0 for f in features}
+    b, y, m = (torch.cat(parts[k]) for k in ("b", "y", "m"))
+    ids = {f: torch.cat(parts[f]) for f in features}
+    w = {f: torch.zeros(cfg.tables[t], b.shape[1], dtype=torch.float64) for f, (_, t) in zip(features, cols, strict=True)}
+    curv: dict[str, torch.Tensor] = {}
+    for _ in range(passes):
+        for f in features:
+            z = b + sum(w[g][ids[g]] for g in features)
+            p = torch.sigmoid(z)
+            grad = torch.zeros_like(w[f]).index_add_(0, ids[f], (y - p) * m) - l2 * w[f]
+            curv[f] = torch.zeros_like(w[f]).index_add_(0, ids[f], p * (1 - p) * m)
+            w[f] = (w[f] + grad / (curv[f] + l2)).clamp(-max_abs, max_abs)
     seen = {}
     for f, (_, table) in zip(features, cols, strict=True):
-        w = (resid[f] / (curv[f] + l2)).clamp(-max_abs, max_abs)
         weight = model.wide_tables[table].weight
-        weight.copy_(w.to(weight.dtype).to(weight.device))
+        weight.copy_(w[f].to(weight.dtype).to(weight.device))
         seen[f] = int((curv[f].sum(1) > 0).sum())
     return seen

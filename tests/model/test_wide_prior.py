@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
@@ -12,35 +10,81 @@ from gem_model.wide_prior import set_wide_prior
 from tests.model.helpers import make_batch, tiny_model_config
 
 
-def test_offsets_are_one_newton_step_of_the_l2_logistic_regression() -> None:
-    torch.manual_seed(0)
-    cfg = tiny_model_config()
-    model = GEM(cfg)
+def _toy(cfg):
+    """Four labelled rows of one surface, heads at logit 0: users 7, 7, 7, 9 on items 3, 4, 4, 4."""
     names = [n for n, _ in cfg.sparse_features]
     ju, ji = names.index("user_id"), names.index("ad_id")
     batch = make_batch(cfg, [1, 1, 1, 1])
     batch.surface_idx = torch.zeros(4, dtype=torch.long)
-    surface = cfg.surfaces[0]
-    model.head_b[surface].data[:] = 0.0  # b = 0.5 on both tasks: curvature 0.25 per labelled row
     batch.sparse[:, ju] = torch.tensor([7, 7, 7, 9])
     batch.sparse[:, ji] = torch.tensor([3, 4, 4, 4])
     batch.labels = torch.tensor([[1.0, 0], [1, 0], [0, 0], [1, 0]])
     batch.label_mask = torch.tensor([[True, False]] * 4)  # clicks only: conversion offsets stay 0
+    return batch, ju, ji
+
+
+def test_one_pass_is_a_newton_step_per_feature_in_turn() -> None:
+    torch.manual_seed(0)
+    cfg = tiny_model_config()
+    model = GEM(cfg)
+    batch, ju, ji = _toy(cfg)
+    model.head_b[cfg.surfaces[0]].data[:] = 0.0  # b = 0.5: curvature 0.25 per labelled row
+    z0 = torch.zeros(4, dtype=torch.float64)
     seen = set_wide_prior(model, [batch], ["user_id", "ad_id"], l2=1.0)
     assert seen == {"user_id": 2, "ad_id": 2}
-    user = model.wide_tables[cfg.sparse_features[ju][1]].weight
-    item = model.wide_tables[cfg.sparse_features[ji][1]].weight
-    # user 7: residuals 0.5 + 0.5 - 0.5 over 3 * 0.25 + 1; user 9: 0.5 / 1.25; unseen ids: 0
-    assert user[7, 0].item() == pytest.approx(0.5 / 1.75)
-    assert user[9, 0].item() == pytest.approx(0.5 / 1.25)
-    assert item[4, 0].item() == pytest.approx(0.5 / 1.75) and item[3, 0].item() == pytest.approx(0.5 / 1.25)
-    assert user[8].abs().sum() == 0 and user[:, 1].abs().sum() == 0
-    # the offsets move the logits as they should: a user with more clicks starts higher
-    with torch.no_grad():
-        logits = model(batch)
-    assert math.isfinite(float(logits.sum()))
+    user = model.wide_tables[cfg.sparse_features[ju][1]].weight.detach().double()
+    item = model.wide_tables[cfg.sparse_features[ji][1]].weight.detach().double()
+    y = batch.labels[:, 0].double()
+
+    def step(z: torch.Tensor, rows: list[int]) -> float:
+        p = torch.sigmoid(z[rows])
+        return float((y[rows] - p).sum() / ((p * (1 - p)).sum() + 1.0))
+
+    u7, u9 = step(z0, [0, 1, 2]), step(z0, [3])  # users 7 and 9: (0.5 + 0.5 - 0.5) / 1.75, 0.5 / 1.25
+    assert (u7, u9) == (pytest.approx(0.5 / 1.75), pytest.approx(0.5 / 1.25))
+    assert user[7, 0].item() == pytest.approx(u7) and user[9, 0].item() == pytest.approx(u9)
+    z1 = z0 + torch.tensor([u7, u7, u7, u9], dtype=torch.float64)  # the items' step sees the users' offsets
+    assert item[3, 0].item() == pytest.approx(step(z1, [0])) and item[4, 0].item() == pytest.approx(step(z1, [1, 2, 3]))
+    assert user[8].abs().sum() == 0 and user[:, 1].abs().sum() == 0  # unseen ids and unlabelled tasks: 0
     with pytest.raises(ValueError, match="not sparse features"):
         set_wide_prior(model, [batch], ["nope"], l2=1.0)
+
+
+def test_passes_converge_to_the_joint_l2_logistic_regression() -> None:
+    """At the fit every offset's penalised gradient is 0: sum over its rows (y - p) = l2 * w,
+    p = sigmoid(head bias + user offset + item offset)."""
+    torch.manual_seed(0)
+    cfg = tiny_model_config()
+    names = [n for n, _ in cfg.sparse_features]
+    ju, ji = names.index("user_id"), names.index("ad_id")
+    batch = make_batch(cfg, [1] * 64)
+    batch.surface_idx = torch.zeros(64, dtype=torch.long)
+    batch.sparse[:, ju] = torch.randint(1, 9, (64,))
+    batch.sparse[:, ji] = torch.randint(1, 7, (64,))
+    batch.labels = torch.stack([(torch.rand(64) < 0.3 + 0.05 * batch.sparse[:, ju]).float(), torch.zeros(64)], 1)
+    batch.label_mask = torch.tensor([[True, False]] * 64)
+
+    def kkt(passes: int) -> float:
+        model = GEM(cfg)
+        model.head_b[cfg.surfaces[0]].data[:] = -0.4
+        set_wide_prior(model, [batch], ["user_id", "ad_id"], l2=0.5, passes=passes)
+        wu = model.wide_tables[cfg.sparse_features[ju][1]].weight.detach()[:, 0].double()
+        wi = model.wide_tables[cfg.sparse_features[ji][1]].weight.detach()[:, 0].double()
+        u, i, y = batch.sparse[:, ju], batch.sparse[:, ji], batch.labels[:, 0].double()
+        r = y - torch.sigmoid(-0.4 + wu[u] + wi[i])
+        gu = torch.zeros_like(wu).index_add_(0, u, r) - 0.5 * wu
+        gi = torch.zeros_like(wi).index_add_(0, i, r) - 0.5 * wi
+        return float(torch.cat([gu, gi]).abs().max())
+
+    one, many = kkt(1), kkt(30)
+    assert many < 1e-3 < one  # one sweep is not the fit; thirty are
+
+
+def test_passes_must_be_positive() -> None:
+    cfg = tiny_model_config()
+    batch, _, _ = _toy(cfg)
+    with pytest.raises(ValueError, match="passes"):
+        set_wide_prior(GEM(cfg), [batch], ["user_id"], l2=1.0, passes=0)
 
 
 @pytest.mark.timeout(300)
