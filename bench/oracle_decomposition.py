@@ -134,18 +134,44 @@ def oracle_by_day(cfg, surfaces) -> None:
     print("\nthe oracle per day: click NE / calibration (sum of p_click / clicks), clicks\n")
     print("| day | " + " | ".join(surfaces.names) + " |")
     print("|---|" + "---|" * len(surfaces.names))
-    cals = []
+    cals, by_day, clicks = [], [], []
     for date in load_calendar().dates():
         d = _day(cfg, surfaces, date)
-        cells = []
+        cells, day_cal = [], []
         for s in surfaces.names:
             m = d["surface"] == s
             y, p = d["click"][m], 1 / (1 + np.exp(-d["logit"][m]))
             cals.append(p.sum() / y.sum())
+            day_cal.append(cals[-1])
+            clicks.append(y.sum())
             cells.append(f"{normalized_entropy(y, p):.4f} / {cals[-1]:.3f}, {int(y.sum())}")
+        by_day.append(day_cal)
         print(f"| {date} | " + " | ".join(cells) + " |")
     out = np.mean([abs(c - 1) > 0.05 for c in cals])
     print(f"\nthe oracle's calibration is outside 0.95-1.05 on {out:.0%} of the {len(cals)} (day, surface) cells")
+    calibration_power(np.array(by_day), float(np.mean(clicks)), len(surfaces.names))
+
+
+def calibration_power(by_day: np.ndarray, clicks: float, n_surfaces: int) -> None:
+    """A perfect model behind the pipeline's calibrator: the map fitted on day d-1 scales it by
+    that day's clicks / expected clicks, and E's clicks are counted again, so its calibration on d
+    reads cal(d) / cal(d-1) (by_day: [days, surfaces] of the oracle's calibration). With n clicks a
+    day, log cal has sd ~ 1/sqrt(n), the ratio sqrt(2/n)."""
+    from statistics import NormalDist
+
+    ratio = by_day[1:] / by_day[:-1]
+    inside = np.abs(ratio - 1) <= 0.05
+    print(f"\na perfect model with the map fitted on the day before: within 0.95-1.05 on {inside.mean():.0%} of "
+          f"the {inside.size} (day, surface) cells, on all {n_surfaces} surfaces on {int(inside.all(1).sum())} of "
+          f"{len(ratio)} days")
+    z = NormalDist()
+
+    def p_all(n: float) -> float:  # P(every surface within +-5%), normal approximation of log cal
+        return (2 * z.cdf(np.log(1.05) / np.sqrt(2 / n)) - 1) ** n_surfaces
+
+    need = next(n for n in range(100, 100_000, 50) if p_all(n) >= 0.8)
+    print(f"at {clicks:.0f} clicks per (day, surface): P(all {n_surfaces} within) ~ {p_all(clicks):.0%} "
+          f"(normal approximation); 80% needs ~{need:,} clicks per (day, surface), {need / clicks:.1f}x")
 
 
 if __name__ == "__main__":

@@ -97,8 +97,9 @@ DEFAULT_TRAIN: dict[str, Any] = {
     "embedding_sharding": "replicated",  # or "row": tables row-wise across ranks, dense params FSDP2 (gem_model.sharding)
     "precision": "auto",  # auto (bf16 autocast on CUDA, fp32 elsewhere) | bf16 (autocast on any device) | fp32
     "torch_threads": None,
-    # {features: [sparse feature names], l2: float}: their wide offsets start at one Newton step of an
-    # L2 logistic regression on the training window's labels (gem_model.wide_prior); None: zeros
+    # {features: [sparse feature names], l2: float, passes: int = 1}: their wide offsets start at an L2
+    # logistic regression on the training window's labels, `passes` backfitting sweeps
+    # (gem_model.wide_prior); None: zeros
     "wide_prior": None,
     # {repeats: int, lr: float}: one pass over the training window fits the item table alone to the
     # history co-occurrence loss before the first step (gem_model.cooc_pretrain); None: off
@@ -377,8 +378,8 @@ def train(
         from gem_model.wide_prior import set_wide_prior
 
         wp = tcfg["wide_prior"]
-        seen = set_wide_prior(core, window_pass(), list(wp["features"]), float(wp["l2"]))
-        _say(rank, f"wide prior (l2 {wp['l2']}): ids with labels {seen}")
+        seen = set_wide_prior(core, window_pass(), list(wp["features"]), float(wp["l2"]), passes=int(wp.get("passes", 1)))
+        _say(rank, f"wide prior (l2 {wp['l2']}, {int(wp.get('passes', 1))} pass(es)): ids with labels {seen}")
     if tcfg.get("item_svd") and not init_from and not (resume and (out / CHECKPOINT).exists()):
         if sharded:
             raise ValueError("train.item_svd needs replicated embedding tables")

@@ -103,3 +103,7 @@ def test_train_starts_from_the_prior_and_without_it_from_zero(lake, tmp_path) ->
     prior = user_offsets("prior", wide_prior={"features": ["user_id"], "l2": 1.0})
     # one step of 128 rows touches at most 128 user rows; the prior sets every user of the window
     assert int((plain != 0).sum()) <= 128 < int((prior != 0).sum())
+    # train passes `passes` through: with the items' offsets in the fit the users' move
+    one = user_offsets("one", wide_prior={"features": ["user_id", "ad_id"], "l2": 1.0})
+    five = user_offsets("five", wide_prior={"features": ["user_id", "ad_id"], "l2": 1.0, "passes": 5})
+    assert not torch.allclose(one, five)
