@@ -134,22 +134,22 @@ def oracle_by_day(cfg, surfaces) -> None:
     print("\nthe oracle per day: click NE / calibration (sum of p_click / clicks), clicks\n")
     print("| day | " + " | ".join(surfaces.names) + " |")
     print("|---|" + "---|" * len(surfaces.names))
-    cals, by_day, clicks = [], [], []
+    by_day, clicks = [], []
     for date in load_calendar().dates():
         d = _day(cfg, surfaces, date)
         cells, day_cal = [], []
         for s in surfaces.names:
             m = d["surface"] == s
             y, p = d["click"][m], 1 / (1 + np.exp(-d["logit"][m]))
-            cals.append(p.sum() / y.sum())
-            day_cal.append(cals[-1])
+            day_cal.append(p.sum() / y.sum())
             clicks.append(y.sum())
-            cells.append(f"{normalized_entropy(y, p):.4f} / {cals[-1]:.3f}, {int(y.sum())}")
+            cells.append(f"{normalized_entropy(y, p):.4f} / {day_cal[-1]:.3f}, {int(y.sum())}")
         by_day.append(day_cal)
         print(f"| {date} | " + " | ".join(cells) + " |")
-    out = np.mean([abs(c - 1) > 0.05 for c in cals])
-    print(f"\nthe oracle's calibration is outside 0.95-1.05 on {out:.0%} of the {len(cals)} (day, surface) cells")
-    calibration_power(np.array(by_day), float(np.mean(clicks)), len(surfaces.names))
+    cals = np.array(by_day)
+    print(f"\nthe oracle's calibration is outside 0.95-1.05 on {np.mean(np.abs(cals - 1) > 0.05):.0%} of the "
+          f"{cals.size} (day, surface) cells")
+    calibration_power(cals, float(np.mean(clicks)), len(surfaces.names))
 
 
 def calibration_power(by_day: np.ndarray, clicks: float, n_surfaces: int) -> None:

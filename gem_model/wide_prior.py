@@ -49,19 +49,20 @@ def set_wide_prior(model: GEM, batches: Iterable[Batch], features: list[str], l2
         raise ValueError(f"train.wide_prior.features: {features} share a wide table (one would overwrite the other)")
     heads = torch.stack([model.head_b[s] for s in cfg.surfaces]).detach().double().cpu()  # [n_surfaces, n_tasks]
     allowed = model.task_allowed.cpu()
-    parts: dict[str, list[torch.Tensor]] = {"b": [], "y": [], "m": [], **{f: [] for f in features}}
+    parts: dict[str, list[torch.Tensor]] = {"s": [], "y": [], "m": [], **{f: [] for f in features}}
     for batch in batches:
         s = batch.surface_idx.long().cpu()
         m = batch.label_mask.cpu() & allowed[s]
         keep = m.any(1)
-        parts["b"].append(heads[s[keep]])
+        parts["s"].append(s[keep])
         parts["y"].append(batch.labels.cpu().double()[keep])
         parts["m"].append(m[keep].double())
         for f, (j, _) in zip(features, cols, strict=True):
             parts[f].append(batch.sparse[keep, j].long().cpu())
-    if not parts["b"]:
+    if not parts["s"]:
         return {f: 0 for f in features}
-    b, y, m = (torch.cat(parts[k]) for k in ("b", "y", "m"))
+    surface, y, m = (torch.cat(parts[k]) for k in ("s", "y", "m"))
+    b = heads[surface]
     ids = {f: torch.cat(parts[f]) for f in features}
     w = {f: torch.zeros(cfg.tables[t], b.shape[1], dtype=torch.float64) for f, (_, t) in zip(features, cols, strict=True)}
     curv: dict[str, torch.Tensor] = {}
