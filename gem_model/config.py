@@ -181,10 +181,18 @@ class HistoryConfig(_Strict):
     columns: tuple[HistoryColumn, ...]
 
 
+class CountersConfig(_Strict):
+    """Counter features (gem_pipelines/data/counters.py) over the history's lookback window."""
+
+    # pseudo-impressions at the surface's click rate: an id seen n times moves n / (n + prior) of the way
+    prior_strength: float = Field(default=5.0, gt=0)
+
+
 class FeaturesConfig(_Strict):
     dense: tuple[DenseFeature, ...]
     sparse: tuple[SparseFeature, ...]
     history: HistoryConfig
+    counters: CountersConfig = CountersConfig()
 
     @model_validator(mode="after")
     def _tables_agree(self) -> FeaturesConfig:

@@ -76,4 +76,13 @@ HISTORY_COLUMNS: dict[str, pl.DataType] = {
     "hist_seconds_before": pl.List(pl.Float64()),
 }
 
-TRAINING_EXAMPLES_SCHEMA: dict[str, pl.DataType] = {**EVENTS_SCHEMA, **HISTORY_COLUMNS}
+# Counter features (gem_pipelines/data/counters.py): the row's ad and user on its surface over the
+# earlier days of the history lookback window: impressions, and click log-odds shrunk to the surface.
+COUNTER_COLUMNS: dict[str, pl.DataType] = {
+    "ad_impressions_before": pl.Float64(),
+    "ad_click_logit_before": pl.Float64(),
+    "user_impressions_before": pl.Float64(),
+    "user_click_logit_before": pl.Float64(),
+}
+
+TRAINING_EXAMPLES_SCHEMA: dict[str, pl.DataType] = {**EVENTS_SCHEMA, **HISTORY_COLUMNS, **COUNTER_COLUMNS}

@@ -15,9 +15,16 @@ from typing import Any
 from gem_model.config import FeaturesConfig, load_calendar
 
 
-def with_buckets(features: FeaturesConfig, buckets: dict[str, int]) -> FeaturesConfig:
-    """features.yaml with other table sizes for some hashed features (a variant of the search)."""
+def variant_features(features: FeaturesConfig, overrides: dict[str, Any]) -> FeaturesConfig | None:
+    """features.yaml as a variant of the search sees it: other table sizes for some hashed features
+    (`buckets`: {feature: rows}), some dense features left out (`drop_dense`: [names]); None: as is."""
+    buckets, drop = overrides.get("buckets") or {}, set(overrides.get("drop_dense") or ())
+    if not buckets and not drop:
+        return None
     raw = features.model_dump()
+    if unknown := drop - {f["name"] for f in raw["dense"]}:
+        raise ValueError(f"drop_dense: {sorted(unknown)} are not dense features of features.yaml")
+    raw["dense"] = [f for f in raw["dense"] if f["name"] not in drop]
     for f in [*raw["sparse"], *raw["history"]["columns"]]:
         if f["name"] in buckets:
             f["buckets"] = buckets[f["name"]]
@@ -29,7 +36,7 @@ def score_variant(
     window: tuple[str, str] | None = None, valid: str | None = None, lake: str | None = None,
     extra_train: dict[str, Any] | None = None, name: str = "validate", keep: str | None = None,
 ) -> dict[str, Any]:
-    """Train the preset + `overrides` ({"model": ..., "train": ..., "buckets": {feature: rows}}) on
+    """Train the preset + `overrides` ({"model": ..., "train": ..., "buckets": ..., "drop_dense": ...}) on
     the calendar's teacher window (or `window`), validating on E-1 (or `valid`) every `eval_every`
     steps with early stopping. Returns the best E-1 score (click NE weighted by positives), its step,
     the score by step and the best checkpoint's E-1 click NE per surface."""
@@ -46,7 +53,7 @@ def score_variant(
                     "oracle": False},
            "seed": seed, "device": os.environ.get("GEM_DEVICE", "cpu"),
            "tracking": {"project": "validate", "group": "validate", "name": name, "job_type": "validate"}}
-    features = with_buckets(load_features(), overrides["buckets"]) if overrides.get("buckets") else None
+    features = variant_features(load_features(), overrides)
     t = time.time()
     if keep:
         s = train(cfg, out_dir=keep, features=features)

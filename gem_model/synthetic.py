@@ -21,6 +21,7 @@ from gem_model.config import SurfacesConfig, load_surfaces
 from gem_model.paths import storage_options
 from gem_model.schemas import (
     ACTIONS,
+    COUNTER_COLUMNS,
     CREATIVE_FORMATS,
     DEVICES,
     OBJECTIVES,
@@ -148,6 +149,8 @@ def synthetic_day(
         pl.when(pl.Series(has_conv)).then(pl.col("conversion")).otherwise(None).alias("conversion"),
         pl.col("click_ts").dt.replace_time_zone("UTC"),
         pl.col("conversion_ts").dt.replace_time_zone("UTC"),
+        # a history-only world: no counters (its features list none; the columns keep the contract)
+        *[pl.lit(0.0).alias(c) for c in COUNTER_COLUMNS],
     ).cast(TRAINING_EXAMPLES_SCHEMA)
     df = df.select(list(TRAINING_EXAMPLES_SCHEMA))
     oracle = pl.DataFrame(

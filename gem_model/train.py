@@ -108,6 +108,10 @@ DEFAULT_TRAIN: dict[str, Any] = {
     # history-item / candidate co-occurrence (gem_model.item_svd); None: random
     "item_svd": None,
     "head_bias": "fixed",  # fixed (the model's init) | base_rate (logit of each head's training-window rate)
+    # {features: [dense feature names], l2: float}: each head's bias and wide weights of these features
+    # start at an L2 logistic regression on the training window (gem_model.wide_prior.set_dense_prior;
+    # meant for counters, which come from earlier days); None: zero weights
+    "dense_prior": None,
     "fail_at_step": None,  # tests: raise after this step (after its checkpoint, if any)
     "dump_rank_weights": False,  # tests: write rank<r>.pt with each rank's final weights
     "calibrate": DEFAULT_CALIBRATION["enabled"],  # Platt map per (surface, task) fitted on E-1 after selection
@@ -372,6 +376,12 @@ def train(
     if tcfg["head_bias"] == "base_rate" and not init_from:  # a fresh head starts at the base rate, not at
         # the model's fixed init (a CTR-2% prior: -3 logits is 400 steps away from a 70% rating-click world)
         set_head_bias(core, base_rates(uri, [dt.date.fromisoformat(d) for d in train_days], dcfg["surfaces"], so))
+    if tcfg.get("dense_prior") and not init_from:
+        from gem_model.wide_prior import set_dense_prior
+
+        dp = tcfg["dense_prior"]
+        rows = set_dense_prior(core, window_pass(), list(dp["features"]), float(dp.get("l2", 1.0)))
+        _say(rank, f"dense prior on {list(dp['features'])}: labelled click rows {rows}")
     if tcfg.get("wide_prior") and not init_from:
         if sharded:
             raise ValueError("train.wide_prior needs replicated embedding tables")

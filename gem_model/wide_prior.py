@@ -14,19 +14,21 @@ the training window from the heads' starting bias b, fitted by block coordinate 
 A single feature's first step from zero is the one-step estimate sum (y - b) / (sum b (1 - b) + l2).
 One pass leaves the users' offsets blind to their items' (a user of popular items looks
 generous); repeated sweeps converge to the joint fit. b is the head
-bias alone: fitted against the whole model's starting logit (its switched-on match statistics and
+bias plus the wide path over the dense inputs (zero unless `set_dense_prior` fitted it first, then
+the offsets fit what the counters leave), never the rest of the model's start: fitted against the whole model's starting logit (its switched-on match statistics and
 quiet deep part, one forward pass) the offsets absorb that start's noise in-sample and Douban's E-1
 after training is worse (bench/MODEL_SEARCH.md 7). The window is read once: only (surface, labels,
-mask, ids) of labelled rows stay in memory. Training then continues from there as usual.
+mask, ids, dense inputs) of labelled rows stay in memory. Training then continues from there as usual.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import torch
 
-from gem_model.batch import Batch
+from gem_model.batch import TASKS, Batch
 from gem_model.models.gem import GEM
 
 
@@ -49,12 +51,13 @@ def set_wide_prior(model: GEM, batches: Iterable[Batch], features: list[str], l2
         raise ValueError(f"train.wide_prior.features: {features} share a wide table (one would overwrite the other)")
     heads = torch.stack([model.head_b[s] for s in cfg.surfaces]).detach().double().cpu()  # [n_surfaces, n_tasks]
     allowed = model.task_allowed.cpu()
-    parts: dict[str, list[torch.Tensor]] = {"s": [], "y": [], "m": [], **{f: [] for f in features}}
+    parts: dict[str, list[torch.Tensor]] = {"s": [], "y": [], "m": [], "dense": [], **{f: [] for f in features}}
     for batch in batches:
         s = batch.surface_idx.long().cpu()
         m = batch.label_mask.cpu() & allowed[s]
         keep = m.any(1)
         parts["s"].append(s[keep])
+        parts["dense"].append(batch.dense.cpu()[keep])
         parts["y"].append(batch.labels.cpu().double()[keep])
         parts["m"].append(m[keep].double())
         for f, (j, _) in zip(features, cols, strict=True):
@@ -62,7 +65,7 @@ def set_wide_prior(model: GEM, batches: Iterable[Batch], features: list[str], l2
     if not parts["s"]:
         return {f: 0 for f in features}
     surface, y, m = (torch.cat(parts[k]) for k in ("s", "y", "m"))
-    b = heads[surface]
+    b = heads[surface] + _dense_term(model, torch.cat(parts["dense"]), surface)  # 0 unless a dense prior set it
     ids = {f: torch.cat(parts[f]) for f in features}
     w = {f: torch.zeros(cfg.tables[t], b.shape[1], dtype=torch.float64) for f, (_, t) in zip(features, cols, strict=True)}
     curv: dict[str, torch.Tensor] = {}
@@ -79,3 +82,63 @@ def set_wide_prior(model: GEM, batches: Iterable[Batch], features: list[str], l2
         weight.copy_(w[f].to(weight.dtype).to(weight.device))
         seen[f] = int((curv[f].sum(1) > 0).sum())
     return seen
+
+
+def _dense_term(model: GEM, dense: torch.Tensor, surface: torch.Tensor) -> torch.Tensor:
+    """[rows, tasks] the heads' wide path over the dense inputs alone (standardised as in forward)."""
+    x = (dense.double() - model.dense_mean.double().cpu()) / model.dense_std.double().cpu()
+    w = torch.stack([model.wide[s][:, : x.shape[1]] for s in model.cfg.surfaces]).detach().double().cpu()
+    return torch.einsum("rk,rtk->rt", x, w[surface])
+
+
+@torch.no_grad()
+def set_dense_prior(model: GEM, batches: Iterable[Batch], features: list[str], l2: float = 1.0,
+                    iters: int = 8) -> dict[str, int]:
+    """Fit, per (surface, task) head, an L2 logistic regression of the label on the listed dense
+    features (standardised) and an intercept on the training window (`train.dense_prior`), by Newton
+    steps, and start the head's bias and its wide weights there. Meant for counters
+    (gem_pipelines/data/counters.py): they come from earlier days, so a fit on the window's own rows
+    is not in-sample for them, while the per-id embeddings and offsets are; trained from zero, the
+    ids learn those rows first and the counters get little weight (E-1, bench/MODEL_SEARCH.md 8).
+    Returns {surface: labelled click rows}."""
+    names = model.cfg.dense_features
+    if unknown := sorted(set(features) - set(names)):
+        raise ValueError(f"train.dense_prior: {unknown} are not dense features ({names})")
+    cols = [names.index(f) for f in features]
+    allowed = model.task_allowed.cpu()
+    xs, ss, ys, ms = [], [], [], []
+    for batch in batches:
+        s = batch.surface_idx.long().cpu()
+        m = batch.label_mask.cpu() & allowed[s]
+        keep = m.any(1)
+        xs.append(batch.dense.cpu()[keep])
+        ss.append(s[keep])
+        ys.append(batch.labels.cpu().double()[keep])
+        ms.append(m[keep])
+    if not xs:
+        return {}
+    dense, surface, y, m = torch.cat(xs), torch.cat(ss), torch.cat(ys), torch.cat(ms)
+    x = ((dense.double() - model.dense_mean.double().cpu()) / model.dense_std.double().cpu())[:, cols]
+    design = torch.cat([torch.ones(len(x), 1, dtype=torch.float64), x], dim=1)
+    penalty = torch.diag(torch.tensor([0.0] + [l2] * len(cols), dtype=torch.float64))  # no penalty on the intercept
+    rows = {}
+    for k, name in enumerate(model.cfg.surfaces):
+        for t in range(len(TASKS)):
+            sel = (surface == k) & m[:, t]
+            if not bool(sel.any()):
+                continue
+            d, yt = design[sel], y[sel, t]
+            rate = float(yt.mean().clamp(1e-4, 1 - 1e-4))
+            theta = torch.zeros(d.shape[1], dtype=torch.float64)
+            theta[0] = math.log(rate / (1 - rate))
+            for _ in range(iters):
+                p = torch.sigmoid(d @ theta)
+                grad = d.T @ (yt - p) - penalty @ theta
+                hess = (d * (p * (1 - p))[:, None]).T @ d + penalty + 1e-9 * torch.eye(len(theta), dtype=torch.float64)
+                theta += torch.linalg.solve(hess, grad)
+            model.head_b[name][t] = float(theta[0])
+            for c, j in enumerate(cols):
+                model.wide[name][t, j] = float(theta[c + 1])
+            if TASKS[t] == "click":
+                rows[name] = int(sel.sum())
+    return rows

@@ -28,20 +28,24 @@ AFTER_CHECKS = (
 @dg.asset(
     partitions_def=date_partitions_def,
     group_name="features",
-    deps=[dg.AssetDep("user_activity", partition_mapping=_BY_DATE)],
+    # histories read the day's activity, counters its impressions and clicks
+    deps=[dg.AssetDep("user_activity", partition_mapping=_BY_DATE), dg.AssetDep("events", partition_mapping=_BY_DATE)],
     automation_condition=AFTER_CHECKS,
 )
 def activity_by_day(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
-    """One day of user_activity across every surface: the unit of history that training_examples reads
-    (Dagster maps a date x surface upstream to a date only by the same day, so the lookback window of
-    the histories is stated between two daily assets)."""
+    """One day of user_activity and events across every surface: the unit of history (and of counters)
+    that training_examples reads (Dagster maps a date x surface upstream to a date only by the same
+    day, so the lookback window is stated between two daily assets)."""
     date = dt.date.fromisoformat(context.partition_key)
     rows = (lake_io.scan("user_activity", root=lake.uri()).filter(pl.col("date") == date)
             .group_by("surface").len().collect())
+    impressions = lake_io.scan("events", root=lake.uri()).filter(pl.col("date") == date).select(pl.len()).collect()
     return dg.MaterializeResult(metadata={
         "rows": int(rows["len"].sum()) if rows.height else 0,
         "rows_by_surface": dg.MetadataValue.json({r["surface"]: int(r["len"]) for r in rows.iter_rows(named=True)}),
         "user_activity_version": lake_io.table_version("user_activity", root=lake.uri()),
+        "impressions": int(impressions.item()),
+        "events_version": lake_io.table_version("events", root=lake.uri()),
     })
 
 
@@ -50,7 +54,8 @@ def activity_by_day(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
     group_name="features",
     deps=[
         dg.AssetDep("events", partition_mapping=_BY_DATE),  # the day's impressions, every surface
-        # histories: activity of D-lookback_days .. D (data/history.py); days before the window do not exist
+        # histories: activity of D-lookback_days .. D (data/history.py), counters: events of the days
+        # before D (data/counters.py); days before the window do not exist
         dg.AssetDep(activity_by_day, partition_mapping=dg.TimeWindowPartitionMapping(
             start_offset=-LOOKBACK_DAYS, allow_nonexistent_upstream_partitions=True)),
     ],
@@ -68,7 +73,7 @@ def activity_by_day(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
 def training_examples(context: dg.AssetExecutionContext, lake: LakeResource):
     """Each impression of the day with its user's last N activities strictly before it (jagged lists)."""
     date = dt.date.fromisoformat(context.partition_key)
-    df = build_training_examples(date, load_features().history, root=lake.uri())
+    df = build_training_examples(date, load_features(), root=lake.uri())
     report = leakage_report(df)
     clean = report["not_before_impression"] == 0 and report["unordered_histories"] == 0 and report["null_histories"] == 0
     if not clean:

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from gem_model.schemas import (  # noqa: F401  (re-exported: the lake contract)
     ACTIONS,
+    COUNTER_COLUMNS,
     CREATIVE_FORMATS,
     DEVICES,
     EVENTS_SCHEMA,

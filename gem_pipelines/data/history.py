@@ -12,9 +12,10 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from gem_model.config import HistoryConfig
+from gem_model.config import FeaturesConfig
 from gem_pipelines.data import lake
-from gem_pipelines.data.formats import EVENTS_SCHEMA, TRAINING_EXAMPLES_SCHEMA
+from gem_pipelines.data.counters import attach_counters
+from gem_pipelines.data.formats import EVENTS_SCHEMA, HISTORY_COLUMNS, TRAINING_EXAMPLES_SCHEMA
 
 _TS_BITS = 42  # 2^42 us ~ 50 days: room for the lookback window, leaves 21 bits for user ids
 
@@ -23,7 +24,7 @@ def attach_history(events: pl.DataFrame, activity: pl.DataFrame, max_len: int) -
     """`events` + hist_* list columns from `activity` (user_id, ts, item_id, action, surface)."""
     if events.height == 0:
         return events.with_columns(
-            [pl.lit([], dtype=t).alias(c) for c, t in TRAINING_EXAMPLES_SCHEMA.items() if c.startswith("hist_")]
+            [pl.lit([], dtype=t).alias(c) for c, t in HISTORY_COLUMNS.items()]
         )
     t0 = min(events["ts"].min(), activity["ts"].min() if activity.height else events["ts"].min())
     # Dense user index so the packed (user, time) key fits in int64 whatever the id values are.
@@ -67,11 +68,13 @@ def attach_history(events: pl.DataFrame, activity: pl.DataFrame, max_len: int) -
         "hist_seconds_before": lst(seconds.astype(np.float64)),
     }
     out = ev.select(list(EVENTS_SCHEMA)).with_columns(**hist)
-    return out.cast(TRAINING_EXAMPLES_SCHEMA)  # type: ignore[arg-type]
+    return out.cast({**EVENTS_SCHEMA, **HISTORY_COLUMNS})  # type: ignore[arg-type]
 
 
-def build_training_examples(date: dt.date, history: HistoryConfig, *, root: str | None = None) -> pl.DataFrame:
-    """All surfaces' events of `date` joined with cross-surface activity of the lookback window."""
+def build_training_examples(date: dt.date, features: FeaturesConfig, *, root: str | None = None) -> pl.DataFrame:
+    """All surfaces' events of `date` joined with cross-surface activity of the lookback window, and
+    with the counters of the window's earlier days (data/counters.py)."""
+    history = features.history
     events = lake.read_partition("events", date, root=root).select(list(EVENTS_SCHEMA))
     window = [date - dt.timedelta(days=i) for i in range(history.lookback_days + 1)]
     activity = (
@@ -81,7 +84,15 @@ def build_training_examples(date: dt.date, history: HistoryConfig, *, root: str 
         .select("user_id", "ts", "item_id", "action", "surface")
         .collect()
     )
-    return attach_history(events.sort("ts", "request_id"), activity, history.max_len)
+    past = (
+        lake.scan("events", root=root)
+        .filter(pl.col("date").is_in(window[1:]))
+        .select("date", "surface", "ad_id", "user_id", "click", "click_ts")
+        .collect()
+    )
+    joined = attach_history(events.sort("ts", "request_id"), activity, history.max_len)
+    counted = attach_counters(joined, past, date, features.counters.prior_strength)
+    return counted.select(list(TRAINING_EXAMPLES_SCHEMA)).cast(TRAINING_EXAMPLES_SCHEMA)  # type: ignore[arg-type]
 
 
 def leakage_report(df: pl.DataFrame) -> dict[str, float | int]:

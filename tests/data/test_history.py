@@ -6,7 +6,7 @@ import datetime as dt
 
 import polars as pl
 
-from gem_pipelines.data.formats import EVENTS_SCHEMA, TRAINING_EXAMPLES_SCHEMA
+from gem_pipelines.data.formats import EVENTS_SCHEMA, HISTORY_COLUMNS
 from gem_pipelines.data.history import attach_history, leakage_report
 
 T0 = dt.datetime(2026, 11, 2, 12, 0, tzinfo=dt.UTC)
@@ -40,7 +40,7 @@ def test_history_is_strictly_before_oldest_first_truncated_and_cross_surface() -
     ])
     ev = events([("a", 1, T0), ("b", 2, T0), ("c", 3, T0), ("d", 1, T0 + 6 * s)])
     out = attach_history(ev, act, max_len=3).sort("request_id")
-    assert dict(out.schema) == TRAINING_EXAMPLES_SCHEMA
+    assert dict(out.schema) == {**EVENTS_SCHEMA, **HISTORY_COLUMNS}  # counters join later (test_counters)
     rows = {r["request_id"]: r for r in out.iter_rows(named=True)}
     assert rows["a"]["hist_item_id"] == [10, 11, 12]
     assert rows["a"]["hist_surface"] == ["feed", "shops", "reels"]

@@ -32,3 +32,18 @@ def test_score_variant_selects_on_the_validation_day_only(lake, monkeypatch) -> 
     assert r["ne"] and all(math.isfinite(v) for v in r["ne"].values())
     row = table_row("tiny_users", over, r)
     assert row.startswith("| tiny_users | ") and f"{r['score']:.4f}" in row
+
+
+def test_variant_features_resizes_tables_and_leaves_dense_features_out() -> None:
+    from gem_model.config import load_features
+    from gem_model.selection import variant_features
+
+    base = load_features()
+    assert variant_features(base, {"train": {"lr": 0.1}}) is None  # nothing of features.yaml changed
+    dense = [f.name for f in base.dense]
+    v = variant_features(base, {"buckets": {"user_id": 512}, "drop_dense": dense[:1]})
+    assert v is not None and [f.name for f in v.dense] == dense[1:]
+    assert next(f.buckets for f in v.sparse if f.name == "user_id") == 512
+    assert [f.name for f in base.dense] == dense  # the loaded config is not mutated
+    with pytest.raises(ValueError, match="not dense features"):
+        variant_features(base, {"drop_dense": ["no_such_feature"]})

@@ -1,0 +1,78 @@
+"""Counter features: earlier days only, clicks only once they had arrived, shrunk to the surface."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import polars as pl
+import pytest
+
+from gem_pipelines.data.counters import attach_counters
+from gem_pipelines.data.formats import COUNTER_COLUMNS
+
+D = dt.date(2026, 11, 4)
+
+
+def at(day: dt.date, hour: int) -> dt.datetime:
+    return dt.datetime.combine(day, dt.time(hour), tzinfo=dt.UTC)
+
+
+def rows(spec: list[tuple[dt.date, str, int, int, int, dt.datetime | None]]) -> pl.DataFrame:
+    """(date, surface, ad_id, user_id, click, click_ts) rows."""
+    return pl.DataFrame(
+        spec, orient="row",
+        schema={"date": pl.Date, "surface": pl.String, "ad_id": pl.Int64, "user_id": pl.Int64,
+                "click": pl.Int8, "click_ts": pl.Datetime("us", "UTC")},
+    )  # fmt: skip
+
+
+def logit(p: float) -> float:
+    return math.log(p / (1 - p))
+
+
+PAST = rows([
+    (D - dt.timedelta(days=2), "feed", 7, 1, 1, at(D - dt.timedelta(days=2), 13)),
+    (D - dt.timedelta(days=1), "feed", 7, 2, 1, at(D - dt.timedelta(days=1), 13)),
+    (D - dt.timedelta(days=1), "feed", 7, 1, 0, None),
+    (D - dt.timedelta(days=1), "feed", 8, 1, 0, None),
+    (D - dt.timedelta(days=1), "reels", 7, 1, 1, at(D - dt.timedelta(days=1), 9)),
+])  # fmt: skip
+TODAY = rows([(D, "feed", 7, 1, 1, at(D, 10)), (D, "feed", 9, 3, 0, None), (D, "reels", 8, 1, 0, None)])
+
+
+def test_counters_are_the_shrunk_click_log_odds_of_earlier_days_relative_to_the_surface() -> None:
+    out = attach_counters(TODAY, PAST, D, prior_strength=2.0)
+    assert out.height == TODAY.height and out["ad_id"].to_list() == [7, 9, 8]  # row order kept
+    feed = out.row(0, named=True)
+    p0 = 2 / 4  # feed: 2 clicks in 4 earlier impressions
+    assert feed["ad_impressions_before"] == 3.0  # ad 7 on feed; its reels impression is another surface
+    assert feed["ad_click_logit_before"] == pytest.approx(logit((2 + 2 * p0) / (3 + 2)) - logit(p0))
+    assert feed["user_impressions_before"] == 3.0  # user 1 on feed: ad 7 twice, ad 8 once
+    assert feed["user_click_logit_before"] == pytest.approx(logit((1 + 2 * p0) / (3 + 2)) - logit(p0))
+    unseen = out.row(1, named=True)  # ad 9 and user 3 never shown: no evidence either way
+    assert [unseen[c] for c in COUNTER_COLUMNS] == [0.0, 0.0, 0.0, 0.0]
+    reels = out.row(2, named=True)  # ad 8 never on reels; user 1 clicked the one reels impression
+    assert reels["ad_impressions_before"] == 0.0 and reels["ad_click_logit_before"] == 0.0
+    assert reels["user_impressions_before"] == 1.0
+    p_reels = 1 - 1e-3  # a surface of clicks only: the prior is clipped, the log-odds stay finite
+    assert reels["user_click_logit_before"] == pytest.approx(logit((1 + 2 * p_reels) / 3) - logit(p_reels))
+
+
+def test_no_label_of_the_day_itself_reaches_its_counters() -> None:
+    flipped = TODAY.with_columns(click=1 - pl.col("click"), click_ts=pl.lit(at(D, 1)))
+    cols = list(COUNTER_COLUMNS)
+    assert attach_counters(flipped, PAST, D, 2.0).select(cols).equals(attach_counters(TODAY, PAST, D, 2.0).select(cols))
+    with pytest.raises(ValueError, match="or later"):
+        attach_counters(TODAY, pl.concat([PAST, TODAY]), D, 2.0)
+
+
+def test_a_click_that_arrives_after_midnight_is_not_yet_known() -> None:
+    late = PAST.with_columns(
+        click_ts=pl.when(pl.col("ad_id") == 7).then(pl.lit(at(D, 3))).otherwise(pl.col("click_ts"))
+    )
+    out = attach_counters(TODAY, late, D, 2.0).row(0, named=True)
+    assert out["ad_impressions_before"] == 3.0  # the impressions were seen
+    p0 = 1e-3  # no feed click known at midnight: the surface's rate is clipped
+    assert out["ad_click_logit_before"] == pytest.approx(logit(2 * p0 / (3 + 2)) - logit(p0))
+    assert out["ad_click_logit_before"] < 0  # three impressions, no click known: below the surface
