@@ -76,13 +76,16 @@ HISTORY_COLUMNS: dict[str, pl.DataType] = {
     "hist_seconds_before": pl.List(pl.Float64()),
 }
 
-# Counter features (gem_pipelines/data/counters.py): the row's ad and user on its surface over the
-# earlier days of the history lookback window: impressions, and click log-odds shrunk to the surface.
+# Counter features (gem_pipelines/data/counters.py): the row's ad and user on its surface, and the
+# user on every surface, over the earlier days of the history lookback window: impressions, and click
+# log-odds shrunk to (and relative to) the surface's rate.
 COUNTER_COLUMNS: dict[str, pl.DataType] = {
     "ad_impressions_before": pl.Float64(),
     "ad_click_logit_before": pl.Float64(),
     "user_impressions_before": pl.Float64(),
     "user_click_logit_before": pl.Float64(),
+    "user_all_impressions_before": pl.Float64(),
+    "user_all_click_logit_before": pl.Float64(),
 }
 
 TRAINING_EXAMPLES_SCHEMA: dict[str, pl.DataType] = {**EVENTS_SCHEMA, **HISTORY_COLUMNS, **COUNTER_COLUMNS}

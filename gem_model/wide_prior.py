@@ -96,7 +96,9 @@ def set_dense_prior(model: GEM, batches: Iterable[Batch], features: list[str], l
                     iters: int = 8) -> dict[str, int]:
     """Fit, per (surface, task) head, an L2 logistic regression of the label on the listed dense
     features (standardised) and an intercept on the training window (`train.dense_prior`), by Newton
-    steps, and start the head's bias and its wide weights there. Meant for counters
+    steps, and start the head's bias and its wide path there (the fitted weights on the listed
+    features, 0 on every other wide input: the switched-on match statistics would move the start
+    off the fit, E-1 1.27 before the first step, bench/MODEL_SEARCH.md 8). Meant for counters
     (gem_pipelines/data/counters.py): they come from earlier days, so a fit on the window's own rows
     is not in-sample for them, while the per-id embeddings and offsets are; trained from zero, the
     ids learn those rows first and the counters get little weight (E-1, bench/MODEL_SEARCH.md 8).
@@ -137,6 +139,7 @@ def set_dense_prior(model: GEM, batches: Iterable[Batch], features: list[str], l
                 hess = (d * (p * (1 - p))[:, None]).T @ d + penalty + 1e-9 * torch.eye(len(theta), dtype=torch.float64)
                 theta += torch.linalg.solve(hess, grad)
             model.head_b[name][t] = float(theta[0])
+            model.wide[name][t] = 0.0  # the head's whole wide path starts at the fit (match statistics off)
             for c, j in enumerate(cols):
                 model.wide[name][t, j] = float(theta[c + 1])
             if TASKS[t] == "click":

@@ -1,4 +1,5 @@
-"""Counter features: how each impression's ad and user fared on its surface on earlier days.
+"""Counter features: how each impression's ad and user fared on its surface (and the user on every
+surface) on earlier days.
 
 The classic counters of ads ranking: a model trained on days d2..d4 reads, on day E, the click
 rates of ids over every day before E, so the freshest labels reach it without retraining.
@@ -7,7 +8,8 @@ Point in time: only impressions of days strictly before the row's day count (wit
 lookback window), and of those a click only if it had arrived (`click_ts`) before the row's day
 began: a late click on yesterday's impression is not yet known at midnight. The rate is shrunk to
 the surface's rate over the same days (`prior_strength` pseudo-impressions) and given as log-odds
-relative to it, so an unseen id reads 0.
+relative to it, so an unseen id reads 0; across surfaces, the rate it is shrunk to is the mean of
+its impressions' surface rates (a user of a generous surface is not generous for it).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import polars as pl
 
 from gem_model.schemas import COUNTER_COLUMNS
 
-_KEYS = {"ad": "ad_id", "user": "user_id"}
+_KEYS = {"ad": ["surface", "ad_id"], "user": ["surface", "user_id"], "user_all": ["user_id"]}
 _EPS = 1e-3  # a surface with no clicks (or no non-clicks) yet still gives finite log-odds
 
 
@@ -36,13 +38,14 @@ def attach_counters(day: pl.DataFrame, past: pl.DataFrame, date: dt.date, prior_
         clicked=((pl.col("click") == 1) & (pl.col("click_ts") < midnight)).fill_null(False).cast(pl.Float64),
     )  # fmt: skip
     prior = known.group_by("surface").agg(p0=pl.col("clicked").mean().clip(_EPS, 1 - _EPS))
-    out = day.join(prior, on="surface", how="left", maintain_order="left")
-    a = prior_strength
-    for name, key in _KEYS.items():
-        counts = known.group_by("surface", key).agg(n=pl.len().cast(pl.Float64), c=pl.col("clicked").sum())
-        shrunk = (pl.col("c") + a * pl.col("p0")) / (pl.col("n") + a)
-        out = out.join(counts, on=["surface", key], how="left", maintain_order="left").with_columns(
+    known = known.join(prior, on="surface", how="left")
+    out, a = day, prior_strength
+    for name, keys in _KEYS.items():
+        # p0 of a key: its surface's rate; across surfaces, the mean of its impressions' surface rates
+        counts = known.group_by(keys).agg(n=pl.len().cast(pl.Float64), c=pl.col("clicked").sum(), p=pl.col("p0").mean())
+        shrunk = (pl.col("c") + a * pl.col("p")) / (pl.col("n") + a)
+        out = out.join(counts, on=keys, how="left", maintain_order="left").with_columns(
             pl.col("n").fill_null(0.0).alias(f"{name}_impressions_before"),
-            (_logit(shrunk) - _logit(pl.col("p0"))).fill_null(0.0).alias(f"{name}_click_logit_before"),
-        ).drop("n", "c")
-    return out.drop("p0").cast(COUNTER_COLUMNS)  # type: ignore[arg-type]
+            (_logit(shrunk) - _logit(pl.col("p"))).fill_null(0.0).alias(f"{name}_click_logit_before"),
+        ).drop("n", "c", "p")
+    return out.cast(COUNTER_COLUMNS)  # type: ignore[arg-type]

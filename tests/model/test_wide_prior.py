@@ -137,7 +137,7 @@ def test_dense_prior_is_the_logistic_regression_on_the_standardised_features() -
     assert float(model.wide[s0][0, 0]) == pytest.approx(1.5, abs=0.1)  # the true slope per std
     assert abs(float(model.wide[s0][0, 1])) < 0.05  # an unrelated feature: about 0
     assert float(model.head_b[s0][0]) == pytest.approx(-0.5, abs=0.06)
-    assert not model.wide[s0][0, 2:len(names)].any()  # features not listed: untouched
+    assert not model.wide[s0][0, 2:].any()  # other dense features and the match statistics: 0
     assert float(model.head_b[s0][1]) == conv_bias and not model.wide[s0][1, :len(names)].any()  # no conversion labels
     assert all(not model.wide[s][0, :len(names)].any() for s in cfg.surfaces[1:])  # surfaces without rows
     with pytest.raises(ValueError, match="not dense features"):
