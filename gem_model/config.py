@@ -186,6 +186,9 @@ class CountersConfig(_Strict):
 
     # pseudo-impressions at the surface's click rate: an id seen n times moves n / (n + prior) of the way
     prior_strength: float = Field(default=5.0, gt=0)
+    # 0: the ad's and the user's log-odds on a surface are their own shrunk rates; n: the two offsets of
+    # one L2 logistic regression, n backfitting sweeps (a user's popular items no longer count twice)
+    joint_passes: int = Field(default=0, ge=0, le=50)
 
 
 class FeaturesConfig(_Strict):

@@ -10,6 +10,12 @@ began: a late click on yesterday's impression is not yet known at midnight. The 
 the surface's rate over the same days (`prior_strength` pseudo-impressions) and given as log-odds
 relative to it, so an unseen id reads 0; across surfaces, the rate it is shrunk to is the mean of
 its impressions' surface rates (a user of a generous surface is not generous for it).
+
+With `joint_passes` > 0 the ad's and the user's log-odds on a surface are instead the two offsets of
+one L2 logistic regression on the earlier days (logit = logit(surface rate) + ad + user, the L2 being
+`prior_strength` pseudo-impressions' curvature), fitted by that many backfitting sweeps of Newton steps:
+marginal rates count a user's popular items twice (the user looks generous, the items look good),
+the joint fit splits each click between the two.
 """
 
 from __future__ import annotations
@@ -28,7 +34,28 @@ def _logit(p: pl.Expr) -> pl.Expr:
     return (p / (1 - p)).log()
 
 
-def attach_counters(day: pl.DataFrame, past: pl.DataFrame, date: dt.date, prior_strength: float) -> pl.DataFrame:
+def _joint_offsets(known: pl.DataFrame, a: float, passes: int) -> dict[str, pl.DataFrame]:
+    """{"ad": (surface, ad_id, o), "user": (surface, user_id, o)}: the backfitted L2 logistic regression."""
+    k = known.with_columns(base=_logit(pl.col("p0")), l2=a * pl.col("p0") * (1 - pl.col("p0")))
+    offsets = {n: k.select(_KEYS[n]).unique().with_columns(o=pl.lit(0.0)) for n in ("ad", "user")}
+    for _ in range(passes):
+        for name, other in (("user", "ad"), ("ad", "user")):
+            z = k.join(offsets[name], on=_KEYS[name], how="left").join(
+                offsets[other].rename({"o": "o2"}), on=_KEYS[other], how="left"
+            )
+            p = 1 / (1 + (-(pl.col("base") + pl.col("o") + pl.col("o2"))).exp())
+            step = z.group_by(_KEYS[name]).agg(
+                o=pl.col("o").first(),
+                g=(pl.col("clicked") - p).sum() - pl.col("l2").first() * pl.col("o").first(),
+                h=(p * (1 - p)).sum() + pl.col("l2").first(),
+            )
+            offsets[name] = step.select(*_KEYS[name], o=(pl.col("o") + pl.col("g") / pl.col("h")).clip(-3.0, 3.0))
+    return offsets
+
+
+def attach_counters(
+    day: pl.DataFrame, past: pl.DataFrame, date: dt.date, prior_strength: float, joint_passes: int = 0
+) -> pl.DataFrame:
     """`day` + COUNTER_COLUMNS from `past` (date, surface, ad_id, user_id, click, click_ts of earlier days)."""
     if past.height and past["date"].max() >= date:  # type: ignore[operator]
         raise ValueError(f"counters for {date} were given impressions of {date} or later")
@@ -40,12 +67,18 @@ def attach_counters(day: pl.DataFrame, past: pl.DataFrame, date: dt.date, prior_
     prior = known.group_by("surface").agg(p0=pl.col("clicked").mean().clip(_EPS, 1 - _EPS))
     known = known.join(prior, on="surface", how="left")
     out, a = day, prior_strength
+    joint = _joint_offsets(known, a, joint_passes) if joint_passes else {}
     for name, keys in _KEYS.items():
         # p0 of a key: its surface's rate; across surfaces, the mean of its impressions' surface rates
         counts = known.group_by(keys).agg(n=pl.len().cast(pl.Float64), c=pl.col("clicked").sum(), p=pl.col("p0").mean())
         shrunk = (pl.col("c") + a * pl.col("p")) / (pl.col("n") + a)
+        if name in joint:
+            counts = counts.join(joint[name], on=keys, how="left")
+            log_odds = pl.col("o")
+        else:
+            log_odds = _logit(shrunk) - _logit(pl.col("p"))
         out = out.join(counts, on=keys, how="left", maintain_order="left").with_columns(
             pl.col("n").fill_null(0.0).alias(f"{name}_impressions_before"),
-            (_logit(shrunk) - _logit(pl.col("p"))).fill_null(0.0).alias(f"{name}_click_logit_before"),
-        ).drop("n", "c", "p")
+            log_odds.fill_null(0.0).alias(f"{name}_click_logit_before"),
+        ).drop("n", "c", "p", *(["o"] if name in joint else []))
     return out.cast(COUNTER_COLUMNS)  # type: ignore[arg-type]

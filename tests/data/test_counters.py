@@ -81,3 +81,40 @@ def test_a_click_that_arrives_after_midnight_is_not_yet_known() -> None:
     p0 = 1e-3  # no feed click known at midnight: the surface's rate is clipped
     assert out["ad_click_logit_before"] == pytest.approx(logit(2 * p0 / (3 + 2)) - logit(p0))
     assert out["ad_click_logit_before"] < 0  # three impressions, no click known: below the surface
+
+
+def _confounded() -> tuple[pl.DataFrame, pl.DataFrame]:
+    """One earlier day of feed: ad 7 clicked by users 1, 3, 4; ad 8 by nobody (users 2, 3, 4)."""
+    y = D - dt.timedelta(days=1)
+    past = rows([(y, "feed", ad, u, int(ad == 7), at(y, 13) if ad == 7 else None)
+                 for ad, users in ((7, (1, 3, 4)), (8, (2, 3, 4))) for u in users])  # fmt: skip
+    today = rows([(D, "feed", ad, u, 0, None) for ad, u in ((7, 1), (8, 2), (7, 3), (8, 4))])
+    return past, today
+
+
+def test_the_joint_fit_does_not_count_a_users_popular_items_twice() -> None:
+    past, today = _confounded()
+    marginal = attach_counters(today, past, D, 2.0).row(0, named=True)
+    joint = attach_counters(today, past, D, 2.0, joint_passes=20).row(0, named=True)
+    # user 1 only ever saw the ad everybody clicks: its marginal rate says generous, the joint fit
+    # gives most of that click to the ad
+    assert joint["user_click_logit_before"] < marginal["user_click_logit_before"]
+    assert joint["ad_click_logit_before"] > 0 > attach_counters(today, past, D, 2.0, joint_passes=20).row(1, named=True)[
+        "ad_click_logit_before"]
+    assert joint["ad_impressions_before"] == marginal["ad_impressions_before"] == 3.0  # counts unchanged
+
+
+def test_joint_passes_converge_to_the_l2_logistic_regression() -> None:
+    past, today = _confounded()
+    a = 2.0
+    out = attach_counters(today, past, D, a, joint_passes=50)
+    ad = dict(zip(out["ad_id"], out["ad_click_logit_before"], strict=True))
+    user = dict(zip(out["user_id"], out["user_click_logit_before"], strict=True))
+    p0 = 3 / 6
+    l2 = a * p0 * (1 - p0)
+    z = [logit(p0) + ad[r["ad_id"]] + user[r["user_id"]] for r in past.iter_rows(named=True)]
+    resid = [r["click"] - 1 / (1 + math.exp(-zi)) for r, zi in zip(past.iter_rows(named=True), z, strict=True)]
+    for key, offsets in (("ad_id", ad), ("user_id", user)):
+        for k, o in offsets.items():  # the penalised score of every offset is 0 at the optimum
+            g = sum(e for r, e in zip(past.iter_rows(named=True), resid, strict=True) if r[key] == k) - l2 * o
+            assert abs(g) < 1e-4, (key, k, g)
