@@ -12,6 +12,7 @@ import pytest
 from gem_model.config import ConfigError, load_surfaces
 from gem_pipelines.data import formats as F
 from gem_pipelines.data import validation as V
+from gem_pipelines.data.counters import attach_counters
 
 SCHEMAS = {
     "events": F.EVENTS_SCHEMA,
@@ -127,7 +128,12 @@ def training_frame(events: pl.DataFrame) -> pl.DataFrame:
         "hist_surface": [["feed", "reels", "shops"]] * (n - 1) + [[]],
         "hist_seconds_before": [[30.0, 20.0, 1.5]] * (n - 1) + [[]],
     }
-    return events.with_columns(**{k: pl.Series(k, v, dtype=F.HISTORY_COLUMNS[k]) for k, v in hist.items()})
+    joined = events.with_columns(**{k: pl.Series(k, v, dtype=F.HISTORY_COLUMNS[k]) for k, v in hist.items()})
+    day = dt.timedelta(days=1)
+    past = events_frame(seed=1).with_columns(  # the day before: the counters' evidence
+        date=pl.col("date") - day, ts=pl.col("ts") - day, click_ts=pl.col("click_ts") - day
+    )
+    return attach_counters(joined, past, DAY, prior_strength=5.0, joint_passes=3)
 
 
 @pytest.fixture(scope="module")
