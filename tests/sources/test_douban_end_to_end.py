@@ -46,13 +46,16 @@ def _assets(dest: Path) -> Path:
         if e["type"] == "expect_column_mean_to_be_between":
             e["kwargs"].update(min_value=0.0, max_value=1.0)
     (douban / "expectations" / "events.json").write_text(json.dumps(suite))
-    # a slice of ~110 users: the shared (smaller) id tables keep the tiny model's steps cheap
-    shutil.copy(dest / "features.yaml", douban / "features.yaml")
+    # a slice of ~110 users: the shared (smaller) id tables keep the tiny model's steps cheap, with
+    # Douban's own dense inputs (its counters) and counter settings
+    shared, own_features = (yaml.safe_load(f.read_text()) for f in (dest / "features.yaml", douban / "features.yaml"))
+    shared.update(dense=own_features["dense"], counters=own_features["counters"])
+    (douban / "features.yaml").write_text(yaml.safe_dump(shared))
     tiny = dest / "models" / "tiny.yaml"
     spec = yaml.safe_load(tiny.read_text())
-    # ... with Douban's own per-id wide prior (models/small.yaml), so the graph runs the option
+    # ... and Douban's own start of the heads on them (models/small.yaml), so the graph runs the option
     own = yaml.safe_load((douban / "models" / "small.yaml").read_text())["train"]
-    spec["train"].update(max_steps=25, wide_prior=own["wide_prior"])
+    spec["train"].update(max_steps=25, dense_prior=own["dense_prior"])
     tiny.write_text(yaml.safe_dump(spec))
     quality = yaml.safe_load((dest / "quality.yaml").read_text())
     # the gate has its own tests; 25 steps of the tiny model on a slice only have to run (NE not judged)
@@ -85,6 +88,8 @@ def test_douban_slice_runs_the_whole_graph(tmp_path: Path) -> None:
     last = examples.filter(pl.col("date") == examples["date"].max())
     assert last["hist_item_id"].list.len().mean() > 1  # cross-domain histories reach the test day
     assert set(last["hist_surface"].explode().drop_nulls()) >= {"book", "movie"}
+    # the counters of the earlier days reach it too (Douban's features.yaml lists them as dense inputs)
+    assert (last["user_all_impressions_before"] > 0).mean() > 0.5 and last["ad_click_logit_before"].abs().max() > 0
 
     # no oracle: the reports say so and give bootstrap intervals instead
     found = json.loads((home / "reports" / "foundation_eval.json").read_text())["rows"]
