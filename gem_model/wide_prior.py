@@ -50,23 +50,13 @@ def set_wide_prior(model: GEM, batches: Iterable[Batch], features: list[str], l2
     if len({t for _, t in cols}) < len(cols):
         raise ValueError(f"train.wide_prior.features: {features} share a wide table (one would overwrite the other)")
     heads = torch.stack([model.head_b[s] for s in cfg.surfaces]).detach().double().cpu()  # [n_surfaces, n_tasks]
-    allowed = model.task_allowed.cpu()
-    parts: dict[str, list[torch.Tensor]] = {"s": [], "y": [], "m": [], "dense": [], **{f: [] for f in features}}
-    for batch in batches:
-        s = batch.surface_idx.long().cpu()
-        m = batch.label_mask.cpu() & allowed[s]
-        keep = m.any(1)
-        parts["s"].append(s[keep])
-        parts["dense"].append(batch.dense.cpu()[keep])
-        parts["y"].append(batch.labels.cpu().double()[keep])
-        parts["m"].append(m[keep].double())
-        for f, (j, _) in zip(features, cols, strict=True):
-            parts[f].append(batch.sparse[keep, j].long().cpu())
-    if not parts["s"]:
+    rows = _labelled_rows(model, batches, [j for j, _ in cols])
+    if rows is None:
         return {f: 0 for f in features}
-    surface, y, m = (torch.cat(parts[k]) for k in ("s", "y", "m"))
-    b = heads[surface] + _dense_term(model, torch.cat(parts["dense"]), surface)  # 0 unless a dense prior set it
-    ids = {f: torch.cat(parts[f]) for f in features}
+    surface, y, mask, dense, sparse = rows
+    m = mask.double()
+    b = heads[surface] + _dense_term(model, dense, surface)  # 0 unless a dense prior set it
+    ids = {f: sparse[:, k] for k, f in enumerate(features)}
     w = {f: torch.zeros(cfg.tables[t], b.shape[1], dtype=torch.float64) for f, (_, t) in zip(features, cols, strict=True)}
     curv: dict[str, torch.Tensor] = {}
     for _ in range(passes):
@@ -84,9 +74,33 @@ def set_wide_prior(model: GEM, batches: Iterable[Batch], features: list[str], l2
     return seen
 
 
+def _labelled_rows(
+    model: GEM, batches: Iterable[Batch], sparse_cols: list[int]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """(surface, labels, mask of the heads' allowed labels, dense, the listed sparse columns) of every
+    row with at least one label, read once on the CPU; None if there is none."""
+    allowed = model.task_allowed.cpu()
+    parts: list[list[torch.Tensor]] = [[], [], [], [], []]
+    for batch in batches:
+        s = batch.surface_idx.long().cpu()
+        m = batch.label_mask.cpu() & allowed[s]
+        keep = m.any(1)
+        for part, value in zip(parts, (s, batch.labels.cpu().double(), m, batch.dense.cpu(),
+                                       batch.sparse[:, sparse_cols].long().cpu()), strict=True):
+            part.append(value[keep])
+    if not parts[0]:
+        return None
+    return tuple(torch.cat(p) for p in parts)  # type: ignore[return-value]
+
+
+def _standardised(model: GEM, dense: torch.Tensor) -> torch.Tensor:
+    """The dense inputs as forward standardises them (float64)."""
+    return (dense.double() - model.dense_mean.double().cpu()) / model.dense_std.double().cpu()
+
+
 def _dense_term(model: GEM, dense: torch.Tensor, surface: torch.Tensor) -> torch.Tensor:
-    """[rows, tasks] the heads' wide path over the dense inputs alone (standardised as in forward)."""
-    x = (dense.double() - model.dense_mean.double().cpu()) / model.dense_std.double().cpu()
+    """[rows, tasks] the heads' wide path over the dense inputs alone."""
+    x = _standardised(model, dense)
     w = torch.stack([model.wide[s][:, : x.shape[1]] for s in model.cfg.surfaces]).detach().double().cpu()
     return torch.einsum("rk,rtk->rt", x, w[surface])
 
@@ -107,20 +121,11 @@ def set_dense_prior(model: GEM, batches: Iterable[Batch], features: list[str], l
     if unknown := sorted(set(features) - set(names)):
         raise ValueError(f"train.dense_prior: {unknown} are not dense features ({names})")
     cols = [names.index(f) for f in features]
-    allowed = model.task_allowed.cpu()
-    xs, ss, ys, ms = [], [], [], []
-    for batch in batches:
-        s = batch.surface_idx.long().cpu()
-        m = batch.label_mask.cpu() & allowed[s]
-        keep = m.any(1)
-        xs.append(batch.dense.cpu()[keep])
-        ss.append(s[keep])
-        ys.append(batch.labels.cpu().double()[keep])
-        ms.append(m[keep])
-    if not xs:
+    labelled = _labelled_rows(model, batches, [])
+    if labelled is None:
         return {}
-    dense, surface, y, m = torch.cat(xs), torch.cat(ss), torch.cat(ys), torch.cat(ms)
-    x = ((dense.double() - model.dense_mean.double().cpu()) / model.dense_std.double().cpu())[:, cols]
+    surface, y, m, dense, _ = labelled
+    x = _standardised(model, dense)[:, cols]
     design = torch.cat([torch.ones(len(x), 1, dtype=torch.float64), x], dim=1)
     penalty = torch.diag(torch.tensor([0.0] + [l2] * len(cols), dtype=torch.float64))  # no penalty on the intercept
     rows = {}
