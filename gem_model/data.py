@@ -34,6 +34,7 @@ import torch
 
 from gem_model.batch import TASKS, Batch  # noqa: F401  (re-exported: the batch type lives in gem_model.batch)
 from gem_model.config import FeaturesConfig, SurfacesConfig, load_features, load_surfaces
+from gem_model.own_surface import own_surface_view
 from gem_model.paths import storage_options as env_storage_options
 from gem_model.paths import table_uri
 from gem_model.vocab import check_fits, lookup, vocab_values
@@ -266,6 +267,7 @@ class ExampleStream:
         drop_last: bool | None = None,
         max_len: int | None = None,
         pin_memory: bool = False,
+        own_surface: bool = False,
     ):
         self.pin_memory = pin_memory  # page-locked batches for non_blocking copies to CUDA
         self.features = features or load_features()
@@ -275,6 +277,9 @@ class ExampleStream:
         unknown = set(self.surfaces) - set(self.surfaces_config.names)
         if unknown:
             raise ValueError(f"unknown surfaces {sorted(unknown)}; known: {self.surfaces_config.names}")
+        if own_surface and len(self.surfaces) != 1:
+            raise ValueError(f"own_surface reads one surface's data: got surfaces {self.surfaces}")
+        self.own_surface = self.surfaces[0] if own_surface else None  # gem_model.own_surface
         self.encoder = Encoder(self.features, self.surfaces_config, max_len)
         self.uri = uri or table_uri("training_examples")
         self.storage_options = storage_options if storage_options is not None else env_storage_options()
@@ -313,6 +318,8 @@ class ExampleStream:
     def _scan(self, day: dt.date) -> pl.LazyFrame:
         lf = pl.scan_delta(self.uri, storage_options=self.storage_options)
         lf = lf.filter(pl.col("date") == day, pl.col("surface").is_in(self.surfaces))
+        if self.own_surface:
+            lf = own_surface_view(lf, self.own_surface)
         return self.encoder.select(lf)
 
     def count_rows(self) -> int:

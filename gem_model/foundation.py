@@ -2,8 +2,9 @@
 
 `run_foundation` is what the `foundation_model` Dagster asset calls: it trains the GEM teacher on
 every surface (window roles().teacher, selection on the validation day E-1, metrics on the
-evaluation day E), then the same architecture on one surface at a time, and writes each model to
-its version directory:
+evaluation day E), then the same architecture on one surface at a time, reading only that surface's
+data (its rows, its users' history there, its counters: gem_model.own_surface), and writes each
+model to its version directory:
 
     $GEM_HOME/models/foundation_model/<version>/                       the teacher
     $GEM_HOME/models/single_surface_baseline/<surface>/<version>/      one baseline per surface
@@ -99,7 +100,8 @@ def run_foundation(
             "preset": preset,
             "model": dict(overrides.get("model") or {}),
             "train": dict(overrides.get("train") or {}),
-            "data": {**data, "surfaces": surface_list},
+            # a baseline reads its surface alone: what the foundation adds is then what other surfaces teach
+            "data": {**data, "surfaces": surface_list, "own_surface": surface_list is not None},
             "seed": seed,
             "device": device,
             "tracking": {"project": project, "group": group, "name": name, "job_type": job_type},

@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from gem_model.config import DenseFeature, FeaturesConfig
+from gem_model.own_surface import own_surface_view
 
 MIN_STD = 1e-6
 
@@ -27,12 +28,15 @@ def dense_expr(f: DenseFeature) -> pl.Expr:
 
 def dense_stats(
     uri: str, dates: Sequence[Any], surfaces: Sequence[str] | None, features: FeaturesConfig,
-    storage_options: dict[str, str] | None = None,
+    storage_options: dict[str, str] | None = None, own_surface: str | None = None,
 ) -> tuple[list[float], list[float]]:
-    """(mean, std) of every dense feature over the window's rows (population std, floored)."""
+    """(mean, std) of every dense feature over the window's rows (population std, floored), as a model
+    of `own_surface` alone reads them when given (gem_model.own_surface)."""
     lf = pl.scan_delta(uri, storage_options=storage_options or {}).filter(pl.col("date").is_in(list(dates)))
     if surfaces:
         lf = lf.filter(pl.col("surface").is_in(list(surfaces)))
+    if own_surface:
+        lf = own_surface_view(lf, own_surface)
     x = lf.select([dense_expr(f) for f in features.dense])
     row = x.select(
         [pl.col(f.name).mean().alias(f"m{j}") for j, f in enumerate(features.dense)]

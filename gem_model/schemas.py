@@ -88,4 +88,11 @@ COUNTER_COLUMNS: dict[str, pl.DataType] = {
     "user_all_click_logit_before": pl.Float64(),
 }
 
+# The counters that read other surfaces, each with its one-surface counterpart: what a single-surface
+# model reads in their place (gem_model.own_surface).
+CROSS_SURFACE_COUNTERS: dict[str, str] = {
+    "user_all_impressions_before": "user_impressions_before",
+    "user_all_click_logit_before": "user_click_logit_before",
+}
+
 TRAINING_EXAMPLES_SCHEMA: dict[str, pl.DataType] = {**EVENTS_SCHEMA, **HISTORY_COLUMNS, **COUNTER_COLUMNS}

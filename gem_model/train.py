@@ -13,6 +13,7 @@ The config is a plain dict (JSON or YAML file):
       valid: 2026-11-06           # model selection / early stopping (optional)
       eval: 2026-11-07            # final metrics, with the oracle when present (optional)
       surfaces: null              # null = every surface of surfaces.yaml
+      own_surface: false          # one surface read as a model of it alone sees it (gem_model.own_surface)
       lake: null                  # lake root (default GEM_LAKE_URI or $GEM_HOME/lake)
     seed: 0
     device: auto                  # auto | cpu | cuda
@@ -168,6 +169,7 @@ def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
             "valid": _iso(data.get("valid")),
             "eval": _iso(data.get("eval")),
             "surfaces": list(data["surfaces"]) if data.get("surfaces") else None,
+            "own_surface": bool(data.get("own_surface", False)),
             "lake": data.get("lake"),
             "oracle": bool(data.get("oracle", True)),
         },
@@ -356,7 +358,8 @@ def train(
     uri = table_uri("training_examples", lake) if lake else table_uri("training_examples")
     so = storage_options()
     common = {"features": features, "surfaces_config": surfaces, "uri": uri, "storage_options": so,
-              "max_len": mcfg.seq_len, "chunk_rows": tcfg["chunk_rows"], "pin_memory": device.type == "cuda"}
+              "max_len": mcfg.seq_len, "chunk_rows": tcfg["chunk_rows"], "pin_memory": device.type == "cuda",
+              "own_surface": dcfg["own_surface"]}
     stream = ExampleStream(dcfg["train"][0], dcfg["train"][1], dcfg["surfaces"], batch_size=tcfg["batch_size"],
                            shuffle=True, shuffle_buffer=tcfg["shuffle_buffer"], seed=seed, rank=rank,
                            world_size=world, **common)
@@ -372,7 +375,7 @@ def train(
     # a resumed run reloads them with the weights)
     train_days = [d.isoformat() for d in stream.dates]
     core.set_dense_stats(*dense_stats(uri, [dt.date.fromisoformat(d) for d in train_days], dcfg["surfaces"],
-                                      features, so))
+                                      features, so, stream.own_surface))
     if tcfg["head_bias"] == "base_rate" and not init_from:  # a fresh head starts at the base rate, not at
         # the model's fixed init (a CTR-2% prior: -3 logits is 400 steps away from a 70% rating-click world)
         set_head_bias(core, base_rates(uri, [dt.date.fromisoformat(d) for d in train_days], dcfg["surfaces"], so))

@@ -39,10 +39,11 @@ def _foundation_version() -> tuple[str, bool] | None:
 
 
 def _scores(checkpoint: Path, day: str, surfaces: list[str], lake: str | None) -> pl.DataFrame:
-    model, _ = load_model(checkpoint)
+    model, config = load_model(checkpoint)
     uri = f"{lake.rstrip('/')}/training_examples" if lake else None
-    # the history length the model was trained with (as gem_model.train evaluates it)
-    stream = ExampleStream(day, day, surfaces, shuffle=False, batch_size=4096, uri=uri, max_len=model.cfg.seq_len)
+    # the history length and the data view the model was trained with (as gem_model.train evaluates it)
+    stream = ExampleStream(day, day, surfaces, shuffle=False, batch_size=4096, uri=uri, max_len=model.cfg.seq_len,
+                           own_surface=bool(config.get("data", {}).get("own_surface")))
     return predict(model, stream)
 
 

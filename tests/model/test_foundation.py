@@ -43,6 +43,11 @@ def test_run_foundation_writes_versions_and_rows(lake, gem_home):
     cfg = json.loads((vdir / "config.json").read_text())
     assert cfg["data"]["train"] == ["2026-11-02", "2026-11-02"]  # E-2-Δ = d2
     assert cfg["data"]["valid"] == "2026-11-04" and cfg["data"]["eval"] == "2026-11-05"
+    # the baselines read their surface alone (gem_model.own_surface); the foundation reads every surface
+    assert cfg["data"]["own_surface"] is False
+    for s in ("feed", "shops"):
+        b_cfg = json.loads((gem_home / "models" / "single_surface_baseline" / s / version / "config.json").read_text())
+        assert b_cfg["data"]["surfaces"] == [s] and b_cfg["data"]["own_surface"] is True
     report = write_eval_report(res["rows"], gem_home / "reports" / "foundation_eval.json")
     assert json.loads(report.read_text())["rows"] == json.loads(json.dumps(res["rows"], default=str))
 

@@ -1,0 +1,24 @@
+"""What a single-surface model may read: its own surface's data and nothing of the others.
+
+`training_examples` rows carry two kinds of cross-surface data: the user's history on every surface
+(hist_* lists) and the counters over every surface (schemas.CROSS_SURFACE_COUNTERS). A model trained
+on one surface alone, the foundation's single-surface baseline, must not read either, or the
+comparison measures nothing of what learning across surfaces adds. Its view keeps the history entries
+of its own surface and reads each cross-surface counter as its one-surface counterpart, which is
+what "every surface" means to a model that knows one. The model's inputs keep their shape.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from gem_model.schemas import CROSS_SURFACE_COUNTERS, HISTORY_COLUMNS
+
+
+def own_surface_view(lf: pl.LazyFrame, surface: str) -> pl.LazyFrame:
+    """`training_examples` rows as a model of `surface` alone sees them (the same columns)."""
+    names = set(lf.collect_schema().names())
+    keep = pl.col("hist_surface").list.eval((pl.element() == surface).arg_true())
+    history = [pl.col(c).list.gather(keep) for c in HISTORY_COLUMNS if c in names] if "hist_surface" in names else []
+    counters = [pl.col(own).alias(cross) for cross, own in CROSS_SURFACE_COUNTERS.items() if cross in names]
+    return lf.with_columns(*history, *counters)
