@@ -199,6 +199,13 @@ def seeds_markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _own_surface_baseline(bdir: Path) -> bool:
+    """A baseline with its predictions on E, trained on its surface's data alone (gem_model.own_surface:
+    versions from before that rule read every surface's history and counters)."""
+    cfg = bdir / "config.json"
+    return (bdir / PREDICTIONS).is_file() and cfg.is_file() and bool(json.loads(cfg.read_text())["data"].get("own_surface"))
+
+
 def trained_version(seed: int, preset: str) -> str | None:
     """A foundation version already trained with this seed and the preset's current hyperparameters
     (the demo's, or an earlier --seeds run), with every baseline's predictions on E: the ACCEPTED one
@@ -218,8 +225,8 @@ def trained_version(seed: int, preset: str) -> str | None:
         cfg = json.loads(path.read_text())
         same = cfg.get("seed") == seed and all(cfg[k].get(key) == val for k in ("model", "train")
                                                 for key, val in spec[k].items())
-        preds = [models_dir(BASELINE, s) / v / PREDICTIONS for s in load_surfaces().names]
-        if same and (models_dir(FOUNDATION) / v / PREDICTIONS).is_file() and all(p.is_file() for p in preds):
+        bdirs = [models_dir(BASELINE, s) / v for s in load_surfaces().names]
+        if same and (models_dir(FOUNDATION) / v / PREDICTIONS).is_file() and all(_own_surface_baseline(b) for b in bdirs):
             return v
     return None
 
