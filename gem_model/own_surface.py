@@ -5,7 +5,7 @@
 on one surface alone, the foundation's single-surface baseline, must not read either, or the
 comparison measures nothing of what learning across surfaces adds. Its view keeps the history entries
 of its own surface and reads each cross-surface counter as its one-surface counterpart, which is
-what "every surface" means to a model that knows one. The model's inputs keep their shape.
+what "every surface" means to a model that knows one ("every other surface": nothing, 0). The model's inputs keep their shape.
 """
 
 from __future__ import annotations
@@ -20,5 +20,6 @@ def own_surface_view(lf: pl.LazyFrame, surface: str) -> pl.LazyFrame:
     names = set(lf.collect_schema().names())
     keep = pl.col("hist_surface").list.eval((pl.element() == surface).arg_true())
     history = [pl.col(c).list.gather(keep) for c in HISTORY_COLUMNS if c in names] if "hist_surface" in names else []
-    counters = [pl.col(own).alias(cross) for cross, own in CROSS_SURFACE_COUNTERS.items() if cross in names]
+    counters = [(pl.col(own) if own else pl.lit(0.0)).alias(cross)
+                for cross, own in CROSS_SURFACE_COUNTERS.items() if cross in names]
     return lf.with_columns(*history, *counters)

@@ -77,7 +77,7 @@ HISTORY_COLUMNS: dict[str, pl.DataType] = {
 }
 
 # Counter features (gem_pipelines/data/counters.py): the row's ad and user on its surface, and the
-# user on every surface, over the earlier days of the history lookback window: impressions, and click
+# user on every surface and on every other surface, over the earlier days of the history lookback window: impressions, and click
 # log-odds shrunk to (and relative to) the surface's rate.
 COUNTER_COLUMNS: dict[str, pl.DataType] = {
     "ad_impressions_before": pl.Float64(),
@@ -86,13 +86,17 @@ COUNTER_COLUMNS: dict[str, pl.DataType] = {
     "user_click_logit_before": pl.Float64(),
     "user_all_impressions_before": pl.Float64(),
     "user_all_click_logit_before": pl.Float64(),
+    "user_other_impressions_before": pl.Float64(),
+    "user_other_click_logit_before": pl.Float64(),
 }
 
 # The counters that read other surfaces, each with its one-surface counterpart: what a single-surface
-# model reads in their place (gem_model.own_surface).
-CROSS_SURFACE_COUNTERS: dict[str, str] = {
+# model reads in their place (gem_model.own_surface; None: nothing, read as 0 = no evidence).
+CROSS_SURFACE_COUNTERS: dict[str, str | None] = {
     "user_all_impressions_before": "user_impressions_before",
     "user_all_click_logit_before": "user_click_logit_before",
+    "user_other_impressions_before": None,
+    "user_other_click_logit_before": None,
 }
 
 TRAINING_EXAMPLES_SCHEMA: dict[str, pl.DataType] = {**EVENTS_SCHEMA, **HISTORY_COLUMNS, **COUNTER_COLUMNS}

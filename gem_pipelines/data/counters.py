@@ -1,5 +1,5 @@
 """Counter features: how each impression's ad and user fared on its surface (and the user on every
-surface) on earlier days.
+surface, and on every other surface) on earlier days.
 
 The classic counters of ads ranking: a model trained on days d2..d4 reads, on day E, the click
 rates of ids over every day before E, so the freshest labels reach it without retraining.
@@ -16,6 +16,9 @@ one L2 logistic regression on the earlier days (logit = logit(surface rate) + ad
 `prior_strength` pseudo-impressions' curvature), fitted by that many backfitting sweeps of Newton steps:
 marginal rates count a user's popular items twice (the user looks generous, the items look good),
 the joint fit splits each click between the two.
+
+`user_other_*` reads the user on every surface but the row's: what other surfaces say of a user,
+apart from what the row's own surface already says (`user_all_*` holds both).
 """
 
 from __future__ import annotations
@@ -81,4 +84,25 @@ def attach_counters(
             pl.col("n").fill_null(0.0).alias(f"{name}_impressions_before"),
             log_odds.fill_null(0.0).alias(f"{name}_click_logit_before"),
         ).drop("n", "c", "p", *(["o"] if name in joint else []))
-    return out.cast(COUNTER_COLUMNS)  # type: ignore[arg-type]
+    return _attach_user_other(out, known, a).cast(COUNTER_COLUMNS)  # type: ignore[arg-type]
+
+
+def _attach_user_other(out: pl.DataFrame, known: pl.DataFrame, a: float) -> pl.DataFrame:
+    """user_other_*: the user's impressions and shrunk relative log-odds on every surface but the row's
+    (all surfaces' sums minus the row's surface's), shrunk as user_all_* is."""
+    sums = {"n": pl.len().cast(pl.Float64), "c": pl.col("clicked").sum(), "s": pl.col("p0").sum()}
+    on_all = known.group_by("user_id").agg(**{f"{k}_all": v for k, v in sums.items()})
+    on_own = known.group_by("surface", "user_id").agg(**sums)
+    other = {k: pl.col(f"{k}_all").fill_null(0.0) - pl.col(k).fill_null(0.0) for k in sums}
+    p = (pl.col("s_o") / pl.col("n_o")).clip(_EPS, 1 - _EPS)
+    log_odds = _logit((pl.col("c_o") + a * p) / (pl.col("n_o") + a)) - _logit(p)
+    return (
+        out.join(on_all, on="user_id", how="left", maintain_order="left")
+        .join(on_own, on=["surface", "user_id"], how="left", maintain_order="left")
+        .with_columns(**{f"{k}_o": v for k, v in other.items()})
+        .with_columns(
+            user_other_impressions_before=pl.col("n_o"),
+            user_other_click_logit_before=pl.when(pl.col("n_o") > 0).then(log_odds).otherwise(0.0),
+        )
+        .drop("n_all", "c_all", "s_all", "n", "c", "s", "n_o", "c_o", "s_o")
+    )

@@ -146,11 +146,18 @@ def write_real_report(dataset: str, *, n_boot: int = 200, lake: str | None = Non
     return out
 
 
+def _valid_ne(version_dir: Path, surface: str) -> float:
+    """The model's click NE on E-1, the day it was selected on (metrics.json `valid_rows`)."""
+    rows = json.loads((version_dir / "metrics.json").read_text())["valid_rows"]
+    return next(float(r["ne"]) for r in rows if r["surface"] == surface and r["task"] == "click")
+
+
 def seeds_report(dataset: str, versions: dict[int, str], *, n_boot: int = 1000) -> dict[str, Any]:
     """Click NE on E per surface of the foundation and its single-surface baseline over several seeds
     (one foundation version per seed, its baselines under the same version): the seed mean, the
     per-seed values, a 95% Poisson-bootstrap interval of the seed mean (the same resampled rows for
-    every seed and model) and the paired difference foundation - single-surface on those resamples."""
+    every seed and model) and the paired difference foundation - single-surface on those resamples;
+    beside them, each model's seed-mean click NE on E-1, where it was selected."""
     from gem_model.metrics import bootstrap_ne, interval, paired_difference
     from gem_model.paths import models_dir
 
@@ -178,7 +185,10 @@ def seeds_report(dataset: str, versions: dict[int, str], *, n_boot: int = 1000) 
             per_seed = [normalized_entropy(y, sub[f"{model}|{seed}"].to_numpy()) for seed in seeds]
             mean_boot[model] = np.mean([boot[f"{model}|{seed}"] for seed in seeds], axis=0)
             lo, hi = interval(mean_boot[model])
-            row[model] = {"ne": float(np.mean(per_seed)), "ne_ci": [lo, hi], "per_seed": per_seed}
+            valid = [_valid_ne(models_dir(FOUNDATION) / versions[seed] if model == "foundation"
+                               else models_dir(BASELINE, s) / versions[seed], s) for seed in seeds]
+            row[model] = {"ne": float(np.mean(per_seed)), "ne_ci": [lo, hi], "per_seed": per_seed,
+                          "valid_ne": float(np.mean(valid)), "valid_per_seed": valid}
         row["foundation_minus_single"] = paired_difference(
             mean_boot["foundation"], mean_boot["single_surface"], row["foundation"]["ne"] - row["single_surface"]["ne"])
         doc["rows"].append(row)
@@ -188,14 +198,15 @@ def seeds_report(dataset: str, versions: dict[int, str], *, n_boot: int = 1000) 
 def seeds_markdown(doc: dict[str, Any]) -> str:
     lines = [f"# {doc['dataset']}: click NE on E = {doc['evaluation_day']}, seeds {doc['seeds']} (mean, 95% bootstrap "
              f"interval of the seed mean, {doc['n_boot']} resamples)", "",
-             "| surface | test positives | foundation NE | single-surface NE | foundation - single [95%] | peer NE |",
-             "|---|---|---|---|---|---|"]
+             "| surface | test positives | foundation NE | single-surface NE | foundation - single [95%] | peer NE "
+             "| E-1 (selection day): foundation / single-surface |",
+             "|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:
         f, b, d = r["foundation"], r["single_surface"], r["foundation_minus_single"]
         lines.append(f"| {r['surface']} | {r['positives']:,} | {f['ne']:.3f} [{f['ne_ci'][0]:.3f}, {f['ne_ci'][1]:.3f}] | "
-                     f"{b['ne']:.3f} [{b['ne_ci'][0]:.3f}, {b['ne_ci'][1]:.3f}] | {d['diff']:+.3f} [{d['lo']:+.3f}, "
-                     f"{d['hi']:+.3f}] ({d['verdict'].replace('a better', 'foundation better').replace('b better', 'single-surface better')}) | "
-                     f"{r['peer_ne'] if r['peer_ne'] is not None else '-'} |")
+                     f"{b['ne']:.3f} [{b['ne_ci'][0]:.3f}, {b['ne_ci'][1]:.3f}] | {d['diff']:+.4f} [{d['lo']:+.4f}, "
+                     f"{d['hi']:+.4f}] ({d['verdict'].replace('a better', 'foundation better').replace('b better', 'single-surface better')}) | "
+                     f"{r['peer_ne'] if r['peer_ne'] is not None else '-'} | {f['valid_ne']:.4f} / {b['valid_ne']:.4f} |")
     return "\n".join(lines) + "\n"
 
 

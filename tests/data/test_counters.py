@@ -51,16 +51,22 @@ def test_counters_are_the_shrunk_click_log_odds_of_earlier_days_relative_to_the_
     assert feed["user_impressions_before"] == 3.0  # user 1 on feed: ad 7 twice, ad 8 once
     assert feed["user_click_logit_before"] == pytest.approx(logit((1 + 2 * p0) / (3 + 2)) - logit(p0))
     # user 1 on every surface: 2 clicks in 4, against the mean rate of the surfaces it was shown on
-    p_all = (3 * p0 + (1 - 1e-3)) / 4  # three feed impressions, one on reels (a clipped 100% rate)
+    p_reels = 1 - 1e-3  # a surface of clicks only: the prior is clipped, the log-odds stay finite
+    p_all = (3 * p0 + p_reels) / 4  # three feed impressions, one on reels (a clipped 100% rate)
     assert feed["user_all_impressions_before"] == 4.0
     assert feed["user_all_click_logit_before"] == pytest.approx(logit((2 + 2 * p_all) / (4 + 2)) - logit(p_all))
     assert feed["user_all_click_logit_before"] < 0  # half its clicks where its surfaces give 62%
+    # user 1 on every surface but feed: its one reels impression, clicked, against reels' rate
+    assert feed["user_other_impressions_before"] == 1.0
+    assert feed["user_other_click_logit_before"] == pytest.approx(logit((1 + 2 * p_reels) / 3) - logit(p_reels))
     unseen = out.row(1, named=True)  # ad 9 and user 3 never shown: no evidence either way
     assert [unseen[c] for c in COUNTER_COLUMNS] == [0.0] * len(COUNTER_COLUMNS)
     reels = out.row(2, named=True)  # ad 8 never on reels; user 1 clicked the one reels impression
+    # ... and on every surface but reels: its three feed impressions, one clicked, against feed's rate
+    assert reels["user_other_impressions_before"] == 3.0
+    assert reels["user_other_click_logit_before"] == pytest.approx(feed["user_click_logit_before"])
     assert reels["ad_impressions_before"] == 0.0 and reels["ad_click_logit_before"] == 0.0
     assert reels["user_impressions_before"] == 1.0
-    p_reels = 1 - 1e-3  # a surface of clicks only: the prior is clipped, the log-odds stay finite
     assert reels["user_click_logit_before"] == pytest.approx(logit((1 + 2 * p_reels) / 3) - logit(p_reels))
 
 

@@ -4,6 +4,7 @@ base-rate start of the heads that real click rates need."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 from pathlib import Path
 
@@ -75,10 +76,13 @@ def test_seeds_report_averages_seeds_with_intervals(tmp_path: Path, monkeypatch:
         path = models_dir(FOUNDATION, home=tmp_path) / v / PREDICTIONS
         path.parent.mkdir(parents=True)
         pl.concat(good).write_parquet(path)
+        valid = [{"surface": s, "task": "click", "ne": 0.80 + seed / 100} for s in surfaces]  # E-1, from training
+        (path.parent / "metrics.json").write_text(json.dumps({"valid_rows": valid}))
         for s, g in zip(surfaces, good, strict=True):  # the baseline predicts the base rate
             b = models_dir(BASELINE, s, home=tmp_path) / v / PREDICTIONS
             b.parent.mkdir(parents=True)
             g.with_columns(p_click=pl.lit(0.7)).write_parquet(b)
+            (b.parent / "metrics.json").write_text(json.dumps({"valid_rows": [{"surface": s, "task": "click", "ne": 0.9}]}))
     doc = seeds_report("douban", versions, n_boot=200)
     assert doc["seeds"] == [0, 1, 2]
     for r in doc["rows"]:
@@ -87,7 +91,9 @@ def test_seeds_report_averages_seeds_with_intervals(tmp_path: Path, monkeypatch:
         assert f["ne_ci"][0] <= f["ne"] <= f["ne_ci"][1]
         assert b["ne"] == pytest.approx(normalized_entropy(y[r["surface"]], np.full(n, 0.7)))
         assert r["foundation_minus_single"]["verdict"] == "a better" and r["positives"] == int(y[r["surface"]].sum())
+        assert f["valid_ne"] == pytest.approx(0.81) and b["valid_ne"] == pytest.approx(0.9)  # seed means on E-1
     assert "| movie |" in seeds_markdown(doc) and "foundation better" in seeds_markdown(doc)
+    assert "| 0.8100 / 0.9000 |" in seeds_markdown(doc)
 
 
 def test_dataset_students_preset_layers_on_the_shared_one(monkeypatch: pytest.MonkeyPatch) -> None:
