@@ -71,9 +71,11 @@ def attach_counters(
     known = known.join(prior, on="surface", how="left")
     out, a = day, prior_strength
     joint = _joint_offsets(known, a, joint_passes) if joint_passes else {}
+    sums: dict[str, pl.DataFrame] = {}  # (keys, n, c, p) per counter: user_other_* is user_all_* minus user_*
     for name, keys in _KEYS.items():
         # p0 of a key: its surface's rate; across surfaces, the mean of its impressions' surface rates
         counts = known.group_by(keys).agg(n=pl.len().cast(pl.Float64), c=pl.col("clicked").sum(), p=pl.col("p0").mean())
+        sums[name] = counts
         shrunk = (pl.col("c") + a * pl.col("p")) / (pl.col("n") + a)
         if name in joint:
             counts = counts.join(joint[name], on=keys, how="left")
@@ -84,16 +86,16 @@ def attach_counters(
             pl.col("n").fill_null(0.0).alias(f"{name}_impressions_before"),
             log_odds.fill_null(0.0).alias(f"{name}_click_logit_before"),
         ).drop("n", "c", "p", *(["o"] if name in joint else []))
-    return _attach_user_other(out, known, a).cast(COUNTER_COLUMNS)  # type: ignore[arg-type]
+    return _attach_user_other(out, sums["user_all"], sums["user"], a).cast(COUNTER_COLUMNS)  # type: ignore[arg-type]
 
 
-def _attach_user_other(out: pl.DataFrame, known: pl.DataFrame, a: float) -> pl.DataFrame:
+def _attach_user_other(out: pl.DataFrame, on_all: pl.DataFrame, on_own: pl.DataFrame, a: float) -> pl.DataFrame:
     """user_other_*: the user's impressions and shrunk relative log-odds on every surface but the row's
-    (all surfaces' sums minus the row's surface's), shrunk as user_all_* is."""
-    sums = {"n": pl.len().cast(pl.Float64), "c": pl.col("clicked").sum(), "s": pl.col("p0").sum()}
-    on_all = known.group_by("user_id").agg(**{f"{k}_all": v for k, v in sums.items()})
-    on_own = known.group_by("surface", "user_id").agg(**sums)
-    other = {k: pl.col(f"{k}_all").fill_null(0.0) - pl.col(k).fill_null(0.0) for k in sums}
+    (the user_all counts minus the row's surface's user counts), shrunk as user_all_* is."""
+    as_sums = [pl.col("n"), pl.col("c"), (pl.col("p") * pl.col("n")).alias("s")]  # s: the impressions' summed p0
+    on_all = on_all.select("user_id", *(e.name.suffix("_all") for e in as_sums))
+    on_own = on_own.select("surface", "user_id", *as_sums)
+    other = {k: pl.col(f"{k}_all").fill_null(0.0) - pl.col(k).fill_null(0.0) for k in ("n", "c", "s")}
     p = (pl.col("s_o") / pl.col("n_o")).clip(_EPS, 1 - _EPS)
     log_odds = _logit((pl.col("c_o") + a * p) / (pl.col("n_o") + a)) - _logit(p)
     return (
