@@ -88,7 +88,6 @@ COUNTER_COLUMNS: dict[str, pl.DataType] = {
     "user_all_click_logit_before": pl.Float64(),
     "user_other_impressions_before": pl.Float64(),
     "user_other_click_logit_before": pl.Float64(),
-    "user_pooled_click_logit_before": pl.Float64(),  # the user on the surface, shrunk toward user_other_*
 }
 
 # The counters that read other surfaces, each with its one-surface counterpart: what a single-surface
@@ -98,7 +97,6 @@ CROSS_SURFACE_COUNTERS: dict[str, str | None] = {
     "user_all_click_logit_before": "user_click_logit_before",
     "user_other_impressions_before": None,
     "user_other_click_logit_before": None,
-    "user_pooled_click_logit_before": "user_click_logit_before",  # nothing to pool with: the own log-odds
 }
 
 TRAINING_EXAMPLES_SCHEMA: dict[str, pl.DataType] = {**EVENTS_SCHEMA, **HISTORY_COLUMNS, **COUNTER_COLUMNS}

@@ -19,13 +19,6 @@ the joint fit splits each click between the two.
 
 `user_other_*` reads the user on every surface but the row's: what other surfaces say of a user,
 apart from what the row's own surface already says (`user_all_*` holds both).
-
-`user_pooled_click_logit_before` is the user's log-odds on the row's surface shrunk toward what the
-other surfaces say of the user instead of toward the surface's rate (partial pooling): with n own
-impressions, the posterior mean (n * own + a * other) / (n + a) in its Gaussian form, i.e. the shrunk
-own log-odds plus a / (n + a) of `user_other_click_logit_before`. A user new to the surface reads the
-other surfaces; one with many impressions there reads its own rate. A linear model of the own and the
-other log-odds gives the other surfaces one weight for every user, however much the surface knows.
 """
 
 from __future__ import annotations
@@ -93,10 +86,7 @@ def attach_counters(
             pl.col("n").fill_null(0.0).alias(f"{name}_impressions_before"),
             log_odds.fill_null(0.0).alias(f"{name}_click_logit_before"),
         ).drop("n", "c", "p", *(["o"] if name in joint else []))
-    out = _attach_user_other(out, sums["user_all"], sums["user"], a)
-    pooled = pl.col("user_click_logit_before") + a / (pl.col("user_impressions_before") + a) * pl.col(
-        "user_other_click_logit_before")
-    return out.with_columns(user_pooled_click_logit_before=pooled).cast(COUNTER_COLUMNS)  # type: ignore[arg-type]
+    return _attach_user_other(out, sums["user_all"], sums["user"], a).cast(COUNTER_COLUMNS)  # type: ignore[arg-type]
 
 
 def _attach_user_other(out: pl.DataFrame, on_all: pl.DataFrame, on_own: pl.DataFrame, a: float) -> pl.DataFrame:

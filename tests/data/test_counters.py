@@ -124,29 +124,3 @@ def test_joint_passes_converge_to_the_l2_logistic_regression() -> None:
         for k, o in offsets.items():  # the penalised score of every offset is 0 at the optimum
             g = sum(e for r, e in zip(past.iter_rows(named=True), resid, strict=True) if r[key] == k) - l2 * o
             assert abs(g) < 1e-4, (key, k, g)
-
-
-def test_pooled_user_log_odds_lean_on_the_other_surfaces_as_the_surface_knows_less() -> None:
-    a = 2.0
-    out = attach_counters(TODAY, PAST, D, prior_strength=a)
-    feed, unseen, reels = (out.row(i, named=True) for i in range(3))
-    # posterior mean in Gaussian form: the shrunk own log-odds + a / (n + a) of the other surfaces'
-    for r in (feed, reels):
-        n = r["user_impressions_before"]
-        assert r["user_pooled_click_logit_before"] == pytest.approx(
-            r["user_click_logit_before"] + a / (n + a) * r["user_other_click_logit_before"])
-    # user 1 on feed (3 impressions, a third clicked): its one clicked reels impression lifts it a little
-    assert feed["user_click_logit_before"] < feed["user_pooled_click_logit_before"] < feed["user_other_click_logit_before"]
-    assert unseen["user_pooled_click_logit_before"] == 0.0  # no evidence anywhere
-    # a user never shown on the surface reads what the other surfaces say of it
-    newcomer = rows([(D, "marketplace", 9, 1, 0, None)])
-    m = attach_counters(newcomer, PAST, D, prior_strength=a).row(0, named=True)
-    assert m["user_impressions_before"] == 0.0
-    assert m["user_pooled_click_logit_before"] == pytest.approx(m["user_other_click_logit_before"]) != 0.0
-    # more evidence on the surface: the other surfaces' share shrinks
-    many = pl.concat([PAST] + [PAST.filter(pl.col("surface") == "feed")] * 5)
-    heavy = attach_counters(TODAY, many, D, prior_strength=a).row(0, named=True)
-    share = lambda r: (r["user_pooled_click_logit_before"] - r["user_click_logit_before"]) / r[  # noqa: E731
-        "user_other_click_logit_before"]
-    assert share(heavy) == pytest.approx(a / (heavy["user_impressions_before"] + a))
-    assert share(heavy) < share(feed)

@@ -27,7 +27,6 @@ def test_view_keeps_own_history_and_reads_counters_on_one_surface():
         "user_all_click_logit_before": [1.2, -0.8],
         "user_other_impressions_before": [6.0, 7.0],
         "user_other_click_logit_before": [0.8, -0.8],
-        "user_pooled_click_logit_before": [0.7, -0.8],
         "ad_click_logit_before": [0.1, 0.2],
     })
     out = own_surface_view(rows, "book").collect()
@@ -40,7 +39,6 @@ def test_view_keeps_own_history_and_reads_counters_on_one_surface():
     assert out["user_all_click_logit_before"].to_list() == [0.4, 0.0]
     assert out["user_other_impressions_before"].to_list() == [0.0, 0.0]  # no other surface: no evidence
     assert out["user_other_click_logit_before"].to_list() == [0.0, 0.0]
-    assert out["user_pooled_click_logit_before"].to_list() == [0.4, 0.0]  # nothing to pool with: its own
     assert out["ad_click_logit_before"].to_list() == [0.1, 0.2]
 
 
