@@ -3,7 +3,8 @@
 Per surface on the evaluation day E: the foundation model and its single-surface baseline (the
 same version), each with click NE, AUC and calibration and their 95% percentile-bootstrap
 intervals; the peer targets of source.yaml; whether the hierarchical path applies (a domain of one
-surface has no domain model worth the name); and the students the distillation report selected.
+surface has no domain model worth the name); the students the distillation report selected; and how
+much the counters knew on the days the models were fitted, selected and evaluated on (features only).
 Written to reports/real_data_report.json and .md.
 """
 
@@ -20,7 +21,7 @@ import polars as pl
 from gem_model.config import load_calendar, load_surfaces
 from gem_model.data import ExampleStream
 from gem_model.metrics import TASKS, auc, bootstrap_ci, calibration, normalized_entropy, predict
-from gem_model.paths import reports_dir
+from gem_model.paths import reports_dir, storage_options, table_uri
 from gem_model.registry import list_versions, load_model, read_accepted
 from gem_pipelines.sources.common import load_source
 
@@ -56,6 +57,28 @@ def _metric_block(preds: pl.DataFrame, surface: str, task: str, n_boot: int) -> 
     return {"ne": normalized_entropy(y, p), "ne_ci": ci["ne"], "auc": auc(y, p), "auc_ci": ci["auc"],
             "calibration": calibration(y, p), "calibration_ci": ci["calibration"], "n": int(s.height),
             "positives": int(y.sum())}
+
+
+# The counters' evidence: earlier impressions of the row's user on its surface, of the user elsewhere, of its ad.
+EVIDENCE = ("user_impressions_before", "user_other_impressions_before", "ad_impressions_before")
+
+
+def counter_evidence(surfaces: list[str], lake: str | None = None) -> list[dict[str, Any]]:
+    """Per surface and role day (the teacher's window, the selection day E-1, the evaluation day E):
+    rows and the mean of each EVIDENCE counter, read from `training_examples` (no label is read). A
+    model fitted and selected where the user's own surface knew little may weigh the other surfaces
+    more than E, where it knows more, rewards: this shows whether E is such a day."""
+    roles = load_calendar().roles()
+    days = {"teacher": roles.teacher, "validation": (roles.validation,) * 2, "evaluation": (roles.evaluation,) * 2}
+    uri = table_uri("training_examples", root=lake)
+    lf = pl.scan_delta(uri, storage_options=storage_options(uri)).filter(pl.col("surface").is_in(surfaces))
+    role = pl.when(pl.col("date").is_between(*days["teacher"])).then(pl.lit("teacher"))
+    for name in ("validation", "evaluation"):
+        role = role.when(pl.col("date") == days[name][0]).then(pl.lit(name))
+    table = (lf.with_columns(role=role).filter(pl.col("role").is_not_null())
+             .group_by("surface", "role").agg(rows=pl.len(), **{c: pl.col(c).mean() for c in EVIDENCE}).collect())
+    order = {name: i for i, name in enumerate(days)}
+    return sorted(table.to_dicts(), key=lambda r: (surfaces.index(r["surface"]), order[r["role"]]))
 
 
 def real_data_report(dataset: str, *, n_boot: int = 200, lake: str | None = None) -> dict[str, Any]:
@@ -100,6 +123,7 @@ def real_data_report(dataset: str, *, n_boot: int = 200, lake: str | None = None
                 if key in preds:
                     row[model] = _metric_block(preds[key], s, task, n_boot)
             doc["rows"].append(row)
+    doc["counter_evidence"] = counter_evidence(surfaces.names, lake)
     dist = reports_dir() / "distillation_report.json"
     if dist.exists():
         doc["students_selected"] = json.loads(dist.read_text()).get("selected", {})
@@ -135,6 +159,11 @@ def to_markdown(doc: dict[str, Any]) -> str:
     if doc.get("students_selected"):
         lines += ["", "Students selected on E-1: " + ", ".join(
             f"{s}: {v['arm']}/{v['path']}" for s, v in doc["students_selected"].items())]
+    if doc.get("counter_evidence"):
+        lines += ["", "What the counters knew (mean earlier impressions per row; features only, no label read):", "",
+                  "| surface | days | rows | user on its surface | user on the other surfaces | ad |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['surface']} | {r['role']} | {r['rows']:,} | " + " | ".join(f"{r[c]:.1f}" for c in EVIDENCE) + " |"
+                  for r in doc["counter_evidence"]]
     return "\n".join(lines) + "\n"
 
 
