@@ -189,9 +189,6 @@ class CountersConfig(_Strict):
     # 0: the ad's and the user's log-odds on a surface are their own shrunk rates; n: the two offsets of
     # one L2 logistic regression, n backfitting sweeps (a user's popular items no longer count twice)
     joint_passes: int = Field(default=0, ge=0, le=50)
-    # the ad's earlier ratings by users like the row's user (gem_pipelines/data/neighbours.py): a
-    # users x users likeness per surface and over all, so off unless a world's user count allows it
-    neighbours: bool = False
 
 
 class FeaturesConfig(_Strict):

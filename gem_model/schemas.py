@@ -88,8 +88,6 @@ COUNTER_COLUMNS: dict[str, pl.DataType] = {
     "user_all_click_logit_before": pl.Float64(),
     "user_other_impressions_before": pl.Float64(),
     "user_other_click_logit_before": pl.Float64(),
-    "ad_neighbours_click_before": pl.Float64(),  # gem_pipelines/data/neighbours.py (0 unless counters.neighbours)
-    "ad_neighbours_own_click_before": pl.Float64(),
 }
 
 # The counters that read other surfaces, each with its one-surface counterpart: what a single-surface
@@ -99,7 +97,6 @@ CROSS_SURFACE_COUNTERS: dict[str, str | None] = {
     "user_all_click_logit_before": "user_click_logit_before",
     "user_other_impressions_before": None,
     "user_other_click_logit_before": None,
-    "ad_neighbours_click_before": "ad_neighbours_own_click_before",  # likeness on the row's surface alone
 }
 
 TRAINING_EXAMPLES_SCHEMA: dict[str, pl.DataType] = {**EVENTS_SCHEMA, **HISTORY_COLUMNS, **COUNTER_COLUMNS}

@@ -28,7 +28,6 @@ import datetime as dt
 import polars as pl
 
 from gem_model.schemas import COUNTER_COLUMNS
-from gem_pipelines.data.neighbours import NEIGHBOUR_COLUMNS, attach_neighbours
 
 _KEYS = {"ad": ["surface", "ad_id"], "user": ["surface", "user_id"], "user_all": ["user_id"]}
 _EPS = 1e-3  # a surface with no clicks (or no non-clicks) yet still gives finite log-odds
@@ -58,11 +57,9 @@ def _joint_offsets(known: pl.DataFrame, a: float, passes: int) -> dict[str, pl.D
 
 
 def attach_counters(
-    day: pl.DataFrame, past: pl.DataFrame, date: dt.date, prior_strength: float, joint_passes: int = 0,
-    neighbours: bool = False,
+    day: pl.DataFrame, past: pl.DataFrame, date: dt.date, prior_strength: float, joint_passes: int = 0
 ) -> pl.DataFrame:
-    """`day` + COUNTER_COLUMNS from `past` (date, surface, ad_id, user_id, click, click_ts of earlier days);
-    the neighbour counters (data/neighbours.py) only with `neighbours`, else 0."""
+    """`day` + COUNTER_COLUMNS from `past` (date, surface, ad_id, user_id, click, click_ts of earlier days)."""
     if past.height and past["date"].max() >= date:  # type: ignore[operator]
         raise ValueError(f"counters for {date} were given impressions of {date} or later")
     midnight = dt.datetime.combine(date, dt.time(), tzinfo=dt.UTC)
@@ -89,9 +86,7 @@ def attach_counters(
             pl.col("n").fill_null(0.0).alias(f"{name}_impressions_before"),
             log_odds.fill_null(0.0).alias(f"{name}_click_logit_before"),
         ).drop("n", "c", "p", *(["o"] if name in joint else []))
-    out = _attach_user_other(out, sums["user_all"], sums["user"], a)
-    out = attach_neighbours(out, known) if neighbours else out.with_columns(pl.lit(0.0).alias(c) for c in NEIGHBOUR_COLUMNS)
-    return out.cast(COUNTER_COLUMNS)  # type: ignore[arg-type]
+    return _attach_user_other(out, sums["user_all"], sums["user"], a).cast(COUNTER_COLUMNS)  # type: ignore[arg-type]
 
 
 def _attach_user_other(out: pl.DataFrame, on_all: pl.DataFrame, on_own: pl.DataFrame, a: float) -> pl.DataFrame:
