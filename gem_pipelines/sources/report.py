@@ -69,15 +69,16 @@ def counter_evidence(surfaces: list[str], lake: str | None = None) -> list[dict[
     model fitted and selected where the user's own surface knew little may weigh the other surfaces
     more than E, where it knows more, rewards: this shows whether E is such a day."""
     roles = load_calendar().roles()
-    days = {"teacher": roles.teacher, "validation": (roles.validation,) * 2, "evaluation": (roles.evaluation,) * 2}
+    windows = {"teacher": roles.teacher, "validation": (roles.validation,) * 2, "evaluation": (roles.evaluation,) * 2}
+    role = pl.coalesce(pl.when(pl.col("date").is_between(lo, hi)).then(pl.lit(name)) for name, (lo, hi) in windows.items())
     uri = table_uri("training_examples", root=lake)
-    lf = pl.scan_delta(uri, storage_options=storage_options(uri)).filter(pl.col("surface").is_in(surfaces))
-    role = pl.when(pl.col("date").is_between(*days["teacher"])).then(pl.lit("teacher"))
-    for name in ("validation", "evaluation"):
-        role = role.when(pl.col("date") == days[name][0]).then(pl.lit(name))
-    table = (lf.with_columns(role=role).filter(pl.col("role").is_not_null())
-             .group_by("surface", "role").agg(rows=pl.len(), **{c: pl.col(c).mean() for c in EVIDENCE}).collect())
-    order = {name: i for i, name in enumerate(days)}
+    table = (
+        pl.scan_delta(uri, storage_options=storage_options(uri))
+        .filter(pl.col("surface").is_in(surfaces), pl.col("date").is_between(roles.teacher[0], roles.evaluation))
+        .with_columns(role=role).filter(pl.col("role").is_not_null())
+        .group_by("surface", "role").agg(rows=pl.len(), **{c: pl.col(c).mean() for c in EVIDENCE}).collect()
+    )
+    order = {name: i for i, name in enumerate(windows)}
     return sorted(table.to_dicts(), key=lambda r: (surfaces.index(r["surface"]), order[r["role"]]))
 
 

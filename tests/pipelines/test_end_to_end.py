@@ -10,6 +10,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 import pytest
+import yaml
 
 from gem_model.config import load_surfaces
 from gem_pipelines.quality_gate import untraced_accepted
@@ -40,9 +41,10 @@ def test_demo_materializes_the_graph_with_green_checks(demo_world) -> None:
     assert events.schema["date"] == pl.Date
     per_partition = events.group_by("date", "surface").len()
     assert per_partition.height == 5 * len(surfaces)
-    # the tests' small world (conftest.small_assets: 2,500 impressions a day), not one leaked from the
-    # environment (GEM_SIMULATOR=eval once made every end-to-end subprocess simulate 80,000 a day)
-    assert events.height < 1.2 * 5 * 2500  # Poisson counts around 2,500 a day
+    # the tests' small world (conftest.small_assets), not one leaked from the environment
+    # (GEM_SIMULATOR=eval once made every end-to-end subprocess simulate simulator_eval.yaml's 80,000 a day)
+    per_day = yaml.safe_load((Path(e2e_env["GEM_ASSETS_DIR"]) / "simulator.yaml").read_text())["impressions_per_day"]
+    assert events.height < 1.2 * 5 * per_day  # Poisson counts around it
     quarantine = pl.read_delta(str(lake / "events_quarantine"))
     assert quarantine.height > 0 and quarantine["reason"].null_count() == 0
     examples = pl.read_delta(str(lake / "training_examples"))
