@@ -159,10 +159,7 @@ def run_baselines(
 
     oracle = None
     if oracle_uri:
-        try:
-            oracle = read_oracle([eval_day], uri=oracle_uri, storage_options=so)
-        except Exception:  # no oracle table (real logs): metrics without the floor
-            oracle = None
+        oracle = read_oracle([eval_day], uri=oracle_uri, storage_options=so, missing_ok=True)
     names = list(surfaces.names)
     results: dict[str, list[dict[str, Any]]] = {}
 

@@ -180,10 +180,7 @@ def evaluate_day(
     from gem_model.data import ExampleStream
 
     surfaces = list(surfaces)
-    try:
-        oracle_df = read_oracle([day], surfaces, uri=oracle_uri)
-    except Exception:  # no oracle (real logs): metrics without the floor
-        oracle_df = None
+    oracle_df = read_oracle([day], surfaces, uri=oracle_uri, missing_ok=True)
     stream = ExampleStream(day, day, surfaces, batch_size=batch_size, shuffle=False, uri=uri,
                            max_len=getattr(getattr(model, "cfg", None), "seq_len", None))
     return metric_rows(predict(model, stream, device=device), oracle_df)
@@ -206,17 +203,24 @@ def evaluate(
 
 def read_oracle(
     dates: Iterable[Any], surfaces: Iterable[str] | None = None, *, uri: str | None = None,
-    storage_options: dict[str, str] | None = None,
-) -> pl.DataFrame:
-    """The oracle rows of some days (evaluation only; models never read this table)."""
+    storage_options: dict[str, str] | None = None, missing_ok: bool = False,
+) -> pl.DataFrame | None:
+    """The oracle rows of some days (evaluation only; models never read this table). Real logs have
+    no oracle table: with `missing_ok` that gives None (metrics without the floor); any other
+    failure to read an existing table still raises."""
     import datetime as dt
+
+    from deltalake import DeltaTable
 
     from gem_model.paths import storage_options as env_so
     from gem_model.paths import table_uri
 
+    uri = uri or table_uri("oracle")
+    so = storage_options or env_so()
+    if missing_ok and not DeltaTable.is_deltatable(uri, storage_options=so):
+        return None
     days = [d if isinstance(d, dt.date) else dt.date.fromisoformat(str(d)) for d in dates]
-    lf = pl.scan_delta(uri or table_uri("oracle"), storage_options=storage_options or env_so())
-    lf = lf.filter(pl.col("date").is_in(days))
+    lf = pl.scan_delta(uri, storage_options=so).filter(pl.col("date").is_in(days))
     if surfaces is not None:
         lf = lf.filter(pl.col("surface").is_in(list(surfaces)))
     return lf.select("request_id", "surface", "p_click", "p_conversion").collect()

@@ -127,11 +127,7 @@ def _iter_students(
             dates, wanted, uri=tp_uri, embeddings=needs_emb)
     modules = {k: _resolve_teacher(v) for k, v in (teachers or {}).items()} if (needs_tables or teachers) else {}
     d_model = _d_model(modules, hp["student"])
-    oracle_df = None
-    try:
-        oracle_df = read_oracle([roles.validation, roles.evaluation], surfaces, uri=oracle_uri)
-    except Exception:  # no oracle (real logs): metrics without the floor
-        oracle_df = None
+    oracle_df = read_oracle([roles.validation, roles.evaluation], surfaces, uri=oracle_uri, missing_ok=True)
 
     for surface in surfaces:
         s_idx = surfaces_config.names.index(surface)
@@ -447,10 +443,7 @@ def score_student(
         tp = teacher_predictions if teacher_predictions is not None else read_teacher_predictions(
             [day], [teacher], uri=tp_uri, embeddings=embeddings)
         data = attach_teacher(data, tp, teacher, embeddings=embeddings)
-    try:
-        oracle_df = read_oracle([day], [surface], uri=oracle_uri)
-    except Exception:  # no oracle (real logs): metrics without the floor
-        oracle_df = None
+    oracle_df = read_oracle([day], [surface], uri=oracle_uri, missing_ok=True)
     preds = _preds_frame(data, predict_student(model, data), surface)
     return [r for r in metric_rows(preds, oracle_df) if r["task"] in cfg.get("tasks", TASKS)]
 

@@ -72,3 +72,17 @@ def test_metric_rows_with_oracle():
     assert fc["oracle_ne"] < fc["ne"]
     assert fc["gap"] == pytest.approx(fc["ne"] / fc["oracle_ne"] - 1)
     assert metric_rows(preds, None)[0]["oracle_ne"] is None
+
+
+def test_read_oracle_missing_table(lake, tmp_path):
+    """Real logs have no oracle table: `missing_ok` says so with None; without it, or for a table that
+    exists, nothing is hidden."""
+    from gem_model.metrics import read_oracle
+
+    absent = str(tmp_path / "no_oracle")
+    assert read_oracle(["2026-11-05"], uri=absent, missing_ok=True) is None
+    with pytest.raises(Exception, match="(?i)not a delta table|no such|not found"):
+        read_oracle(["2026-11-05"], uri=absent)
+    rows = read_oracle(["2026-11-05"], ["feed"], uri=str(lake / "oracle"), missing_ok=True)
+    assert rows is not None and rows.height > 0
+    assert set(rows["surface"].unique()) == {"feed"}
