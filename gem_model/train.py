@@ -592,8 +592,8 @@ def train(
     if (rank == 0 or layout.collective) and dcfg["eval"]:  # sharded: every rank takes part in the forward
         oracle_df = None
         if dcfg["oracle"]:
-            oracle_uri = table_uri("oracle", lake) if lake else table_uri("oracle")
-            oracle_df = read_oracle([dcfg["eval"]], dcfg["surfaces"], uri=oracle_uri, storage_options=so, missing_ok=True)
+            oracle_df = read_oracle([dcfg["eval"]], dcfg["surfaces"], uri=table_uri("oracle", lake), storage_options=so,
+                                    missing_ok=True)
             if oracle_df is None:  # real logs
                 _say(rank, f"no oracle table in this lake: metrics on {dcfg['eval']} without the floor")
         eval_preds = predict(core, eval_stream(dcfg["eval"]), device=device, amp_dtype=amp_dtype)
