@@ -64,7 +64,7 @@ def has(m):
         return False
     return True
 mods = {m: has(m) for m in ('triton', 'yaml', 'pytest', 'hypothesis', 'pytest_timeout', 'polars', 'deltalake', 'pydantic')}
-import kernels, gem_model.models, gem_model.synthetic_batches  # the GPU path: torch + triton + PyYAML only
+import kernels, gem_model.models, gem_model.models.synthetic_batches  # the GPU path: torch + triton + PyYAML only
 dev = torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu'
 print(f'python {platform.python_version()}; torch {torch.__version__}; {dev}; ' + ', '.join(f'{k}={\"yes\" if v else \"no\"}' for k, v in mods.items()))
 "

@@ -4,7 +4,7 @@
 
 For each trained model (a `model.pt`, e.g. from `bench/model_search.py --keep DIR`) and, with
 `--svd DIM`, for the PPMI-SVD start of `train.item_svd` computed on the calendar's teacher window of
-the lake (gem_model.item_svd, as train runs it), prints how far the shared item table of ads and
+the lake (gem_model.train.item_svd, as train runs it), prints how far the shared item table of ads and
 organic items carries the true topics of the simulator's world (which no model reads):
 
 - ads / items: share whose nearest topic centroid (mean direction of the organic items of a topic)
@@ -25,7 +25,7 @@ sys.path.insert(0, str(_HERE.parent))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from gem_model.data import hash_int64  # noqa: E402
+from gem_model.data.vocab import hash_int64  # noqa: E402
 
 
 def topic_recovery(table: np.ndarray, ad_topic: np.ndarray, item_topic: np.ndarray) -> dict[str, float]:
@@ -45,12 +45,12 @@ def topic_recovery(table: np.ndarray, ad_topic: np.ndarray, item_topic: np.ndarr
 def svd_table(dim: int) -> np.ndarray:
     """The item table train.item_svd starts from, on the calendar's teacher window of the lake."""
     from gem_model.config import load_calendar, load_features, load_surfaces
-    from gem_model.data import ExampleStream
-    from gem_model.item_svd import set_item_svd
+    from gem_model.data.loader import ExampleStream
     from gem_model.models.config import GEMConfig
     from gem_model.models.gem import build_model
-    from gem_model.paths import table_uri
-    from gem_model.train import load_preset
+    from gem_model.store.paths import table_uri
+    from gem_model.train.item_svd import set_item_svd
+    from gem_model.train.loop import load_preset
 
     features, surfaces = load_features(), load_surfaces()
     preset = load_preset("small")
@@ -71,7 +71,7 @@ def main() -> None:
     p.add_argument("--svd", type=int, default=None, metavar="DIM", help="also the PPMI-SVD start of this width")
     a = p.parse_args()
     from gem_model.config import load_simulator
-    from gem_model.registry import load_model
+    from gem_model.models.registry import load_model
     from gem_pipelines.data.simulator import world_topics
 
     ad_topic, item_topic = world_topics(load_simulator())

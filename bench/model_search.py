@@ -17,7 +17,7 @@ never read here (data.eval is unset). Appends the table to bench/MODEL_SEARCH.md
 A real dataset's lake (`GEM_DATA=douban GEM_HOME=.gem/douban`, built by `make demo DATA=douban` or
 `python -m gem_pipelines.demo --through features`) is searched the same way; its preset includes
 assets/sources/<dataset>/models/<preset>.yaml. Ad-hoc variants: `--set name='{"train": {...}}'`.
-The training and E-1 scoring are gem_model.selection's (shared with gem_pipelines.sources.validate).
+The training and E-1 scoring are gem_model.train.selection's (shared with gem_pipelines.sources.validate).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
 from gem_model.config import dataset_name, load_calendar  # noqa: E402
-from gem_model.paths import lake_root  # noqa: E402
-from gem_model.selection import TABLE_HEAD, score_variant, table_row  # noqa: E402
+from gem_model.store.paths import lake_root  # noqa: E402
+from gem_model.train.selection import TABLE_HEAD, score_variant, table_row  # noqa: E402
 
 SYNTHETIC_WORLD = {"n_users": 400, "n_ads": 48, "n_items": 192, "n_topics": 6, "max_hist": 16}
 # name -> overrides of assets/models/<preset>.yaml
@@ -130,7 +130,7 @@ def main() -> None:
     a.variants += [k for k in adhoc if k not in a.variants]
     lake = None
     if a.world == "synthetic":
-        from gem_model.synthetic import write_synthetic_lake
+        from gem_model.data.synthetic import write_synthetic_lake
 
         lake = tempfile.mkdtemp(prefix="gem_search_")
         days = [dt.date(2026, 11, 1) + dt.timedelta(days=i) for i in range(5)]

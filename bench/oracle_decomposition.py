@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gem_model.config import load_calendar, load_simulator, load_surfaces  # noqa: E402
-from gem_model.metrics import normalized_entropy  # noqa: E402
+from gem_model.eval.metrics import normalized_entropy  # noqa: E402
 from gem_pipelines.data import simulator as sim  # noqa: E402
 
 LOOKBACK = 7

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "tests" / "model"))  # make_batch: random batches 
 from gem_model.config import load_calendar, load_features, load_simulator  # noqa: E402
 from gem_model.models.config import GEMConfig  # noqa: E402
 from gem_model.models.gem import build_model  # noqa: E402
-from gem_model.train import load_preset  # noqa: E402
+from gem_model.train.loop import load_preset  # noqa: E402
 
 PRESETS = ("tiny", "small", "base", "large")
 GB = 1e9
@@ -67,7 +67,7 @@ def param_counts(cfg: GEMConfig) -> tuple[int, int]:
 def bytes_per_sample(max_len: int) -> dict[str, float]:
     """Arrow and Parquet bytes per row of `training_examples`, and per history element, from two
     synthetic days (histories U[0, 16] and U[0, max_len]) written as Delta tables."""
-    from gem_model.synthetic import synthetic_day
+    from gem_model.data.synthetic import synthetic_day
 
     points = []
     for cap in (16, max_len):

@@ -27,11 +27,11 @@ _HERE = str(Path(__file__).resolve().parent)
 sys.path[:] = [p for p in sys.path if p not in ("", _HERE)] + [str(Path(_HERE).parent)]
 
 from gem_model.config import ASSETS_DIR, load_features, load_surfaces  # noqa: E402
-from gem_model.data import Encoder  # noqa: E402
+from gem_model.data.loader import Encoder  # noqa: E402
+from gem_model.data.synthetic import synthetic_day  # noqa: E402
 from gem_model.distill import Student, export_student, load_student_preset, student_config  # noqa: E402
 from gem_model.distill.dataset import last_k  # noqa: E402
 from gem_model.models import GEMConfig, build_model  # noqa: E402
-from gem_model.synthetic import synthetic_day  # noqa: E402
 
 
 def timeit(fn, repeats: int, warmup: int = 3) -> float:

@@ -10,7 +10,7 @@ Lake benches (need polars/deltalake; skipped with --synthetic):
 3. torch.compile (GEM.compile_dense, as train() does): cold start (empty inductor cache) vs warm
    start (the same cache), each in a fresh process, time to the first compiled training step.
 
-Synthetic step bench (gem_model.synthetic_batches: in memory, torch + PyYAML only; `base` preset and
+Synthetic step bench (gem_model.models.synthetic_batches: in memory, torch + PyYAML only; `base` preset and
 bf16 on CUDA by default): samples/s, step time, operators per step (torch profiler, CPU-side aten
 ops) and CUDA kernel launches per step, peak memory, MFU (model FLOPs from torch's FlopCounterMode
 plus the jagged attention's real-token FLOPs, over --peak-tflops); optionally a bf16-vs-fp32
@@ -39,14 +39,14 @@ START = dt.date(2026, 11, 1)
 
 
 def make_lake(home: Path, rows: int) -> None:
-    from gem_model.synthetic import write_synthetic_lake
+    from gem_model.data.synthetic import write_synthetic_lake
 
     if not (home / "lake" / "training_examples").exists():
         write_synthetic_lake(str(home / "lake"), [START + dt.timedelta(days=i) for i in range(4)], rows, max_hist=96)
 
 
 def bench_loader(rows_days: tuple[str, str], batch_size: int) -> float:
-    from gem_model.data import ExampleStream
+    from gem_model.data.loader import ExampleStream
 
     s = ExampleStream(*rows_days, batch_size=batch_size, max_len=32)
     t, n = time.perf_counter(), 0
@@ -56,7 +56,7 @@ def bench_loader(rows_days: tuple[str, str], batch_size: int) -> float:
 
 
 def bench_train(home: Path, steps: int, device: str) -> dict:
-    from gem_model.train import train
+    from gem_model.train.loop import train
 
     out = home / "bench_small"
     s = train({"preset": "small", "device": device, "out_dir": str(out),
@@ -68,9 +68,9 @@ def bench_train(home: Path, steps: int, device: str) -> dict:
 def bench_jagged_vs_padded(steps: int, device: str) -> dict:
     import torch
 
-    from gem_model.data import ExampleStream
+    from gem_model.data.loader import ExampleStream
     from gem_model.models import GEM, GEMConfig
-    from gem_model.train import load_preset
+    from gem_model.train.loop import load_preset
 
     dims = load_preset("small")["model"]
     cfg = GEMConfig.from_specs(dims)
@@ -116,9 +116,9 @@ def bench_jagged_vs_padded(steps: int, device: str) -> dict:
 _COMPILE_CHILD = r"""
 import time, json, sys, torch
 t0 = time.perf_counter()
-from gem_model.data import ExampleStream
+from gem_model.data.loader import ExampleStream
 from gem_model.models import GEM, GEMConfig
-from gem_model.train import load_preset
+from gem_model.train.loop import load_preset
 cfg = GEMConfig.from_specs(load_preset("small")["model"])
 model = GEM(cfg).to(sys.argv[1]).compile_dense()  # what train() does with train.compile: true
 it = iter(ExampleStream("2026-11-02", "2026-11-02", batch_size=1024, max_len=cfg.seq_len))
@@ -162,12 +162,12 @@ def make_step(model, device, precision: str, grad_clip: float = 1.0):
     returns the loss as a device tensor (no read-back)."""
     import torch
 
-    from gem_model.optim import RowWiseAdagrad
+    from gem_model.train.optim import RowWiseAdagrad
 
-    if precision == "fp32":  # (no gem_model.precision import: --ops-only also runs on older trees)
+    if precision == "fp32":  # (no gem_model.train.precision import: --ops-only also runs on older trees)
         amp_dtype = None
     else:
-        from gem_model.precision import autocast_dtype
+        from gem_model.train.precision import autocast_dtype
 
         amp_dtype = autocast_dtype(precision, device)
     dense = torch.optim.AdamW(model.dense_parameters(), lr=1e-3, betas=(0.9, 0.98), fused=True)  # as train() on CUDA
@@ -226,7 +226,7 @@ def ops_only(preset: str = "tiny", batch_size: int = 256, compile_model: bool = 
     import torch
 
     from gem_model.models import GEM, GEMConfig
-    from gem_model.train import load_preset
+    from gem_model.train.loop import load_preset
     from tests.model.helpers import make_batch
 
     cfg = GEMConfig.from_specs(load_preset(preset)["model"])
@@ -244,7 +244,7 @@ def graph_breaks(preset: str = "tiny", batch_size: int = 64) -> dict:
     import torch
 
     from gem_model.models import GEM, GEMConfig
-    from gem_model.train import load_preset
+    from gem_model.train.loop import load_preset
     from tests.model.helpers import make_batch
 
     cfg = GEMConfig.from_specs(load_preset(preset)["model"])
@@ -280,8 +280,8 @@ def bench_synthetic(preset: str, device: str, precision: str, batch_size: int, s
     import torch
 
     from gem_model.models import GEM
-    from gem_model.precision import autocast_dtype
-    from gem_model.synthetic_batches import SyntheticBatches, config_from_assets
+    from gem_model.models.synthetic_batches import SyntheticBatches, config_from_assets
+    from gem_model.train.precision import autocast_dtype
 
     dev = torch.device(device)
     if dev.type == "cuda":
@@ -332,7 +332,7 @@ def bf16_smoke(preset: str, device: str, batch_size: int, steps: int) -> dict:
     import torch
 
     from gem_model.models import GEM
-    from gem_model.synthetic_batches import SyntheticBatches, config_from_assets
+    from gem_model.models.synthetic_batches import SyntheticBatches, config_from_assets
 
     dev = torch.device(device)
     cfg = config_from_assets(preset)

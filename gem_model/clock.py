@@ -3,42 +3,19 @@
 State, not config: it lives in $GEM_HOME/clock.json, so assets/calendar.yaml stays as written and
 `make clean` resets the world. Every day role (warm-up, teacher, students, validation, evaluation
 E) derives from the window's last day, so extending the window moves them all with E.
+`gem_model.config` reads it (`extra_days`) when it loads the calendar; this module advances it.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-from pathlib import Path
-
-
-def clock_path() -> Path:
-    from gem_model.paths import gem_home
-
-    return gem_home() / "clock.json"
-
-
-def extra_days() -> int:
-    """Days added to a fixed window since `make demo` (0 before the first `make next-day`)."""
-    path = clock_path()
-    if not path.exists():
-        return 0
-    value = json.loads(path.read_text()).get("extra_days", 0)
-    if not isinstance(value, int) or value < 0:
-        raise ValueError(f"{path}: extra_days must be a non-negative integer, got {value!r}")
-    return value
+from gem_model.config import clock_path, extra_days
+from gem_model.store import atomic
 
 
 def advance(days: int = 1) -> int:
     """Add `days` to the window (atomically: a reader never sees a half-written file); returns the total."""
     if days < 1:
         raise ValueError(f"days must be >= 1, got {days}")
-    path = clock_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
     total = extra_days() + days
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".clock.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump({"extra_days": total}, f)
-    os.replace(tmp, path)
+    atomic.write_json(clock_path(), {"extra_days": total})
     return total

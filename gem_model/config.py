@@ -7,6 +7,7 @@ never surfaces later as a KeyError deep inside an asset.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import re
 from functools import cached_property
@@ -32,6 +33,27 @@ _M = TypeVar("_M", bound="BaseModel")
 
 class ConfigError(ValueError):
     """A spec file in assets/ is invalid; the message names the file and the field."""
+
+
+def gem_home() -> Path:
+    """GEM_HOME, default `.gem/` in the repo root, always absolute."""
+    return Path(os.environ.get("GEM_HOME") or REPO_ROOT / ".gem").expanduser().resolve()
+
+
+def clock_path() -> Path:
+    """$GEM_HOME/clock.json: the days `make next-day` added to the calendar window (gem_model.clock)."""
+    return gem_home() / "clock.json"
+
+
+def extra_days() -> int:
+    """Days added to a fixed window since `make demo` (0 before the first `make next-day`)."""
+    path = clock_path()
+    if not path.exists():
+        return 0
+    value = json.loads(path.read_text()).get("extra_days", 0)
+    if not isinstance(value, int) or value < 0:
+        raise ValueError(f"{path}: extra_days must be a non-negative integer, got {value!r}")
+    return value
 
 
 def validate_name(value: str, what: str = "name") -> str:
@@ -308,8 +330,6 @@ def load_calendar(path: Path | None = None, **overrides: Any) -> CalendarConfig:
     """The window of assets/calendar.yaml, extended by the days `make next-day` added (gem_model.clock)."""
     calendar = _load(CalendarConfig, path or spec_path("calendar.yaml"), overrides)
     if path is None and "days" not in overrides and calendar.days != "open":
-        from gem_model.clock import extra_days
-
         if extra := extra_days():
             calendar = calendar.model_copy(update={"days": calendar.days + extra})
     return calendar

@@ -19,8 +19,8 @@ import polars as pl
 import yaml
 
 from gem_model.config import ASSETS_DIR, REPO_ROOT
-from gem_model.paths import table_uri
-from gem_model.schemas import (
+from gem_model.store.paths import table_uri
+from gem_model.store.schemas import (
     EVENTS_SCHEMA,
     ORACLE_SCHEMA,
     QUARANTINE_SCHEMA,
@@ -30,8 +30,8 @@ from gem_model.schemas import (
 
 # Library code behind each group: a change there changes the code version of its assets.
 _LIBRARY = {
-    "ingest": ["gem_pipelines/data", "gem_model/schemas.py"],
-    "features": ["gem_pipelines/data/history.py", "gem_model/schemas.py"],
+    "ingest": ["gem_pipelines/data", "gem_model/store/schemas.py"],
+    "features": ["gem_pipelines/data/history.py", "gem_model/store/schemas.py"],
     "foundation": ["gem_model"],
     "students": ["gem_model"],
 }

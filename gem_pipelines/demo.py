@@ -11,7 +11,7 @@ import time
 
 from dagster import DagsterRunStatus
 
-from gem_model.paths import gem_home, lake_root, reports_dir
+from gem_model.store.paths import gem_home, lake_root, reports_dir
 from gem_pipelines.code_location import CodeLocation
 from gem_pipelines.instance import get_instance, start_automation
 

@@ -1,5 +1,5 @@
 """`make eval`: the published protocol. 3 seeds of the foundation model, its single-surface
-baselines, the base rate and a logistic regression on hand-built features (gem_model.baselines),
+baselines, the base rate and a logistic regression on hand-built features (gem_model.eval.baselines),
 all on the same rows of E, and every distillation arm x path with 3 seeds.
 
 World: with the embedded simulator, the evaluation world of assets/simulator_eval.yaml (every
@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from gem_model.config import SIM, dataset_name
-from gem_model.model_quality import model_quality, quality_markdown, run_lr_baselines
-from gem_model.paths import gem_home, reports_dir
-from gem_model.registry import list_versions, version_dir
+from gem_model.eval.model_quality import model_quality, quality_markdown, run_lr_baselines
+from gem_model.models.registry import list_versions, version_dir
+from gem_model.store.paths import gem_home, reports_dir
 
 FOUNDATION_ASSET = "foundation_model"
 
@@ -142,7 +142,7 @@ def protocol(args: argparse.Namespace, world: EvalWorld | None, out_dir: Path, t
     """Foundation, single-surface, base rate and logistic regression, one seed at a time, each a
     complete comparison: the report is rewritten after every seed, so a cut-short run still reports
     the seeds it did."""
-    from gem_model.foundation import run_foundation, write_eval_report
+    from gem_model.train.foundation import run_foundation, write_eval_report
 
     results: list[dict] = []
     rows: list[dict] = []
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.build_only:
         return
     if args.rescore_versions:  # the table again from versions already trained (no training)
-        from gem_model.atomic import write_json
+        from gem_model.store.atomic import write_json
 
         results = [{"version_dir": str(version_dir(FOUNDATION_ASSET, v)), "seeds": [s]}
                    for v, s in zip(args.rescore_versions, args.seeds, strict=True)]
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
         print(md.read_text(), flush=True)
         return
     from gem_model.distill import ARMS, DEFAULT_PATHS, run_distillation, write_report
-    from gem_model.registry import read_accepted, resolve_checkpoint
+    from gem_model.models.registry import read_accepted, resolve_checkpoint
 
     beside: subprocess.Popen | None = None
     arms_log = out_dir / "eval_distillation.log"

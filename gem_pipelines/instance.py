@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from gem_model.atomic import write_text
-from gem_model.paths import gem_home
+from gem_model.store.atomic import write_text
+from gem_model.store.paths import gem_home
 
 if TYPE_CHECKING:
     from gem_pipelines.code_location import CodeLocation

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import dagster as dg
 from dagster_shared.serdes import deserialize_value, serialize_value
 
-from gem_model.paths import gem_home
+from gem_model.store.paths import gem_home
 
 if TYPE_CHECKING:
     from dagster._core.definitions.asset_daemon_cursor import AssetDaemonCursor

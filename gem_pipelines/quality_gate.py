@@ -3,7 +3,7 @@ version becomes ACCEPTED.
 
 Each training asset evaluates its new version on day E, calls `gate`, yields a blocking
 `quality_gate` check with `check_result`, and only then calls `accept`: ACCEPTED is written (by
-`gem_model.registry.write_accepted`, atomically) after a passing check event is in the instance's
+`gem_model.models.registry.write_accepted`, atomically) after a passing check event is in the instance's
 event log, so every ACCEPTED file traces to one (`untraced_accepted` lists those that do not).
 """
 
@@ -69,7 +69,7 @@ def accepted_rows(asset: str, evaluation_date: str, partition: str | None = None
     When the accepted version was gated on another day (the window moved), it is re-scored on this
     one with `rescore(version_dir)`; without a `rescore` there is nothing comparable (None).
     """
-    from gem_model.registry import read_accepted
+    from gem_model.models.registry import read_accepted
 
     version_dir = read_accepted(asset, partition)
     if version_dir is None:
@@ -112,14 +112,14 @@ def gate_table(verdict: dict[str, Any]) -> dg.MetadataValue:
 
 def record(version_dir: str | Path, verdict: dict[str, Any], rows: list[dict[str, Any]], evaluation_date: str) -> None:
     """Keep the gate's inputs and verdict beside the version (what the next gate compares with)."""
-    from gem_model.atomic import write_json
+    from gem_model.store.atomic import write_json
 
     write_json(Path(version_dir) / GATE_FILE, {"evaluation_date": evaluation_date, "rows": rows, "verdict": verdict})
 
 
 def accept(asset: str, version: str, verdict: dict[str, Any], partition: str | None = None) -> bool:
     """Point ACCEPTED at `version` iff its gate passed. Call after yielding `check_result`."""
-    from gem_model.registry import write_accepted
+    from gem_model.models.registry import write_accepted
 
     if verdict["passed"]:
         write_accepted(asset, version, partition)

@@ -16,7 +16,7 @@ from urllib.parse import quote, urlparse
 
 import dagster as dg
 
-from gem_model.paths import gem_home, reports_dir
+from gem_model.store.paths import gem_home, reports_dir
 
 DEFAULT_URL = "http://127.0.0.1:3001"
 

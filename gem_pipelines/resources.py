@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 
 from gem_model.config import SIM, SimulatorConfig, dataset_name, load_simulator, validate_name
-from gem_model.paths import gem_home, lake_root
+from gem_model.store.paths import gem_home, lake_root
 
 
 class LakeResource(dg.ConfigurableResource):

@@ -6,7 +6,7 @@ import json
 
 import dagster as dg
 
-from gem_model.paths import gem_home
+from gem_model.store.paths import gem_home
 from gem_pipelines.data.formats import LANDING_FILES
 from gem_pipelines.jobs import ingest_job
 from gem_pipelines.partitions import SURFACES, date_partitions_def, multi_key

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gem_model.data import TASKS
+from gem_model.data.loader import TASKS
 from gem_model.distill.dataset import StudentData
 
 _EPS = 1e-6

@@ -1,4 +1,4 @@
-"""In-memory, fixed-shape student inputs built from `training_examples` (through gem_model.data's
+"""In-memory, fixed-shape student inputs built from `training_examples` (through gem_model.data.loader's
 ExampleStream) and joined by request_id with the `teacher_predictions` table.
 
 Students read no jagged tensors: only the last `hist_k` history item ids per row (most recent
@@ -17,7 +17,7 @@ import polars as pl
 import torch
 
 from gem_model.config import FeaturesConfig, SurfacesConfig, load_features, load_surfaces
-from gem_model.data import Batch, ExampleStream, date_range
+from gem_model.data.loader import Batch, ExampleStream, date_range
 
 
 def last_k(offsets: torch.Tensor, values: torch.Tensor, k: int) -> torch.Tensor:

@@ -18,10 +18,10 @@ import torch
 import torch.nn.functional as F
 
 from gem_model.config import SurfacesConfig, load_calendar, load_surfaces
-from gem_model.data import ExampleStream
+from gem_model.data.loader import ExampleStream
 from gem_model.distill.config import load_student_preset
 from gem_model.distill.teacher import FOUNDATION, domain_teacher, read_teacher_predictions
-from gem_model.precision import autocast_dtype
+from gem_model.train.precision import autocast_dtype
 
 
 def teacher_targets(tp: pl.DataFrame, request_ids: Sequence[str]) -> torch.Tensor:
@@ -60,7 +60,7 @@ def train_domain_model(
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Train the domain model of `domain` and return (model, info).
 
-    foundation: the foundation GEM (already loaded, e.g. with gem_model.registry.load_model);
+    foundation: the foundation GEM (already loaded, e.g. with gem_model.models.registry.load_model);
     the domain model is a deep copy of it (same architecture, every weight initialised from it).
     teacher_predictions: the foundation's predictions for `dates` (default: read the
     teacher_predictions table at `tp_uri`). dates: inclusive student window (default: calendar
@@ -74,7 +74,7 @@ def train_domain_model(
     if dates is None:
         dates = load_calendar().roles().student
     if teacher_predictions is None:
-        from gem_model.data import date_range
+        from gem_model.data.loader import date_range
 
         teacher_predictions = read_teacher_predictions(date_range(*dates), [FOUNDATION], uri=tp_uri, embeddings=False)
     tp = teacher_predictions.filter(pl.col("teacher") == FOUNDATION)
@@ -131,11 +131,11 @@ def train_domain_model(
 def save_domain_model(
     model: torch.nn.Module, info: dict[str, Any], *, version: str | None = None, root: str | Path | None = None
 ) -> Path:
-    """Save in gem_model.train's model.pt layout ({"model", "model_config", "config", "step",
+    """Save in gem_model.train.loop's model.pt layout ({"model", "model_config", "config", "step",
     "rows"}; weights_only-safe) + metrics.json under <root or $GEM_HOME/models/domain_models>/<domain>/<version>/.
     Returns the model.pt path (what registry.load_model / run_distillation(teachers=...) take)."""
-    from gem_model.paths import models_dir
-    from gem_model.train import MODEL, atomic_save, atomic_write_json
+    from gem_model.store.paths import models_dir
+    from gem_model.train.loop import MODEL, atomic_save, atomic_write_json
 
     domain = info["domain"]
     version = version or dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")

@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from gem_model.atomic import atomic_path, write_json
 from gem_model.distill.student import Student
+from gem_model.store.atomic import atomic_path, write_json
 
 
 class ServingStudent(nn.Module):

@@ -1,6 +1,6 @@
 """Paired bootstrap intervals of the KD gains on E (click task), from the students' per-row predictions.
 
-Per surface, one Poisson bootstrap over the rows of E (`gem_model.metrics.bootstrap_ne`: the same
+Per surface, one Poisson bootstrap over the rows of E (`gem_model.eval.metrics.bootstrap_ne`: the same
 resamples for every arm, path and seed, so differences are paired) gives, from seed means:
     gain(arm, path)   = NE(labels_only) - NE(arm, path)                  with its 95% interval
     effectiveness     = gain(arm, path) / gain(standard_kd, path)         with its 95% interval
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from gem_model.distill.arms import BASELINE, STANDARD
-from gem_model.metrics import bootstrap_ne, interval, normalized_entropy
+from gem_model.eval.metrics import bootstrap_ne, interval, normalized_entropy
 
 N_BOOT = 1000
 RATIO, TWO_GAINS = "ratio", "two gains"

@@ -27,9 +27,8 @@ import numpy as np
 import polars as pl
 import torch
 
-from gem_model import atomic
 from gem_model.config import DayRoles, SurfacesConfig, load_calendar, load_features, load_surfaces
-from gem_model.data import TASKS, date_range
+from gem_model.data.loader import TASKS, date_range
 from gem_model.distill.adapter import StudentAdapter
 from gem_model.distill.arms import BASELINE, STANDARD, arm_paths, arm_spec
 from gem_model.distill.config import load_student_preset
@@ -40,9 +39,10 @@ from gem_model.distill.student import Student, student_config
 from gem_model.distill.teacher import FOUNDATION, path_applies, read_teacher_predictions, teacher_for
 from gem_model.distill.trainer import load_student, predict_student, save_student, train_student
 from gem_model.distill.warm_start import NO_SOURCE, warm_start
-from gem_model.metrics import metric_rows, read_oracle
-from gem_model.paths import models_dir, reports_dir
-from gem_model.tracking import Tracker
+from gem_model.eval.metrics import metric_rows, read_oracle
+from gem_model.store import atomic
+from gem_model.store.paths import models_dir, reports_dir
+from gem_model.train.tracking import Tracker
 
 DEFAULT_ARMS = ("labels_only", "standard_kd", "parameter_sharing")
 DEFAULT_PATHS = ("direct", "hierarchical")
@@ -54,13 +54,15 @@ REPORT_FILE = "distillation_report.json"
 def _resolve_teacher(t: torch.nn.Module | str | Path) -> torch.nn.Module:
     if isinstance(t, torch.nn.Module):
         return t
-    from gem_model.registry import load_model  # checkpoints written by gem_model.train / save_domain_model
+    from gem_model.models.registry import (
+        load_model,  # checkpoints written by gem_model.train.loop / save_domain_model
+    )
 
     return load_model(t)[0]
 
 
 def _preds_frame(data: StudentData, p: np.ndarray, surface: str) -> pl.DataFrame:
-    """The `gem_model.metrics.predict` layout, for `metric_rows`."""
+    """The `gem_model.eval.metrics.predict` layout, for `metric_rows`."""
     m = data.label_mask.numpy()
     return pl.DataFrame(
         {

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gem_model.data import TASKS
+from gem_model.data.loader import TASKS
 from gem_model.models.layers import Wukong
 
 STUDENT_ARCH_KEYS = (

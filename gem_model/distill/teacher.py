@@ -14,13 +14,13 @@ import numpy as np
 import polars as pl
 import torch
 
-from gem_model.calibration import apply as calibrated_probs
 from gem_model.config import SurfacesConfig, load_surfaces, validate_name
-from gem_model.data import ExampleStream, date_range
-from gem_model.delta import overwrite_partition
-from gem_model.paths import storage_options as env_storage_options
-from gem_model.paths import table_uri
-from gem_model.precision import autocast_dtype
+from gem_model.data.loader import ExampleStream, date_range
+from gem_model.models.calibration import apply as calibrated_probs
+from gem_model.store.delta import overwrite_partition
+from gem_model.store.paths import storage_options as env_storage_options
+from gem_model.store.paths import table_uri
+from gem_model.train.precision import autocast_dtype
 
 TABLE = "teacher_predictions"
 FOUNDATION = "foundation"
@@ -152,7 +152,7 @@ def write_teacher_predictions(
         raise ValueError("no teacher predictions to write")
     keys = df.select("date", "teacher").unique().sort("date", "teacher").rows()
     pred = " OR ".join(f"(date = '{d.isoformat()}' AND teacher = '{t}')" for d, t in keys)
-    # one writer per date partition (gem_model.delta); the version is this write's own commit
+    # one writer per date partition (gem_model.store.delta); the version is this write's own commit
     dates = [f"date={d.isoformat()}" for d, _ in keys]
     return overwrite_partition(df, uri, partition_by=["date"], lock_keys=dates, predicate=pred, storage_options=so)
 

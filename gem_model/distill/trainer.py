@@ -12,12 +12,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from gem_model import atomic
 from gem_model.distill.arms import arm_spec
 from gem_model.distill.dataset import StudentData
 from gem_model.distill.student import Student, share_tables
-from gem_model.optim import RowWiseAdagrad
-from gem_model.precision import autocast_dtype
+from gem_model.store import atomic
+from gem_model.train.optim import RowWiseAdagrad
+from gem_model.train.precision import autocast_dtype
 
 
 def masked_bce(logits: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import kernels
-from gem_model.batch import TASKS, Batch
+from gem_model.data.batch import TASKS, Batch
 from gem_model.models.config import GEMConfig
 from gem_model.models.layers import (
     MLP,
@@ -108,10 +108,10 @@ class GEM(nn.Module):
         n_stats = N_STATS if cfg.exact_match else N_STATS - 1
         n_wide = len(cfg.dense_features) + n_stats * len(cfg.target_pairs) + cfg.n_topic_stats + cfg.n_click_share
         self.dense = MLP(n_wide, 2 * d, d)
-        # training-window statistics (gem_model.normalization), saved with the weights
+        # training-window statistics (gem_model.data.normalization), saved with the weights
         self.register_buffer("dense_mean", torch.zeros(len(cfg.dense_features)))
         self.register_buffer("dense_std", torch.ones(len(cfg.dense_features)))
-        if cfg.n_topic_stats:  # frozen topic vectors of the shared item table (gem_model.item_svd writes them)
+        if cfg.n_topic_stats:  # frozen topic vectors of the shared item table (gem_model.train.item_svd writes them)
             rows = cfg.tables[cfg.sparse_features[cfg.target_pairs[0][0]][1]]
             self.register_buffer("item_topic", torch.zeros(rows, cfg.topic_dim))
         self.emb_drop = nn.Dropout(cfg.emb_dropout)
@@ -237,7 +237,7 @@ class GEM(nn.Module):
 
     def cross_logit(self, batch: Batch, seg_h: torch.Tensor, hist_len: torch.Tensor) -> torch.Tensor:
         """[B, n_tasks]: sum over the history of w[item] + w[item x candidate], 1/sqrt(length) each
-        (the hashed crosses of gem_model.baselines' logistic regression), for the first target pair."""
+        (the hashed crosses of gem_model.eval.baselines' logistic regression), for the first target pair."""
         j, col = self.cfg.target_pairs[0]
         rows = self.cfg.wide_cross_rows
         item_rows = self.cfg.tables[self.cfg.sparse_features[j][1]]

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from gem_model.paths import models_dir, reports_dir
+from gem_model.store.paths import models_dir, reports_dir
 from gem_pipelines import quality_gate
 from gem_pipelines.k8s import GPU_POOL, gpu_step_tags, training_gpus
 from gem_pipelines.metadata import loss_curve_plot, metric_table, progress, report_metadata
@@ -31,9 +31,9 @@ def rescore(version_dir: Path, surfaces: list[str] | None = None, lake_uri: str 
     """Metric rows of a GEM version (foundation or domain model) on today's E: what a new version is
     compared with when the accepted one was gated on an earlier E."""
     from gem_model.config import load_calendar, load_surfaces
-    from gem_model.metrics import evaluate_day
-    from gem_model.paths import table_uri
-    from gem_model.registry import load_model
+    from gem_model.eval.metrics import evaluate_day
+    from gem_model.models.registry import load_model
+    from gem_model.store.paths import table_uri
 
     model, _ = load_model(version_dir)
     return evaluate_day(model, load_calendar().roles().evaluation, surfaces or list(load_surfaces().names),
@@ -49,14 +49,14 @@ def launch_args(config: FoundationConfig, accelerator: AcceleratorResource, lake
 
 
 def _run_torchrun(context: dg.AssetExecutionContext, pipes: dg.PipesSubprocessClient, nproc: int, args: dict) -> dict:
-    """World size > 1: `torchrun -m gem_model.foundation` launched by Dagster Pipes; every rank runs
+    """World size > 1: `torchrun -m gem_model.train.foundation` launched by Dagster Pipes; every rank runs
     `run_foundation(**args)`, rank 0 streams progress as Pipes log lines and sends the result as a message."""
-    from gem_model import atomic
-    from gem_model.distributed import pipes_result, progress_messages, torchrun_command
-    from gem_model.registry import version_dir
+    from gem_model.models.registry import version_dir
+    from gem_model.store import atomic
+    from gem_model.train.distributed import pipes_result, progress_messages, torchrun_command
 
     launch = atomic.write_json(version_dir(ASSET, args["version"]) / "launch.json", args)  # beside its version
-    invocation = pipes.run(command=torchrun_command("gem_model.foundation", nproc, ["--args", str(launch)]),
+    invocation = pipes.run(command=torchrun_command("gem_model.train.foundation", nproc, ["--args", str(launch)]),
                            context=context)
     messages = invocation.get_custom_messages()
     result = pipes_result(messages)
@@ -91,8 +91,8 @@ def foundation_model(
 ):
     """Train the GEM teacher on the calendar's teacher window, evaluate on E against the oracle floor."""
     from gem_model.config import load_calendar
-    from gem_model.foundation import run_foundation, write_eval_report
-    from gem_model.registry import new_version, read_accepted
+    from gem_model.models.registry import new_version, read_accepted
+    from gem_model.train.foundation import run_foundation, write_eval_report
 
     wandb.apply()
     init_from = read_accepted(ASSET) if config.warm_start else None

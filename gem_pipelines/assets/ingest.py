@@ -3,7 +3,7 @@
 
 import dagster as dg
 
-from gem_model.paths import reports_dir
+from gem_model.store.paths import reports_dir
 from gem_pipelines.data import lake as lake_io
 from gem_pipelines.data.formats import ORACLE_SCHEMA, REASONS
 from gem_pipelines.data.ingest import SuiteFailed, conservation, ingest_partition

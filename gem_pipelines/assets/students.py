@@ -7,7 +7,7 @@ import os
 
 import dagster as dg
 
-from gem_model.paths import models_dir, reports_dir
+from gem_model.store.paths import models_dir, reports_dir
 from gem_pipelines import quality_gate
 from gem_pipelines.assets.foundation import ASSET as FOUNDATION_ASSET
 from gem_pipelines.assets.foundation import GPU_TAGS, rescore
@@ -54,7 +54,7 @@ def version_for(context: dg.AssetExecutionContext) -> str:
 
 def accepted_checkpoint(asset: str, partition: str | None = None) -> tuple[str, str] | None:
     """(checkpoint file, version) of the ACCEPTED version: downstream reads nothing else."""
-    from gem_model.registry import read_accepted, resolve_checkpoint
+    from gem_model.models.registry import read_accepted, resolve_checkpoint
 
     version_dir = read_accepted(asset, partition)
     return None if version_dir is None else (str(resolve_checkpoint(version_dir)), version_dir.name)
@@ -89,7 +89,7 @@ def _accepted_teachers() -> dict[str, tuple[str, str]]:
 
 def _accepted_student_pairs() -> dict[str, tuple[str, str]]:
     """Surface -> (arm, path) of its ACCEPTED student, for surfaces that have one."""
-    from gem_model.registry import read_accepted
+    from gem_model.models.registry import read_accepted
 
     out = {}
     for surface in SURFACES.names:
@@ -136,9 +136,9 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
                   wandb: WandbResource):
     """A domain foundation model: the teacher's weights, distilled from its predictions on the domain's surfaces."""
     from gem_model.distill import predict_teacher, save_domain_model, train_domain_model
-    from gem_model.metrics import evaluate_day
-    from gem_model.registry import load_model
-    from gem_model.tracking import Tracker
+    from gem_model.eval.metrics import evaluate_day
+    from gem_model.models.registry import load_model
+    from gem_model.train.tracking import Tracker
 
     domain = context.partition_key
     if domain not in _hierarchical_domains():  # nothing trained, nothing ACCEPTED; the gate says why
@@ -207,7 +207,7 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
 def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, accelerator: AcceleratorResource):
     """One batched pass of every teacher over the day's examples: predictions + summary embeddings."""
     from gem_model.distill import predict_teacher, write_teacher_predictions
-    from gem_model.registry import load_model
+    from gem_model.models.registry import load_model
 
     date = dt.date.fromisoformat(context.partition_key)
     teachers = _accepted_teachers()
@@ -274,7 +274,7 @@ def students(context: dg.AssetExecutionContext, lake: LakeResource, wandb: Wandb
     """The production student of a surface: the (arm, path) the distillation report selected (lowest click NE
     on E-1, the ACCEPTED student's pair kept within student_selection.keep_accepted_within), exported."""
     from gem_model.distill import score_student, train_production_student
-    from gem_model.registry import read_accepted
+    from gem_model.models.registry import read_accepted
 
     wandb.apply()
     surface = context.partition_key

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from gem_model.config import load_simulator, load_surfaces
-from gem_model.delta import WRITE_ID_KEY
-from gem_model.paths import table_uri
+from gem_model.store.delta import WRITE_ID_KEY
+from gem_model.store.paths import table_uri
 
 TABLES = ("events", "user_activity", "events_quarantine")
 

@@ -27,7 +27,7 @@ import datetime as dt
 
 import polars as pl
 
-from gem_model.schemas import COUNTER_COLUMNS
+from gem_model.store.schemas import COUNTER_COLUMNS
 
 _KEYS = {"ad": ["surface", "ad_id"], "user": ["surface", "user_id"], "user_all": ["user_id"]}
 _EPS = 1e-3  # a surface with no clicks (or no non-clicks) yet still gives finite log-odds

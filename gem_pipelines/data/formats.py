@@ -45,7 +45,7 @@ ad clicked in the past appears in histories with the same id it has as a candida
 
 from __future__ import annotations
 
-from gem_model.schemas import (  # noqa: F401  (re-exported: the lake contract)
+from gem_model.store.schemas import (  # noqa: F401  (re-exported: the lake contract)
     ACTIONS,
     COUNTER_COLUMNS,
     CREATIVE_FORMATS,

@@ -2,7 +2,7 @@
 
 A partition is replaced by one Delta commit (`overwrite` with a predicate on the partition
 columns), so re-materializing is idempotent and a failed write leaves the previous version.
-Every write and OPTIMIZE/VACUUM goes through gem_model.delta: one writer per partition, maintenance
+Every write and OPTIMIZE/VACUUM goes through gem_model.store.delta: one writer per partition, maintenance
 never overlapping a write, commit conflicts retried, and the version returned is this write's own.
 """
 
@@ -16,8 +16,8 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from gem_model.config import validate_name
-from gem_model.delta import overwrite_partition, table_lock
-from gem_model.paths import storage_options, table_uri
+from gem_model.store.delta import overwrite_partition, table_lock
+from gem_model.store.paths import storage_options, table_uri
 
 PARTITION_COLUMNS: dict[str, tuple[str, ...]] = {
     "events": ("date", "surface"),

@@ -37,8 +37,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gem_model.atomic import write_bytes
 from gem_model.config import SimulatorConfig, Surface, SurfacesConfig
+from gem_model.store.atomic import write_bytes
 from gem_pipelines.data import formats as F
 
 __all__ = [

@@ -39,7 +39,7 @@ from urllib.parse import urlparse
 from urllib.request import url2pathname
 
 from gem_model.config import ASSETS_DIR, ConfigError, load_surfaces, spec_path, validate_name
-from gem_model.paths import reports_dir
+from gem_model.store.paths import reports_dir
 
 if TYPE_CHECKING:
     import polars as pl
@@ -499,7 +499,7 @@ def build_docs(results: list[SuiteResult], docs_dir: Path | None = None) -> None
 
 def _write_index(docs_dir: Path, new: list[SuiteResult]) -> None:
     """Add `new` to the manifest, drop pruned pages, and render index.html as plain HTML (no scripts)."""
-    from gem_model.atomic import write_json, write_text
+    from gem_model.store.atomic import write_json, write_text
 
     manifest_path = docs_dir / STORES_SUBDIR / MANIFEST
     entries = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gem_model.config import SOURCES_DIR, load_calendar, load_surfaces
-from gem_model.paths import gem_home
+from gem_model.store.paths import gem_home
 from gem_pipelines.sources.common import ImportResult, load_source, source_dir, source_files
 
 Importer = Callable[..., ImportResult]

@@ -10,7 +10,7 @@ from typing import Any
 import polars as pl
 
 from gem_model.config import validate_name
-from gem_model.paths import gem_home, lake_root, reports_dir
+from gem_model.store.paths import gem_home, lake_root, reports_dir
 from gem_pipelines.sources.common import FEED
 
 

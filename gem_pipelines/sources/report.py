@@ -19,14 +19,14 @@ import numpy as np
 import polars as pl
 
 from gem_model.config import load_calendar, load_surfaces
-from gem_model.data import ExampleStream
-from gem_model.metrics import TASKS, auc, bootstrap_ci, calibration, normalized_entropy, predict
-from gem_model.paths import reports_dir, storage_options, table_uri
-from gem_model.registry import list_versions, load_model, read_accepted
+from gem_model.data.loader import ExampleStream
+from gem_model.eval.metrics import TASKS, auc, bootstrap_ci, calibration, normalized_entropy, predict
+from gem_model.models.registry import list_versions, load_model, read_accepted
+from gem_model.store.paths import reports_dir, storage_options, table_uri
 from gem_pipelines.sources.common import load_source
 
 FOUNDATION, BASELINE = "foundation_model", "single_surface_baseline"
-PREDICTIONS = "eval_predictions.parquet"  # gem_model.train: p_click of every clickable row of E
+PREDICTIONS = "eval_predictions.parquet"  # gem_model.train.loop: p_click of every clickable row of E
 
 
 def _foundation_version() -> tuple[str, bool] | None:
@@ -42,7 +42,7 @@ def _foundation_version() -> tuple[str, bool] | None:
 def _scores(checkpoint: Path, day: str, surfaces: list[str], lake: str | None) -> pl.DataFrame:
     model, config = load_model(checkpoint)
     uri = f"{lake.rstrip('/')}/training_examples" if lake else None
-    # the history length and the data view the model was trained with (as gem_model.train evaluates it)
+    # the history length and the data view the model was trained with (as gem_model.train.loop evaluates it)
     stream = ExampleStream(day, day, surfaces, shuffle=False, batch_size=4096, uri=uri, max_len=model.cfg.seq_len,
                            own_surface=bool(config.get("data", {}).get("own_surface")))
     return predict(model, stream)
@@ -106,7 +106,7 @@ def real_data_report(dataset: str, *, n_boot: int = 200, lake: str | None = None
     if found is None:
         doc["note"] = "no foundation model was trained"
         return doc
-    from gem_model.paths import models_dir
+    from gem_model.store.paths import models_dir
 
     version = found[0]
     preds = {"foundation": _scores(models_dir(FOUNDATION) / version, day, surfaces.names, lake)}
@@ -188,8 +188,8 @@ def seeds_report(dataset: str, versions: dict[int, str], *, n_boot: int = 1000) 
     per-seed values, a 95% Poisson-bootstrap interval of the seed mean (the same resampled rows for
     every seed and model) and the paired difference foundation - single-surface on those resamples;
     beside them, each model's seed-mean click NE on E-1, where it was selected."""
-    from gem_model.metrics import bootstrap_ne, interval, paired_difference
-    from gem_model.paths import models_dir
+    from gem_model.eval.metrics import bootstrap_ne, interval, paired_difference
+    from gem_model.store.paths import models_dir
 
     cfg = load_source(dataset)
     surfaces = load_surfaces()
@@ -241,7 +241,7 @@ def seeds_markdown(doc: dict[str, Any]) -> str:
 
 
 def _own_surface_baseline(bdir: Path) -> bool:
-    """A baseline with its predictions on E, trained on its surface's data alone (gem_model.own_surface:
+    """A baseline with its predictions on E, trained on its surface's data alone (gem_model.data.own_surface:
     versions from before that rule read every surface's history and counters)."""
     cfg = bdir / "config.json"
     return (bdir / PREDICTIONS).is_file() and cfg.is_file() and bool(json.loads(cfg.read_text())["data"].get("own_surface"))
@@ -251,8 +251,8 @@ def trained_version(seed: int, preset: str) -> str | None:
     """A foundation version already trained with this seed and the preset's current hyperparameters
     (the demo's, or an earlier --seeds run), with every baseline's predictions on E: the ACCEPTED one
     first, else the newest. None: train one."""
-    from gem_model.paths import models_dir
-    from gem_model.train import load_preset
+    from gem_model.store.paths import models_dir
+    from gem_model.train.loop import load_preset
 
     spec = load_preset(preset)
     accepted = read_accepted(FOUNDATION)
@@ -275,7 +275,7 @@ def trained_version(seed: int, preset: str) -> str | None:
 def run_seeds(dataset: str, seeds: list[int], preset: str) -> Path:
     """The foundation + baselines of every seed on the lake already built (selection on E-1): reused
     where already trained (trained_version), else trained now; then reports/real_data_seeds.{json,md}."""
-    from gem_model.foundation import run_foundation
+    from gem_model.train.foundation import run_foundation
 
     versions = {seed: trained_version(seed, preset) or run_foundation(preset, seeds=(seed,), baselines=True)["version"]
                 for seed in seeds}

@@ -6,7 +6,7 @@ click NE per surface on E-1 and the selection score (NE weighted by positives). 
         '{"train": {"emb_lr": 0.05}}' [--surface music] [--preset small] [--seed 0]
 
 The JSON holds overrides on top of the preset (and of the dataset's own models/<preset>.yaml).
-A thin command line over gem_model.selection.score_variant; `bench/model_search.py --set
+A thin command line over gem_model.train.selection.score_variant; `bench/model_search.py --set
 name='<json>'` runs the same scoring for several variants and records them in bench/MODEL_SEARCH.md.
 """
 
@@ -16,7 +16,7 @@ import argparse
 import json
 from typing import Any
 
-from gem_model.selection import score_variant
+from gem_model.train.selection import score_variant
 
 
 def validate(overrides: dict[str, Any], *, preset: str = "small", surface: str | None = None,

@@ -10,8 +10,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from gem_model import delta
-from gem_model.paths import table_uri
+from gem_model.store import delta
+from gem_model.store.paths import table_uri
 from gem_pipelines.data import lake
 from gem_pipelines.data.concurrency import TABLES, concurrent_ingest, land
 

@@ -12,7 +12,7 @@ import pytest
 from deltalake import DeltaTable
 
 from gem_model.config import Surface
-from gem_model.paths import table_uri
+from gem_model.store.paths import table_uri
 from gem_pipelines.data import lake
 from gem_pipelines.data.formats import EVENTS_SCHEMA, REASON_CODES
 from gem_pipelines.data.ingest import conservation, ingest_partition

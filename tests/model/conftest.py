@@ -15,7 +15,9 @@ ROWS_PER_DAY = 3000
 
 @pytest.fixture(scope="session")
 def _lake_template(tmp_path_factory) -> Path:
-    from gem_model.synthetic import write_synthetic_lake  # polars: imported only by tests that use a lake
+    from gem_model.data.synthetic import (
+        write_synthetic_lake,  # polars: imported only by tests that use a lake
+    )
 
     root = tmp_path_factory.mktemp("lake_template")
     write_synthetic_lake(str(root), DAYS, ROWS_PER_DAY, seed=3)

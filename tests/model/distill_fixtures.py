@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from gem_model.config import CalendarConfig, DayRoles
-from gem_model.data import date_range
+from gem_model.data.loader import date_range
+from gem_model.data.synthetic import write_synthetic_lake
 from gem_model.distill.domain import train_domain_model
 from gem_model.distill.teacher import (
     FOUNDATION,
@@ -20,7 +21,6 @@ from gem_model.distill.teacher import (
     write_teacher_predictions,
 )
 from gem_model.models import GEMConfig, build_model
-from gem_model.synthetic import write_synthetic_lake
 
 START = dt.date(2026, 11, 1)
 ROWS_PER_DAY = 2500

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from gem_model.batch import Batch
+from gem_model.data.batch import Batch
 from gem_model.models import GEMConfig
 
 
@@ -48,6 +48,6 @@ def make_batch(cfg: GEMConfig, lengths: list[int], seed: int = 0) -> Batch:
 
 def tiny_model_config(**over) -> GEMConfig:
     """GEMConfig.from_specs of the `tiny` preset (built from the YAML specs; equal, see test_synthetic_batches)."""
-    from gem_model.synthetic_batches import config_from_assets
+    from gem_model.models.synthetic_batches import config_from_assets
 
     return config_from_assets("tiny", over)

@@ -1,4 +1,4 @@
-"""gem_model.atomic: a target is the old content or the new one, never half; no temporary left."""
+"""gem_model.store.atomic: a target is the old content or the new one, never half; no temporary left."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gem_model import atomic
+from gem_model.store import atomic
 
 
 def test_write_replaces_whole_and_leaves_no_temporary(tmp_path: Path) -> None:

@@ -19,8 +19,8 @@ from gem_model.models.layers import (
     segment_sum,
 )
 from gem_model.models.target_attention import DINTargetAttention
-from gem_model.precision import autocast_dtype
-from gem_model.train import train
+from gem_model.train.loop import train
+from gem_model.train.precision import autocast_dtype
 from tests.model.conftest import tiny_config
 from tests.model.helpers import make_batch, tiny_model_config
 

@@ -19,7 +19,7 @@ from gem_model.models.layers import (
     segment_ids,
 )
 from gem_model.models.target_attention import N_STATS, DINTargetAttention
-from gem_model.train import load_preset
+from gem_model.train.loop import load_preset
 from tests.model.helpers import make_batch, tiny_model_config
 
 torch.manual_seed(0)
@@ -208,7 +208,7 @@ def test_wide_cross_reads_history_item_candidate_pairs():
     """The wide cross path (wide_cross_rows > 0) is 0 for an empty history and depends on the
     candidate through the (history item, candidate) pairs, row by row."""
     from gem_model.models.gem import CROSS, GEM
-    from gem_model.synthetic_batches import config_from_assets, synthetic_batch
+    from gem_model.models.synthetic_batches import config_from_assets, synthetic_batch
 
     cfg = config_from_assets("tiny", {"wide_cross_rows": 1 << 12})
     model = GEM(cfg)
@@ -229,7 +229,7 @@ def test_wide_cross_reads_history_item_candidate_pairs():
 def test_checkpoints_from_before_the_exact_match_statistic_still_load():
     from gem_model.models.config import GEMConfig
     from gem_model.models.gem import GEM
-    from gem_model.synthetic_batches import config_from_assets
+    from gem_model.models.synthetic_batches import config_from_assets
 
     old = config_from_assets("tiny", {"exact_match": False})
     state = GEM(old).state_dict()

@@ -1,4 +1,4 @@
-"""Post-hoc calibration (gem_model.calibration): the Platt map fixes a miscalibrated model on held-out
+"""Post-hoc calibration (gem_model.models.calibration): the Platt map fixes a miscalibrated model on held-out
 rows, is fitted on E-1 only, round-trips through weights_only checkpoints, and keeps the identity
 for heads with too few positives."""
 
@@ -9,10 +9,10 @@ import polars as pl
 import pytest
 import torch
 
-from gem_model.calibration import Calibrator, fit_calibrator
-from gem_model.metrics import calibration, log_loss, predict
+from gem_model.eval.metrics import calibration, log_loss, predict
 from gem_model.models import GEM
-from gem_model.registry import load_model
+from gem_model.models.calibration import Calibrator, fit_calibrator
+from gem_model.models.registry import load_model
 from tests.model.conftest import DAYS, tiny_config
 from tests.model.helpers import make_batch, tiny_model_config
 
@@ -108,7 +108,7 @@ def _flip_labels(lake, day) -> None:
 
 
 def test_calibrator_is_fitted_on_validation_day_only(lake, tmp_path):
-    from gem_model.train import train
+    from gem_model.train.loop import train
 
     def run(name: str) -> tuple[dict, list]:
         cfg = tiny_config(tmp_path / name, max_steps=6, eval_every=3, calibration_min_positives=5)
@@ -132,7 +132,7 @@ def test_calibrator_is_fitted_on_validation_day_only(lake, tmp_path):
 def test_calibration_interval_reflects_the_click_count_of_the_day():
     """A calibrated model's calibration on a day with ~350 positives moves by about +-2/sqrt(350)
     (the goal's +-5% is about one such sd): the interval says so, and contains the point."""
-    from gem_model.metrics import bootstrap_calibration, interval
+    from gem_model.eval.metrics import bootstrap_calibration, interval
 
     rng = np.random.default_rng(4)
     for n, rate in ((20000, 0.0175), (80000, 0.0175)):

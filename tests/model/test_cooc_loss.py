@@ -8,7 +8,7 @@ import dataclasses
 import torch
 
 from gem_model.models.gem import build_model
-from gem_model.synthetic_batches import config_from_assets, synthetic_batch
+from gem_model.models.synthetic_batches import config_from_assets, synthetic_batch
 
 N_TOPICS, PER_TOPIC = 4, 12
 
@@ -106,7 +106,7 @@ def test_cooc_clicks_pull_a_clicked_ad_toward_its_history_topic():
 
 
 def test_pretraining_fits_the_item_table_alone():
-    from gem_model.cooc_pretrain import pretrain_item_embeddings
+    from gem_model.train.cooc_pretrain import pretrain_item_embeddings
 
     torch.manual_seed(0)
     cfg = dataclasses.replace(config_from_assets("tiny"), cooc_pairs=512)  # cooc_weight 0: pretraining only
@@ -126,8 +126,8 @@ def test_pretraining_fits_the_item_table_alone():
 def test_train_runs_the_pretraining_before_its_first_step(lake, tmp_path):  # noqa: F811
     """train.cooc_pretrain runs inside train, on the lake's training window: the item table ends
     elsewhere than in the same seeded run without it, which itself is reproducible."""
-    from gem_model.registry import load_model
-    from gem_model.train import train
+    from gem_model.models.registry import load_model
+    from gem_model.train.loop import train
     from tests.model.conftest import tiny_config
 
     def items(out, **over):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gem_model.models import GEM
-from gem_model.optim import RowWiseAdagrad
+from gem_model.train.optim import RowWiseAdagrad
 from tests.model.helpers import make_batch, tiny_model_config
 
 pytestmark = [

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from gem_model.config import load_features
-from gem_model.data import Encoder, ExampleStream, hash_array, hash_int64, hash_string
-from gem_model.paths import table_uri
+from gem_model.data.loader import Encoder, ExampleStream
+from gem_model.data.vocab import hash_array, hash_int64, hash_string
+from gem_model.store.paths import table_uri
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -124,7 +125,7 @@ def test_shuffle_is_seeded(lake):
 
 
 def test_shuffle_buffer_is_bounded(lake, monkeypatch):
-    from gem_model import data as data_mod
+    from gem_model.data.loader import loader as data_mod
 
     sizes: list[int] = []
     orig = data_mod.Chunk.concat
@@ -163,7 +164,7 @@ def test_resume_position(lake):
 
 def test_batches_carry_max_len_computed_on_the_host():
     """max_len travels with the batch (the model never reads the offsets back from the device)."""
-    from gem_model.data import Chunk
+    from gem_model.data.loader import Chunk
 
     offsets = np.array([0, 3, 3, 10, 11], dtype=np.int64)
     hist = {"hist_item_id": np.arange(11, dtype=np.int64)}

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gem_model.config import load_features, load_surfaces
-from gem_model.data import date_range
+from gem_model.data.loader import date_range
 from gem_model.distill import (
     ARMS,
     TEACHER_PREDICTIONS_SCHEMA,

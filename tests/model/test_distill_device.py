@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gem_model.config import load_features
-from gem_model.data import date_range
+from gem_model.data.loader import date_range
 from gem_model.distill import Student, load_examples, load_student_preset, student_config
 from gem_model.distill.dataset import StudentData
 from gem_model.distill.trainer import predict_student, train_student

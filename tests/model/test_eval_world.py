@@ -44,7 +44,7 @@ def test_traffic_share_override_is_validated(monkeypatch):
 def test_make_eval_state_never_mixes_with_the_demo(monkeypatch, tmp_path):
     """`make eval` builds its world under $GEM_HOME/eval_world (lake, Dagster instance, models) and
     simulates it from simulator_eval.yaml, whatever DAGSTER_HOME the caller had."""
-    from gem_model.paths import gem_home, lake_root
+    from gem_model.store.paths import gem_home, lake_root
     from gem_pipelines.evaluate import use_eval_world
 
     monkeypatch.setenv("GEM_HOME", str(tmp_path))

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from gem_model.config import CalendarConfig
-from gem_model.foundation import run_foundation, write_eval_report
-from gem_model.registry import list_versions, load_model, new_version, read_accepted, write_accepted
-from gem_model.tracking import Tracker, scrub
+from gem_model.models.registry import list_versions, load_model, new_version, read_accepted, write_accepted
+from gem_model.train.foundation import run_foundation, write_eval_report
+from gem_model.train.tracking import Tracker, scrub
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -43,7 +43,7 @@ def test_run_foundation_writes_versions_and_rows(lake, gem_home):
     cfg = json.loads((vdir / "config.json").read_text())
     assert cfg["data"]["train"] == ["2026-11-02", "2026-11-02"]  # E-2-Δ = d2
     assert cfg["data"]["valid"] == "2026-11-04" and cfg["data"]["eval"] == "2026-11-05"
-    # the baselines read their surface alone (gem_model.own_surface); the foundation reads every surface
+    # the baselines read their surface alone (gem_model.data.own_surface); the foundation reads every surface
     assert cfg["data"]["own_surface"] is False
     for s in ("feed", "shops"):
         b_cfg = json.loads((gem_home / "models" / "single_surface_baseline" / s / version / "config.json").read_text())

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from gem_model.config import SurfacesConfig, load_features, load_surfaces
-from gem_model.data import Encoder
-from gem_model.metrics import bootstrap_ne, paired_difference
+from gem_model.data.loader import Encoder
+from gem_model.data.vocab import lookup
+from gem_model.eval.metrics import bootstrap_ne, paired_difference
 from gem_model.models import GEM
-from gem_model.schemas import ACTIONS, CREATIVE_FORMATS, DEVICES, OBJECTIVES
-from gem_model.vocab import lookup
+from gem_model.store.schemas import ACTIONS, CREATIVE_FORMATS, DEVICES, OBJECTIVES
 from tests.model.helpers import make_batch, tiny_model_config
 
 
@@ -39,7 +39,7 @@ def test_warm_start_with_one_more_surface_keeps_the_other_heads():
         {"name": "stories", "domain": "social", "format": "parquet", "traffic_share": 0.1, "tasks": ["click"]},
     ]})
     from gem_model.models import GEMConfig
-    from gem_model.train import load_preset
+    from gem_model.train.loop import load_preset
 
     old = GEM(GEMConfig.from_specs(load_preset("tiny")["model"], surfaces=base))
     new = GEM(GEMConfig.from_specs(load_preset("tiny")["model"], surfaces=more))

@@ -10,9 +10,9 @@ import math
 import pytest
 import torch
 
-from gem_model.item_svd import ppmi, set_item_svd
 from gem_model.models.gem import build_model
-from gem_model.synthetic_batches import config_from_assets, synthetic_batch
+from gem_model.models.synthetic_batches import config_from_assets, synthetic_batch
+from gem_model.train.item_svd import ppmi, set_item_svd
 
 N_TOPICS, PER_TOPIC = 4, 12
 FIRST_AD = 1 + N_TOPICS * PER_TOPIC
@@ -107,8 +107,8 @@ def test_exposure_loss_ignores_empty_histories_and_is_off_by_default():
 def test_train_starts_the_item_table_from_the_svd(lake, tmp_path):  # noqa: F811
     """train.item_svd runs inside train on the lake's window: the item table's seen rows start on
     the first `dim` coordinates (one step later they have barely left them), unlike the same run without it."""
-    from gem_model.registry import load_model
-    from gem_model.train import train
+    from gem_model.models.registry import load_model
+    from gem_model.train.loop import train
     from tests.model.conftest import tiny_config
 
     def items(out, **over):

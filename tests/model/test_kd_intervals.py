@@ -16,7 +16,7 @@ from gem_model.distill.kd_intervals import (
     kd_intervals,
     surface_intervals,
 )
-from gem_model.metrics import normalized_entropy
+from gem_model.eval.metrics import normalized_entropy
 
 SEEDS = (0, 1, 2)
 

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from gem_model.memory_plan import FP32, main, measured_activation_bytes, plan
 from gem_model.models import GEMConfig
-from gem_model.train import load_preset
+from gem_model.train.loop import load_preset
+from gem_model.train.memory_plan import FP32, main, measured_activation_bytes, plan
 
 
 def test_sharded_embeddings_are_a_world_size_fraction_plus_padding():

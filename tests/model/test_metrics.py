@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from gem_model.metrics import auc, calibration, entropy, log_loss, metric_rows, normalized_entropy
+from gem_model.eval.metrics import auc, calibration, entropy, log_loss, metric_rows, normalized_entropy
 
 
 def test_ne_of_base_rate_is_one():
@@ -77,7 +77,7 @@ def test_metric_rows_with_oracle():
 def test_read_oracle_missing_table(lake, tmp_path):
     """Real logs have no oracle table: `missing_ok` says so with None; without it, or for a table that
     exists, nothing is hidden."""
-    from gem_model.metrics import read_oracle
+    from gem_model.eval.metrics import read_oracle
 
     absent = str(tmp_path / "no_oracle")
     assert read_oracle(["2026-11-05"], uri=absent, missing_ok=True) is None

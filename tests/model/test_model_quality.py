@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from gem_model.baselines import run_baselines
 from gem_model.config import load_features
-from gem_model.data import ExampleStream
-from gem_model.normalization import dense_stats
-from gem_model.synthetic import write_synthetic_lake
-from gem_model.train import train
+from gem_model.data.loader import ExampleStream
+from gem_model.data.normalization import dense_stats
+from gem_model.data.synthetic import write_synthetic_lake
+from gem_model.eval.baselines import run_baselines
+from gem_model.train.loop import train
 
 pytestmark = [pytest.mark.timeout(1800), pytest.mark.slow]
 

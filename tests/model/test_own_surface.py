@@ -6,10 +6,10 @@ import polars as pl
 import pytest
 
 from gem_model.config import FeaturesConfig, load_features
-from gem_model.data import ExampleStream
-from gem_model.normalization import dense_stats
-from gem_model.own_surface import own_surface_view
-from gem_model.paths import table_uri
+from gem_model.data.loader import ExampleStream
+from gem_model.data.normalization import dense_stats
+from gem_model.data.own_surface import own_surface_view
+from gem_model.store.paths import table_uri
 
 pytestmark = pytest.mark.timeout(120)
 

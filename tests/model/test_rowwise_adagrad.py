@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from gem_model.optim import RowWiseAdagrad
+from gem_model.train.optim import RowWiseAdagrad
 
 
 def reference_step(p: torch.Tensor, g: torch.Tensor, acc: torch.Tensor, lr: float, eps: float, wd: float) -> None:

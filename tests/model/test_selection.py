@@ -1,4 +1,4 @@
-"""gem_model.selection: the one E-1 scoring behind bench/model_search.py and sources.validate."""
+"""gem_model.train.selection: the one E-1 scoring behind bench/model_search.py and sources.validate."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-import gem_model.train as train_mod
-from gem_model.selection import score_variant, table_row
+import gem_model.train.loop as train_mod
+from gem_model.train.selection import score_variant, table_row
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -36,7 +36,7 @@ def test_score_variant_selects_on_the_validation_day_only(lake, monkeypatch) -> 
 
 def test_variant_features_resizes_tables_and_leaves_dense_features_out() -> None:
     from gem_model.config import load_features
-    from gem_model.selection import variant_features
+    from gem_model.train.selection import variant_features
 
     base = load_features()
     assert variant_features(base, {"train": {"lr": 0.1}}) is None  # nothing of features.yaml changed

@@ -17,10 +17,12 @@ import torch.distributed as torch_dist
 import torch.multiprocessing as mp
 
 from gem_model.config import load_features, load_surfaces
-from gem_model.data import Encoder
+from gem_model.data.loader import Encoder
+from gem_model.data.synthetic import synthetic_day
 from gem_model.models import GEM, GEMConfig
-from gem_model.optim import RowWiseAdagrad
-from gem_model.sharding import (
+from gem_model.train.loop import load_preset
+from gem_model.train.optim import RowWiseAdagrad
+from gem_model.train.sharding import (
     RowShardedEmbedding,
     RowShardedLayout,
     embedding_bytes,
@@ -28,8 +30,6 @@ from gem_model.sharding import (
     load_full_state_dict,
     shard_model,
 )
-from gem_model.synthetic import synthetic_day
-from gem_model.train import load_preset
 
 pytestmark = pytest.mark.timeout(300)
 WORLD = 2

@@ -1,11 +1,11 @@
-"""gem_model/object_store.py: credentials only from the environment, Delta's S3 commit protocol set once."""
+"""gem_model/store/object_store.py: credentials only from the environment, Delta's S3 commit protocol set once."""
 
 from __future__ import annotations
 
 import pytest
 
-from gem_model.object_store import S3_COMMIT_OPTIONS, ObjectStoreConfigError
-from gem_model.paths import storage_options
+from gem_model.store.object_store import S3_COMMIT_OPTIONS, ObjectStoreConfigError
+from gem_model.store.paths import storage_options
 
 
 @pytest.fixture

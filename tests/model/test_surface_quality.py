@@ -1,4 +1,4 @@
-"""gem_model.model_quality.surface_quality: the per-surface table of `make eval`, on rows whose true
+"""gem_model.eval.model_quality.surface_quality: the per-surface table of `make eval`, on rows whose true
 click probabilities are known."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gem_model.model_quality import quality_markdown, surface_quality
+from gem_model.eval.model_quality import quality_markdown, surface_quality
 
 SEEDS = [0, 1]
 

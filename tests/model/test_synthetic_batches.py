@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from gem_model.models import GEMConfig
-from gem_model.synthetic_batches import ASSETS, SyntheticBatches, config_from_assets, preset_dims
+from gem_model.models.synthetic_batches import ASSETS, SyntheticBatches, config_from_assets, preset_dims
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,7 +43,7 @@ class Block:
 sys.meta_path.insert(0, Block())
 import torch
 from gem_model.models import GEM
-from gem_model.synthetic_batches import SyntheticBatches, config_from_assets
+from gem_model.models.synthetic_batches import SyntheticBatches, config_from_assets
 cfg = config_from_assets("tiny")
 model = GEM(cfg)
 batch = next(iter(SyntheticBatches(cfg, 32, pool=1)))

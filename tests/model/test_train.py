@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from gem_model.models import GEM
-from gem_model.optim import RowWiseAdagrad
-from gem_model.registry import load_model
-from gem_model.train import train
+from gem_model.models.registry import load_model
+from gem_model.train.loop import train
+from gem_model.train.optim import RowWiseAdagrad
 from tests.model.conftest import tiny_config
 from tests.model.helpers import make_batch, tiny_model_config
 
@@ -112,7 +112,7 @@ def test_resume_after_kill(lake, tmp_path):
     cfg_path = tmp_path / "cfg.json"
     cfg_path.write_text(json.dumps(cfg))
     env = {**os.environ, "WANDB_MODE": "disabled"}
-    proc = subprocess.Popen([sys.executable, "-m", "gem_model.train", "--config", str(cfg_path)], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "gem_model.train.loop", "--config", str(cfg_path)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         for line in proc.stdout:  # wait for progress past the second checkpoint, then SIGKILL
@@ -146,7 +146,7 @@ def test_torchrun_two_processes_gloo(lake, tmp_path):
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
     res = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         "-m", "gem_model.train", "--config", str(cfg_path)],
+         "-m", "gem_model.train.loop", "--config", str(cfg_path)],
         env=env, capture_output=True, text=True, timeout=240,
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gem_model.models import GEM
-from gem_model.wide_prior import set_dense_prior, set_wide_prior
+from gem_model.train.wide_prior import set_dense_prior, set_wide_prior
 from tests.model.helpers import make_batch, tiny_model_config
 
 
@@ -89,8 +89,8 @@ def test_passes_must_be_positive() -> None:
 
 @pytest.mark.timeout(300)
 def test_train_starts_from_the_prior_and_without_it_from_zero(lake, tmp_path) -> None:
-    from gem_model.registry import load_model
-    from gem_model.train import train
+    from gem_model.models.registry import load_model
+    from gem_model.train.loop import train
     from tests.model.conftest import tiny_config
 
     def user_offsets(out, **over):
@@ -167,8 +167,8 @@ def test_the_wide_prior_fits_what_the_dense_prior_leaves() -> None:
 @pytest.mark.timeout(300)
 def test_train_starts_from_the_dense_prior(lake, tmp_path) -> None:
     from gem_model.config import load_features
-    from gem_model.registry import load_model
-    from gem_model.train import train
+    from gem_model.models.registry import load_model
+    from gem_model.train.loop import train
     from tests.model.conftest import tiny_config
 
     first = load_features().dense[0].name

@@ -12,9 +12,9 @@ import pytest
 import torch
 import yaml
 
-from gem_model.data import ExampleStream
-from gem_model.distributed import resume_step, torchrun_command
-from gem_model.train import CHECKPOINT, train
+from gem_model.data.loader import ExampleStream
+from gem_model.train.distributed import resume_step, torchrun_command
+from gem_model.train.loop import CHECKPOINT, train
 from tests.model.conftest import tiny_config
 
 pytestmark = pytest.mark.timeout(300)
@@ -79,7 +79,7 @@ def test_checkpoint_resumes_under_either_world_size(lake, tmp_path):
     cfg_path = tmp_path / "cfg.yaml"
     cfg_path.write_text(yaml.safe_dump(base))
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    res = subprocess.run(torchrun_command("gem_model.train", 2, ["--config", str(cfg_path), "--resume"]),
+    res = subprocess.run(torchrun_command("gem_model.train.loop", 2, ["--config", str(cfg_path), "--resume"]),
                          env=env, capture_output=True, text=True, timeout=240)
     log = res.stdout + res.stderr
     assert res.returncode != 0 and "simulated failure at step 6" in log, log[-3000:]
@@ -105,7 +105,7 @@ def test_row_sharded_training_writes_an_unsharded_checkpoint(lake, tmp_path):
     cfg_path = tmp_path / "cfg.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    res = subprocess.run(torchrun_command("gem_model.train", 2, ["--config", str(cfg_path)]),
+    res = subprocess.run(torchrun_command("gem_model.train.loop", 2, ["--config", str(cfg_path)]),
                          env=env, capture_output=True, text=True, timeout=240)
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())

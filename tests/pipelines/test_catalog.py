@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from gem_model.paths import table_uri
+from gem_model.store.paths import table_uri
 from gem_pipelines.catalog import lake_schemas
 from gem_pipelines.definitions import defs
 

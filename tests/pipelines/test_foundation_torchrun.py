@@ -11,7 +11,7 @@ import dagster as dg
 import pytest
 
 from gem_model.config import load_calendar, load_surfaces
-from gem_model.synthetic import write_synthetic_lake
+from gem_model.data.synthetic import write_synthetic_lake
 from gem_pipelines.assets import foundation as foundation_module
 from gem_pipelines.assets.foundation import ASSET, FoundationConfig, foundation_model, launch_args
 from gem_pipelines.resources import AcceleratorResource, LakeResource, WandbResource

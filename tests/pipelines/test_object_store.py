@@ -1,4 +1,4 @@
-"""Delta on S3 (moto's server on 127.0.0.1): the commit protocol of gem_model/object_store.py under
+"""Delta on S3 (moto's server on 127.0.0.1): the commit protocol of gem_model/store/object_store.py under
 concurrent and stale writers, and the lake IO of gem_pipelines/data/lake.py against an object store."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 from s3_server import moto_s3  # tests/pipelines/ is on sys.path (rootdir import mode)
 
-from gem_model.paths import storage_options, table_uri
+from gem_model.store.paths import storage_options, table_uri
 from gem_pipelines.data import lake
 
 pytestmark = pytest.mark.timeout(120)
@@ -100,7 +100,7 @@ def test_stale_writer_cannot_overwrite_a_newer_commit(s3_env, monkeypatch, unsaf
 
 def test_lake_io_round_trip_on_s3(s3_env):
     """write_partition / read_partition / table_version / optimize_and_vacuum, with the lake at s3://."""
-    from gem_model.schemas import ORACLE_SCHEMA
+    from gem_model.store.schemas import ORACLE_SCHEMA
 
     d = dt.date(2026, 11, 2)
     assert table_uri("oracle").startswith("s3://")

@@ -43,7 +43,7 @@ def test_student_worse_than_labels_only_fails() -> None:
 
 
 def test_accepted_only_by_a_passing_gate_and_compared_on_the_same_day(gem_home) -> None:
-    from gem_model.registry import new_version, read_accepted, version_dir
+    from gem_model.models.registry import new_version, read_accepted, version_dir
 
     passing, failing = new_version(), new_version()
     for v, ne in ((passing, 0.9), (failing, 1.2)):
@@ -62,7 +62,7 @@ def test_accepted_only_by_a_passing_gate_and_compared_on_the_same_day(gem_home) 
 def test_every_accepted_file_traces_to_a_passing_check_in_the_event_log(gem_home) -> None:
     """The asset pattern (materialize, yield the check, then accept) leaves an event-log trace;
     an ACCEPTED written any other way is reported."""
-    from gem_model.registry import new_version, version_dir
+    from gem_model.models.registry import new_version, version_dir
 
     parts = dg.StaticPartitionsDefinition(["feed", "shops"])
     ne = {"feed": 0.9, "shops": 1.5}

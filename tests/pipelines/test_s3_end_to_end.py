@@ -67,7 +67,7 @@ def test_window_materializes_on_s3(e2e_env: dict[str, str], monkeypatch: pytest.
             assert s3.keys(f"lake/{table}/_delta_log/"), f"{table} has no Delta log in the bucket"
         for k, v in s3.env().items():
             monkeypatch.setenv(k, v)
-        from gem_model.paths import storage_options, table_uri
+        from gem_model.store.paths import storage_options, table_uri
 
         def read(table: str) -> pl.DataFrame:
             return pl.read_delta(table_uri(table), storage_options=storage_options(table_uri(table)))

@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from gem_model.config import ASSETS_DIR, SOURCES_DIR, load_features, load_surfaces
+from gem_model.data.normalization import base_rates
 from gem_model.models import GEM, GEMConfig
-from gem_model.normalization import base_rates
-from gem_model.train import load_preset, set_head_bias
+from gem_model.train.loop import load_preset, set_head_bias
 
 
 def test_dataset_preset_layers_on_the_named_preset(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,8 +57,8 @@ def test_seeds_report_averages_seeds_with_intervals(tmp_path: Path, monkeypatch:
     that mean and the paired foundation - single-surface difference (predictions written by hand)."""
     import numpy as np
 
-    from gem_model.metrics import normalized_entropy
-    from gem_model.paths import models_dir
+    from gem_model.eval.metrics import normalized_entropy
+    from gem_model.store.paths import models_dir
     from gem_pipelines.sources.report import BASELINE, FOUNDATION, PREDICTIONS, seeds_markdown, seeds_report
 
     monkeypatch.setenv("GEM_DATA", "douban")

@@ -17,7 +17,7 @@ from gem_model.config import (
 )
 from gem_model.distill.run import NOT_APPLICABLE, not_applicable_rows
 from gem_model.distill.teacher import path_applies
-from gem_model.metrics import bootstrap_ci, normalized_entropy
+from gem_model.eval.metrics import bootstrap_ci, normalized_entropy
 
 
 def test_default_is_the_simulator(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 
 import torch
 
-from gem_model.batch import TASKS, Batch
+from gem_model.data.batch import TASKS, Batch
 from gem_model.models.gem import GEM
 
 

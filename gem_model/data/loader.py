@@ -21,65 +21,20 @@ Loading happens in the main process (polars under `fork` can hang).
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 import torch
 
-from gem_model.batch import TASKS, Batch  # noqa: F401  (re-exported: the batch type lives in gem_model.batch)
 from gem_model.config import FeaturesConfig, SurfacesConfig, load_features, load_surfaces
-from gem_model.own_surface import own_surface_view
-from gem_model.paths import storage_options as env_storage_options
-from gem_model.paths import table_uri
-from gem_model.vocab import check_fits, lookup, vocab_values
-
-NULL_BUCKET = 0  # hashed ids land in 1..buckets-1; bucket 0 means null / missing
-
-# ------------------------------------------------------------------------------------------------
-# Hashing: deterministic across processes, platforms and library versions.
-
-
-def hash_int64(values: np.ndarray, buckets: int) -> np.ndarray:
-    """splitmix64 finaliser of int64 ids -> [1, buckets) (0 is reserved for null)."""
-    with np.errstate(over="ignore"):
-        z = np.asarray(values, dtype=np.int64).view(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-    return (z % np.uint64(buckets - 1)).astype(np.int64) + 1
-
-
-@lru_cache(maxsize=65536)
-def hash_string(value: str, buckets: int) -> int:
-    """blake2b-64 of the UTF-8 string -> [1, buckets)."""
-    h = int.from_bytes(hashlib.blake2b(value.encode(), digest_size=8).digest(), "little")
-    return h % (buckets - 1) + 1
-
-
-def hash_array(arr: pa.Array | pa.ChunkedArray, buckets: int) -> np.ndarray:
-    """Hash an Arrow int or string array into [0, buckets); nulls -> 0."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    n = len(arr)
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    if pa.types.is_integer(arr.type):
-        out = hash_int64(arr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), buckets)
-    else:
-        enc = pc.dictionary_encode(arr.cast(pa.large_string()) if not pa.types.is_dictionary(arr.type) else arr)
-        lut = np.array([hash_string(s, buckets) for s in enc.dictionary.to_pylist()] + [NULL_BUCKET], np.int64)
-        idx = enc.indices.fill_null(len(lut) - 1).to_numpy(zero_copy_only=False).astype(np.int64)
-        out = lut[idx]
-    if arr.null_count:
-        out[np.asarray(arr.is_null())] = NULL_BUCKET
-    return out
-
+from gem_model.data.batch import TASKS, Batch  # noqa: F401  (re-exported: the batch type lives in gem_model.data.batch)
+from gem_model.data.own_surface import own_surface_view
+from gem_model.data.vocab import check_fits, hash_array, lookup, vocab_values
+from gem_model.store.paths import storage_options as env_storage_options
+from gem_model.store.paths import table_uri
 
 # ------------------------------------------------------------------------------------------------
 # Batches.
@@ -279,7 +234,7 @@ class ExampleStream:
             raise ValueError(f"unknown surfaces {sorted(unknown)}; known: {self.surfaces_config.names}")
         if own_surface and len(self.surfaces) != 1:
             raise ValueError(f"own_surface reads one surface's data: got surfaces {self.surfaces}")
-        self.own_surface = self.surfaces[0] if own_surface else None  # gem_model.own_surface
+        self.own_surface = self.surfaces[0] if own_surface else None  # gem_model.data.own_surface
         self.encoder = Encoder(self.features, self.surfaces_config, max_len)
         self.uri = uri or table_uri("training_examples")
         self.storage_options = storage_options if storage_options is not None else env_storage_options()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from gem_model.schemas import CROSS_SURFACE_COUNTERS, HISTORY_COLUMNS
+from gem_model.store.schemas import CROSS_SURFACE_COUNTERS, HISTORY_COLUMNS
 
 
 def own_surface_view(lf: pl.LazyFrame, surface: str) -> pl.LazyFrame:

@@ -1,7 +1,7 @@
 """Train GEM: a library function, a CLI, and a torchrun entry point.
 
-    python -m gem_model.train --config run.yaml [--resume]
-    torchrun --nproc_per_node 2 -m gem_model.train --config run.yaml
+    python -m gem_model.train.loop --config run.yaml [--resume]
+    torchrun --nproc_per_node 2 -m gem_model.train.loop --config run.yaml
 
 The config is a plain dict (JSON or YAML file):
 
@@ -13,7 +13,7 @@ The config is a plain dict (JSON or YAML file):
       valid: 2026-11-06           # model selection / early stopping (optional)
       eval: 2026-11-07            # final metrics, with the oracle when present (optional)
       surfaces: null              # null = every surface of surfaces.yaml
-      own_surface: false          # one surface read as a model of it alone sees it (gem_model.own_surface)
+      own_surface: false          # one surface read as a model of it alone sees it (gem_model.data.own_surface)
       lake: null                  # lake root (default GEM_LAKE_URI or $GEM_HOME/lake)
     seed: 0
     device: auto                  # auto | cpu | cuda
@@ -22,7 +22,7 @@ The config is a plain dict (JSON or YAML file):
 
 Under torchrun (WORLD_SIZE > 1) the model is wrapped in DDP (gloo on CPU, NCCL on GPU), or with
 `train.embedding_sharding: row` its tables are sharded row-wise and the rest goes under FSDP2
-(gem_model.sharding); every rank reads its shard of the stream; rank 0 alone logs, checkpoints and
+(gem_model.train.sharding); every rank reads its shard of the stream; rank 0 alone logs, checkpoints and
 writes files. Checkpoints hold the unsharded state and a global data position: any world size resumes them.
 """
 
@@ -46,8 +46,6 @@ import torch
 import torch.distributed as torch_dist
 import yaml
 
-from gem_model import atomic
-from gem_model.calibration import DEFAULT_CALIBRATION, Calibrator, fit_calibrator
 from gem_model.config import (
     ASSETS_DIR,
     SOURCES_DIR,
@@ -58,17 +56,19 @@ from gem_model.config import (
     load_features,
     load_surfaces,
 )
-from gem_model.data import ExampleStream
-from gem_model.distributed import resume_step
-from gem_model.metrics import metric_rows, predict, read_oracle
+from gem_model.data.loader import ExampleStream
+from gem_model.data.normalization import base_rates, dense_stats
+from gem_model.data.vocab import collision_rates
+from gem_model.eval.metrics import metric_rows, predict, read_oracle
 from gem_model.models import GEM, GEMConfig
-from gem_model.normalization import base_rates, dense_stats
-from gem_model.optim import RowWiseAdagrad
-from gem_model.paths import gem_home, storage_options, table_uri
-from gem_model.precision import autocast_dtype
-from gem_model.sharding import ReplicatedLayout, RowShardedLayout, shard_model
-from gem_model.tracking import Tracker
-from gem_model.vocab import collision_rates
+from gem_model.models.calibration import DEFAULT_CALIBRATION, Calibrator, fit_calibrator
+from gem_model.store import atomic
+from gem_model.store.paths import gem_home, storage_options, table_uri
+from gem_model.train.distributed import resume_step
+from gem_model.train.optim import RowWiseAdagrad
+from gem_model.train.precision import autocast_dtype
+from gem_model.train.sharding import ReplicatedLayout, RowShardedLayout, shard_model
+from gem_model.train.tracking import Tracker
 
 CHECKPOINT = "checkpoint.pt"  # full resumable state, rewritten every `checkpoint_every` steps
 BEST = "best.pt"  # weights of the best validation score so far
@@ -95,22 +95,22 @@ DEFAULT_TRAIN: dict[str, Any] = {
     "shuffle_buffer": 65536,
     "chunk_rows": 16384,
     "compile": False,
-    "embedding_sharding": "replicated",  # or "row": tables row-wise across ranks, dense params FSDP2 (gem_model.sharding)
+    "embedding_sharding": "replicated",  # or "row": tables row-wise across ranks, dense params FSDP2 (gem_model.train.sharding)
     "precision": "auto",  # auto (bf16 autocast on CUDA, fp32 elsewhere) | bf16 (autocast on any device) | fp32
     "torch_threads": None,
     # {features: [sparse feature names], l2: float, passes: int = 1}: their wide offsets start at an L2
     # logistic regression on the training window's labels, `passes` backfitting sweeps
-    # (gem_model.wide_prior); None: zeros
+    # (gem_model.train.wide_prior); None: zeros
     "wide_prior": None,
     # {repeats: int, lr: float}: one pass over the training window fits the item table alone to the
-    # history co-occurrence loss before the first step (gem_model.cooc_pretrain); None: off
+    # history co-occurrence loss before the first step (gem_model.train.cooc_pretrain); None: off
     "cooc_pretrain": None,
     # {dim: int, max_rows: int = 8192}: the shared item table starts from the PPMI-SVD directions of the training window's
-    # history-item / candidate co-occurrence (gem_model.item_svd); None: random
+    # history-item / candidate co-occurrence (gem_model.train.item_svd); None: random
     "item_svd": None,
     "head_bias": "fixed",  # fixed (the model's init) | base_rate (logit of each head's training-window rate)
     # {features: [dense feature names], l2: float}: each head's bias and wide weights of these features
-    # start at an L2 logistic regression on the training window (gem_model.wide_prior.set_dense_prior;
+    # start at an L2 logistic regression on the training window (gem_model.train.wide_prior.set_dense_prior;
     # meant for counters, which come from earlier days); None: zero weights
     "dense_prior": None,
     "fail_at_step": None,  # tests: raise after this step (after its checkpoint, if any)
@@ -225,7 +225,7 @@ def _set_rng_state(s: dict[str, torch.Tensor]) -> None:
         torch.cuda.set_rng_state(s["cuda"])
 
 
-atomic_save = atomic.torch_save  # (obj, path): gem_model.atomic is the one atomic-write helper
+atomic_save = atomic.torch_save  # (obj, path): gem_model.store.atomic is the one atomic-write helper
 
 
 def atomic_write_json(obj: Any, path: Path) -> None:
@@ -275,7 +275,7 @@ def _score(rows: list[dict[str, Any]]) -> float:
 
 def _say(rank: int, msg: str) -> None:
     if rank == 0:
-        print(f"[gem_model.train] {msg}", flush=True)
+        print(f"[gem_model.train.loop] {msg}", flush=True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -380,7 +380,7 @@ def train(
         # the model's fixed init (a CTR-2% prior: -3 logits is 400 steps away from a 70% rating-click world)
         set_head_bias(core, base_rates(uri, [dt.date.fromisoformat(d) for d in train_days], dcfg["surfaces"], so))
     if tcfg.get("dense_prior") and not init_from:
-        from gem_model.wide_prior import set_dense_prior
+        from gem_model.train.wide_prior import set_dense_prior
 
         dp = tcfg["dense_prior"]
         rows = set_dense_prior(core, window_pass(), list(dp["features"]), float(dp.get("l2", 1.0)))
@@ -388,7 +388,7 @@ def train(
     if tcfg.get("wide_prior") and not init_from:
         if sharded:
             raise ValueError("train.wide_prior needs replicated embedding tables")
-        from gem_model.wide_prior import set_wide_prior
+        from gem_model.train.wide_prior import set_wide_prior
 
         wp = tcfg["wide_prior"]
         seen = set_wide_prior(core, window_pass(), list(wp["features"]), float(wp["l2"]), passes=int(wp.get("passes", 1)))
@@ -396,7 +396,7 @@ def train(
     if tcfg.get("item_svd") and not init_from and not (resume and (out / CHECKPOINT).exists()):
         if sharded:
             raise ValueError("train.item_svd needs replicated embedding tables")
-        from gem_model.item_svd import MAX_ROWS, set_item_svd
+        from gem_model.train.item_svd import MAX_ROWS, set_item_svd
 
         info = set_item_svd(core, window_pass(), int(tcfg["item_svd"]["dim"]),
                             int(tcfg["item_svd"].get("max_rows", MAX_ROWS)))
@@ -404,7 +404,7 @@ def train(
     if tcfg.get("cooc_pretrain") and not init_from and not (resume and (out / CHECKPOINT).exists()):
         if sharded:
             raise ValueError("train.cooc_pretrain needs replicated embedding tables")
-        from gem_model.cooc_pretrain import pretrain_item_embeddings
+        from gem_model.train.cooc_pretrain import pretrain_item_embeddings
 
         cp = tcfg["cooc_pretrain"]
         info = pretrain_item_embeddings(core, ExampleStream(dcfg["train"][0], dcfg["train"][1], dcfg["surfaces"],
@@ -598,7 +598,7 @@ def train(
                 _say(rank, f"no oracle table in this lake: metrics on {dcfg['eval']} without the floor")
         eval_preds = predict(core, eval_stream(dcfg["eval"]), device=device, amp_dtype=amp_dtype)
         rows = metric_rows(eval_preds, oracle_df)
-        # per-row predictions on E: paired bootstrap intervals between models (gem_model.model_quality)
+        # per-row predictions on E: paired bootstrap intervals between models (gem_model.eval.model_quality)
         keep = ["request_id", "surface", "click", "p_click"] + (["p_click_raw"] if "p_click_raw" in eval_preds.columns else [])
         eval_preds.filter(pl.col("click_mask")).select(keep).write_parquet(out / EVAL_PREDICTIONS)
     summary = {

@@ -26,7 +26,7 @@ import polars as pl
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError
 
-from gem_model.paths import gem_home
+from gem_model.store.paths import gem_home
 
 log = logging.getLogger(__name__)
 WRITE_ID_KEY = "gem_write_id"  # commit-info key that identifies one write in the table history

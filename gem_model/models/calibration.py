@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from gem_model.data import TASKS
+from gem_model.data.loader import TASKS
 
 DEFAULT_CALIBRATION: dict[str, Any] = {
     "enabled": True,

@@ -12,7 +12,7 @@ fbgemm-gpu, whose wheels do not load beside torch 2.13):
 Autograd runs the same route backwards, so each owner receives the (dense) gradient of its rows from
 every rank and sums it; a hook divides by the world size, the mean that FSDP2 takes of the dense
 gradients. Embedding gradients stay dense (no sparse tensors: they do not mix with FSDP2 under NCCL),
-and `gem_model.optim.RowWiseAdagrad` updates the local shard alone: its state is sharded too.
+and `gem_model.train.optim.RowWiseAdagrad` updates the local shard alone: its state is sharded too.
 
 The rest of the model goes under FSDP2 (`fully_shard`, the sharded tables as `ignored_params`).
 `full_state_dict` gathers a state dict with the unsharded model's names and shapes (what checkpoints

@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 
 from gem_model.config import DenseFeature, FeaturesConfig
-from gem_model.own_surface import own_surface_view
+from gem_model.data.own_surface import own_surface_view
 
 MIN_STD = 1e-6
 
@@ -31,7 +31,7 @@ def dense_stats(
     storage_options: dict[str, str] | None = None, own_surface: str | None = None,
 ) -> tuple[list[float], list[float]]:
     """(mean, std) of every dense feature over the window's rows (population std, floored), as a model
-    of `own_surface` alone reads them when given (gem_model.own_surface)."""
+    of `own_surface` alone reads them when given (gem_model.data.own_surface)."""
     lf = pl.scan_delta(uri, storage_options=storage_options or {}).filter(pl.col("date").is_in(list(dates)))
     if surfaces:
         lf = lf.filter(pl.col("surface").is_in(list(surfaces)))

@@ -3,21 +3,10 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
-from gem_model.config import REPO_ROOT, validate_name
-
-_URI_RE = re.compile(r"^[a-z][a-z0-9+.-]*://")
-
-
-def gem_home() -> Path:
-    """GEM_HOME, default `.gem/` in the repo root, always absolute."""
-    return Path(os.environ.get("GEM_HOME") or REPO_ROOT / ".gem").expanduser().resolve()
-
-
-def is_uri(location: str) -> bool:
-    return bool(_URI_RE.match(location)) and not location.startswith("file://")
+from gem_model.config import gem_home, validate_name
+from gem_model.store.object_store import resolve_storage_options
 
 
 def lake_root() -> str:
@@ -37,11 +26,9 @@ def table_uri(table: str, root: str | None = None) -> str:
 def storage_options(uri: str | None = None) -> dict[str, str] | None:
     """Object-store options for `uri` (default: the lake), credentials only from the environment.
 
-    The logic (and Delta's S3 commit protocol) lives in gem_model/object_store.py.
+    The logic (and Delta's S3 commit protocol) lives in gem_model/store/object_store.py.
     """
-    from gem_model.object_store import storage_options as resolve
-
-    return resolve(uri)
+    return resolve_storage_options(uri or lake_root())
 
 
 def landing_dir(surface: str, date: str, home: Path | None = None) -> Path:

@@ -14,8 +14,8 @@ import numpy as np
 import polars as pl
 import torch
 
-from gem_model.calibration import apply as calibrated
-from gem_model.data import TASKS, Batch
+from gem_model.data.loader import TASKS, Batch
+from gem_model.models.calibration import apply as calibrated
 
 EPS = 1e-7
 
@@ -77,7 +77,7 @@ def predict(
     amp_dtype: torch.dtype | None = None,
 ) -> pl.DataFrame:
     """One pass: request_id, surface, labels, masks, p_click, p_conversion (+ embedding). A model
-    carrying a calibrator (gem_model.calibration) gives calibrated p_* and its raw p_*_raw too."""
+    carrying a calibrator (gem_model.models.calibration) gives calibrated p_* and its raw p_*_raw too."""
     was_training = model.training
     model.eval()
     device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -177,7 +177,7 @@ def evaluate_day(
 ) -> list[dict[str, Any]]:
     """Metric rows of a GEM model on one day of `training_examples` (the gate's evaluation), with
     the oracle's NE when the lake has an oracle table."""
-    from gem_model.data import ExampleStream
+    from gem_model.data.loader import ExampleStream
 
     surfaces = list(surfaces)
     oracle_df = read_oracle([day], surfaces, uri=oracle_uri, missing_ok=True)
@@ -212,8 +212,8 @@ def read_oracle(
 
     from deltalake import DeltaTable
 
-    from gem_model.paths import storage_options as env_so
-    from gem_model.paths import table_uri
+    from gem_model.store.paths import storage_options as env_so
+    from gem_model.store.paths import table_uri
 
     uri = uri or table_uri("oracle")
     so = storage_options or env_so()

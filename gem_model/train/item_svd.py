@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 import torch
 
-from gem_model.batch import Batch
+from gem_model.data.batch import Batch
 from gem_model.models.gem import GEM
 from gem_model.models.layers import segment_ids
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gem_model.paths import gem_home
+from gem_model.store.paths import gem_home
 
 _SECRET = re.compile(r"(key|token|secret|password|credential|auth)", re.I)
 

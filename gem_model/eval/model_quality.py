@@ -1,7 +1,7 @@
 """The foundation model against the models engineers already use, on the same rows of E, with power.
 
 For each seed, every model's per-row click predictions on E (written by `train` and
-`gem_model.baselines`) are joined on request_id with the oracle's. Per surface, one Poisson
+`gem_model.eval.baselines`) are joined on request_id with the oracle's. Per surface, one Poisson
 bootstrap over the rows (the same resamples for every model and seed: differences are paired)
 gives the 95% interval of each model's seed-mean NE and of the difference foundation - other.
 "better" is said only where that interval excludes 0. Calibration = mean prediction / click rate.
@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from gem_model.config import load_calendar, load_surfaces
-from gem_model.metrics import (
+from gem_model.eval.metrics import (
     bootstrap_calibration,
     bootstrap_ne,
     interval,
@@ -26,7 +26,7 @@ from gem_model.metrics import (
     paired_difference,
     read_oracle,
 )
-from gem_model.paths import models_dir, storage_options, table_uri
+from gem_model.store.paths import models_dir, storage_options, table_uri
 
 PREDICTIONS = "eval_predictions.parquet"
 MODELS = ("foundation", "single_surface", "logistic_regression", "base_rate")
@@ -35,7 +35,7 @@ N_BOOT = 1000
 
 def run_lr_baselines(result: dict[str, Any], seeds: list[int]) -> list[dict[str, Any]]:
     """Base rate and logistic regression per seed, beside the foundation version; their rows."""
-    from gem_model.baselines import run_baselines
+    from gem_model.eval.baselines import run_baselines
 
     roles = load_calendar().roles()
     days = [str(roles.teacher[0] + dt.timedelta(days=i)) for i in range((roles.teacher[1] - roles.teacher[0]).days + 1)]

@@ -3,7 +3,7 @@
 `run_foundation` is what the `foundation_model` Dagster asset calls: it trains the GEM teacher on
 every surface (window roles().teacher, selection on the validation day E-1, metrics on the
 evaluation day E), then the same architecture on one surface at a time, reading only that surface's
-data (its rows, its users' history there, its counters: gem_model.own_surface), and writes each
+data (its rows, its users' history there, its counters: gem_model.data.own_surface), and writes each
 model to its version directory:
 
     $GEM_HOME/models/foundation_model/<version>/                       the teacher
@@ -12,8 +12,8 @@ model to its version directory:
 (extra seeds under <version>/seed<k>/). It never writes ACCEPTED: the quality gate does.
 
 One code path for every world size: the asset calls `run_foundation(**args)` in process, or launches
-`torchrun ... -m gem_model.foundation --args args.json` whose every rank calls `run_foundation(**args)`
-with the same arguments (`main` below); rank 0 alone tracks, writes and reports (gem_model.distributed).
+`torchrun ... -m gem_model.train.foundation --args args.json` whose every rank calls `run_foundation(**args)`
+with the same arguments (`main` below); rank 0 alone tracks, writes and reports (gem_model.train.distributed).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gem_model import atomic
 from gem_model.config import (
     CalendarConfig,
     FeaturesConfig,
@@ -34,7 +33,10 @@ from gem_model.config import (
     load_features,
     load_surfaces,
 )
-from gem_model.distributed import (
+from gem_model.models.registry import new_version, version_dir
+from gem_model.store import atomic
+from gem_model.store.paths import gem_home, models_dir
+from gem_model.train.distributed import (
     ProgressFn,
     broadcast_from_rank0,
     destroy_process_group,
@@ -42,10 +44,8 @@ from gem_model.distributed import (
     pipes_reporter,
     world,
 )
-from gem_model.paths import gem_home, models_dir
-from gem_model.registry import new_version, version_dir
-from gem_model.tracking import Tracker
-from gem_model.train import train
+from gem_model.train.loop import train
+from gem_model.train.tracking import Tracker
 
 FOUNDATION_ASSET = "foundation_model"
 BASELINE_ASSET = "single_surface_baseline"

@@ -30,9 +30,9 @@ import torch
 from torch import nn
 
 from gem_model.config import FeaturesConfig, SurfacesConfig, load_features, load_surfaces
-from gem_model.data import Batch, ExampleStream
-from gem_model.metrics import metric_rows, read_oracle
-from gem_model.normalization import dense_stats
+from gem_model.data.loader import Batch, ExampleStream
+from gem_model.data.normalization import dense_stats
+from gem_model.eval.metrics import metric_rows, read_oracle
 
 HASH_BITS = 20
 _P1, _P2, _P3 = 1_000_003, 998_244_353, 1_000_000_007

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from gem_model.batch import TASKS, Batch
+from gem_model.data.batch import TASKS, Batch
 from gem_model.models.config import GEMConfig, click_row
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"

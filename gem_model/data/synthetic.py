@@ -18,8 +18,8 @@ import polars as pl
 import pyarrow as pa
 
 from gem_model.config import SurfacesConfig, load_surfaces
-from gem_model.paths import storage_options
-from gem_model.schemas import (
+from gem_model.store.paths import storage_options
+from gem_model.store.schemas import (
     ACTIONS,
     COUNTER_COLUMNS,
     CREATIVE_FORMATS,

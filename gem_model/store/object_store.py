@@ -17,9 +17,10 @@ to deltalake / polars.
 from __future__ import annotations
 
 import os
+import re
 from urllib.parse import urlsplit
 
-from gem_model.paths import is_uri, lake_root
+_URI_RE = re.compile(r"^[a-z][a-z0-9+.-]*://")
 
 # Environment prefixes deltalake and polars read credentials and endpoints from, per URI scheme.
 CREDENTIAL_PREFIXES = ("AWS_", "AZURE_", "GOOGLE_")
@@ -32,6 +33,10 @@ class ObjectStoreConfigError(ValueError):
     """The lake URI or the environment asks for something delta-rs 1.6 cannot do safely."""
 
 
+def is_uri(location: str) -> bool:
+    return bool(_URI_RE.match(location)) and not location.startswith("file://")
+
+
 def check_lake_uri(uri: str) -> str:
     """Refuse credentials inside the URI (s3://key:secret@bucket): they would end up in logs and metadata."""
     if is_uri(uri) and "@" in urlsplit(uri).netloc:
@@ -41,12 +46,13 @@ def check_lake_uri(uri: str) -> str:
     return uri
 
 
-def storage_options(uri: str | None = None) -> dict[str, str] | None:
-    """deltalake / polars `storage_options` for the table or lake at `uri` (default: the lake root).
+def resolve_storage_options(uri: str) -> dict[str, str] | None:
+    """deltalake / polars `storage_options` for the table or lake at `uri` (`gem_model.store.paths.storage_options`
+    resolves the default lake root).
 
     None for a local lake without object-store variables in the environment.
     """
-    uri = check_lake_uri(uri or lake_root())
+    uri = check_lake_uri(uri)
     opts = {k: v for k, v in os.environ.items() if k.startswith(CREDENTIAL_PREFIXES) and v}
     if urlsplit(uri).scheme in S3_SCHEMES:
         if opts.get("AWS_S3_LOCKING_PROVIDER", "").lower() == "dynamodb":

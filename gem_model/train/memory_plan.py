@@ -1,8 +1,8 @@
 """Memory plan of a preset on N GPUs: what each rank holds with row-wise sharded embedding tables and
-FSDP2-sharded dense parameters (gem_model.sharding), against the replicated (DDP) layout.
+FSDP2-sharded dense parameters (gem_model.train.sharding), against the replicated (DDP) layout.
 
-    python -m gem_model.memory_plan --preset large --gpus 8 --gpu-gb 80
-    python -m gem_model.memory_plan --preset all --gpus 64 --gpu-gb 80 --rows user=1000000000
+    python -m gem_model.train.memory_plan --preset large --gpus 8 --gpu-gb 80
+    python -m gem_model.train.memory_plan --preset all --gpus 64 --gpu-gb 80 --rows user=1000000000
 
 Parameter counts come from the model itself, built on the meta device (no memory); table rows from
 features.yaml (`--rows TABLE=N` plans for a production vocabulary). Bytes per rank:
@@ -27,10 +27,10 @@ from typing import Any
 import torch
 
 from gem_model.config import ASSETS_DIR
-from gem_model.data import TASKS, Batch
+from gem_model.data.loader import TASKS, Batch
 from gem_model.models import GEM, GEMConfig
-from gem_model.sharding import rows_per_rank
-from gem_model.train import load_preset
+from gem_model.train.loop import load_preset
+from gem_model.train.sharding import rows_per_rank
 
 FP32, BF16 = 4, 2
 GB = 1e9
@@ -163,7 +163,7 @@ def plan(preset: str, gpus: int, gpu_gb: float, *, batch_per_rank: int | None = 
         cfg.tables = {**cfg.tables, **rows}
     with torch.device("meta"):  # shapes only: the large preset needs no memory to be counted
         model = GEM(cfg)
-    tables = {id(p) for p in model.embedding_parameters()}  # what gem_model.sharding shards
+    tables = {id(p) for p in model.embedding_parameters()}  # what gem_model.train.sharding shards
     emb = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Embedding) and id(m.weight) in tables}
     sparse = sum(m.weight.numel() for m in emb.values())
     dense = sum(p.numel() for p in model.parameters()) - sparse

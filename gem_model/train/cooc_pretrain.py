@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from gem_model.batch import Batch
+from gem_model.data.batch import Batch
 from gem_model.models.gem import GEM
 
 LOSSES = ("cooc", "exposure")

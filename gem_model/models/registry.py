@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from gem_model import atomic
-from gem_model.calibration import Calibrator
 from gem_model.models import GEM, GEMConfig
-from gem_model.paths import models_dir
+from gem_model.models.calibration import Calibrator
+from gem_model.store import atomic
+from gem_model.store.paths import models_dir
 
 ACCEPTED = "ACCEPTED"
 MODEL_FILE = "model.pt"
@@ -88,7 +88,7 @@ def load_model(checkpoint_path: str | Path, device: str | torch.device = "cpu") 
     mcfg = GEMConfig.from_dict(ck["model_config"])
     model = GEM(mcfg)
     model.load_state_dict(ck["model"])
-    if ck.get("calibration"):  # the post-hoc calibrator fitted on E-1 (gem_model.calibration)
+    if ck.get("calibration"):  # the post-hoc calibrator fitted on E-1 (gem_model.models.calibration)
         model.calibrator = Calibrator.from_state(ck["calibration"])
     model.to(device).eval()
     return model, {**(ck.get("config") or {}), "model_config": mcfg.to_dict()}

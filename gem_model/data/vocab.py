@@ -9,7 +9,9 @@ ids of a window share a row.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,47 @@ import pyarrow.compute as pc
 from gem_model.config import FeaturesConfig, SurfacesConfig
 
 UNKNOWN = 0  # row of null and out-of-vocabulary values
+NULL_BUCKET = 0  # hashed ids land in 1..buckets-1; bucket 0 means null / missing
+
+# Hashing: deterministic across processes, platforms and library versions.
+
+
+def hash_int64(values: np.ndarray, buckets: int) -> np.ndarray:
+    """splitmix64 finaliser of int64 ids -> [1, buckets) (0 is reserved for null)."""
+    with np.errstate(over="ignore"):
+        z = np.asarray(values, dtype=np.int64).view(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z % np.uint64(buckets - 1)).astype(np.int64) + 1
+
+
+@lru_cache(maxsize=65536)
+def hash_string(value: str, buckets: int) -> int:
+    """blake2b-64 of the UTF-8 string -> [1, buckets)."""
+    h = int.from_bytes(hashlib.blake2b(value.encode(), digest_size=8).digest(), "little")
+    return h % (buckets - 1) + 1
+
+
+def hash_array(arr: pa.Array | pa.ChunkedArray, buckets: int) -> np.ndarray:
+    """Hash an Arrow int or string array into [0, buckets); nulls -> 0."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    if pa.types.is_integer(arr.type):
+        out = hash_int64(arr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), buckets)
+    else:
+        enc = pc.dictionary_encode(arr.cast(pa.large_string()) if not pa.types.is_dictionary(arr.type) else arr)
+        lut = np.array([hash_string(s, buckets) for s in enc.dictionary.to_pylist()] + [NULL_BUCKET], np.int64)
+        idx = enc.indices.fill_null(len(lut) - 1).to_numpy(zero_copy_only=False).astype(np.int64)
+        out = lut[idx]
+    if arr.null_count:
+        out[np.asarray(arr.is_null())] = NULL_BUCKET
+    return out
+
+
 
 
 def vocab_values(vocab: Sequence[str] | str, surfaces: SurfacesConfig) -> list[str]:
@@ -50,8 +93,6 @@ def collision_rates(
 ) -> dict[str, dict[str, float]]:
     """Per hashed (open-vocabulary) feature of the window: distinct ids, and the fraction of them
     that share their row with another id of the window."""
-    from gem_model.data import hash_array  # data imports this module
-
     lf = pl.scan_delta(uri, storage_options=storage_options or {}).filter(pl.col("date").is_in(list(dates)))
     if surfaces:
         lf = lf.filter(pl.col("surface").is_in(list(surfaces)))

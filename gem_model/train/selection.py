@@ -41,7 +41,7 @@ def score_variant(
     steps with early stopping. Returns the best E-1 score (click NE weighted by positives), its step,
     the score by step and the best checkpoint's E-1 click NE per surface."""
     from gem_model.config import load_features
-    from gem_model.train import train
+    from gem_model.train.loop import train
 
     if window is None or valid is None:
         roles = load_calendar().roles()

@@ -91,7 +91,7 @@ COUNTER_COLUMNS: dict[str, pl.DataType] = {
 }
 
 # The counters that read other surfaces, each with its one-surface counterpart: what a single-surface
-# model reads in their place (gem_model.own_surface; None: nothing, read as 0 = no evidence).
+# model reads in their place (gem_model.data.own_surface; None: nothing, read as 0 = no evidence).
 CROSS_SURFACE_COUNTERS: dict[str, str | None] = {
     "user_all_impressions_before": "user_impressions_before",
     "user_all_click_logit_before": "user_click_logit_before",

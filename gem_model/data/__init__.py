@@ -1,0 +1,1 @@
+"""Batches from Delta, the batch type, vocabularies, normalisation, synthetic data."""

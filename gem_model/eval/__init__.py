@@ -1,0 +1,1 @@
+"""Metrics, intervals, the baselines engineers already use, model-quality tables."""

@@ -1,0 +1,1 @@
+"""Training: the loop, optimiser, precision, distribution and sharding, selection, calibration, tracking."""
