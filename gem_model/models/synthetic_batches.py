@@ -21,7 +21,7 @@ import torch
 from gem_model.data.batch import TASKS, Batch
 from gem_model.models.config import GEMConfig, click_row
 
-ASSETS = Path(__file__).resolve().parents[1] / "assets"
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
 
 
 def _yaml(path: Path) -> dict[str, Any]:
