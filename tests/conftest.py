@@ -1,8 +1,10 @@
-"""Shared test setup: every test gets its own GEM_HOME; W&B is disabled; Triton runs interpreted."""
+"""Shared test setup: every test gets its own GEM_HOME; W&B is disabled; Triton runs interpreted; tests of the
+real-data samples in ../shared/data/real/ are reported as not run (one line) on a clone without them."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 # Read when @triton.jit decorates a kernel, so it must be set before `kernels` is imported.
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -31,3 +33,42 @@ def gem_home(tmp_path, monkeypatch):
     monkeypatch.setenv("GEM_HOME", str(home))
     monkeypatch.delenv("GEM_LAKE_URI", raising=False)
     return home
+
+
+REPO = Path(__file__).resolve().parents[1]
+# One reason for every such test, raised from one line below, so pytest's -ra summary groups them in one line.
+SHARED_MISSING = "not run: the real-data samples ../shared/data/real/ are not beside this clone (CI has them)"
+
+
+def shared_dir() -> Path:
+    """../shared beside the clone; GEM_SHARED_DIR overrides it (a missing folder shows what a bare clone runs)."""
+    return Path(os.environ.get("GEM_SHARED_DIR") or REPO.parent / "shared")
+
+
+def shared_real(sub: str = "") -> Path:
+    """../shared/data/real/<sub>. Skips the calling test when the samples folder is absent altogether (a clone
+    from a public host); fails when the folder is there but `sub` is not (a broken copy is not a bare clone)."""
+    real = shared_dir() / "data" / "real"
+    if not real.is_dir():
+        pytest.skip(SHARED_MISSING)
+    path = real / sub
+    if not path.exists():
+        pytest.fail(f"{path}: missing from the shared real-data samples ({real} is there)")
+    return path
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytest.TestReport:
+    """A skip for missing samples is reported at this file, not at each test (pytest puts a skip raised in a
+    fixture at the test's line), so that -ra shows them all in one line."""
+    report = yield
+    if report.skipped and isinstance(report.longrepr, tuple) and SHARED_MISSING in report.longrepr[2]:
+        report.longrepr = ("tests/conftest.py", shared_real.__code__.co_firstlineno, report.longrepr[2])
+    return report
+
+
+@pytest.fixture(scope="session")
+def shared_samples() -> Path:
+    """The folder of the real-data samples (../shared/data/real); a test or fixture using it is skipped, with one
+    summary line for all of them, on a clone without it. Session-scoped so module fixtures can use it."""
+    return shared_real()
