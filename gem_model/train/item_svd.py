@@ -13,6 +13,12 @@ direction into the first `dim` coordinates of its embedding, at the table's mean
 other coordinates start at 0, unseen rows keep their random start). Training then continues as
 usual from there. With `model.topic_dim` the same directions also go, frozen, into the model's
 `item_topic` buffer, which the topic match statistics read.
+
+A warm-started retrain (`init_from`) keeps the old rows where they were, and folds the ids of its
+window that have no direction yet (ads and items born since, or past the old `max_rows` cap) into the
+old basis, as LSI folds in a new document: each new id's row is the PPMI-weighted mean of its known
+co-occurring ids' rows (the trained embeddings for the table, the frozen directions for `item_topic`),
+renormalised (`fold_in_item_svd`). A refit would rotate every old direction the old model learnt on.
 """
 
 from __future__ import annotations
@@ -38,12 +44,7 @@ def ppmi(counts: torch.Tensor) -> torch.Tensor:
     return torch.where(c > 0, out, torch.zeros_like(out))
 
 
-@torch.no_grad()
-def set_item_svd(model: GEM, batches: Iterable[Batch], dim: int, max_rows: int = MAX_ROWS) -> dict[str, int]:
-    """Write PPMI-SVD directions of the item table shared by the candidate and the history into
-    `model`'s embeddings, from `batches` (the training window, read once). Returns {"rows": rows
-    written, "bags": rows read}. Only the `max_rows` rows met in the most bags are fitted (the count
-    matrix is dense: max_rows^2 floats); the others keep their random start."""
+def _check(model: GEM, dim: int) -> None:
     cfg = model.cfg
     if not cfg.target_pairs:
         raise ValueError("train.item_svd needs a history item column sharing a table with a candidate id")
@@ -51,8 +52,14 @@ def set_item_svd(model: GEM, batches: Iterable[Batch], dim: int, max_rows: int =
         raise ValueError(f"train.item_svd.dim must be in 1..d_model ({cfg.d_model}), not {dim}")
     if cfg.n_topic_stats and cfg.topic_dim != dim:
         raise ValueError(f"train.item_svd.dim ({dim}) must equal model.topic_dim ({cfg.topic_dim})")
+
+
+def _cooccurrence(model: GEM, batches: Iterable[Batch], max_rows: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(seen rows of the shared item table [n], their bag co-occurrence counts [n, n] with a zero
+    diagonal, bags read). One bag per training row: its history items and its candidate, each once.
+    Only the `max_rows` rows met in the most bags are kept."""
+    cfg = model.cfg
     j, col = cfg.target_pairs[0]
-    table = model.tables[cfg.sparse_features[j][1]]
     bag_rows: list[torch.Tensor] = []
     bag_items: list[torch.Tensor] = []
     bags = 0
@@ -63,6 +70,8 @@ def set_item_svd(model: GEM, batches: Iterable[Batch], dim: int, max_rows: int =
         bag_rows += [seg + bags, torch.arange(len(ads)) + bags]
         bag_items += [items, ads]
         bags += len(ads)
+    if not bag_rows:
+        return torch.zeros(0, dtype=torch.long), torch.zeros(0, 0), 0
     rows, items = torch.cat(bag_rows), torch.cat(bag_items)
     keep = items != 0  # row 0: null / unknown id
     rows, items = rows[keep], items[keep]
@@ -73,8 +82,6 @@ def set_item_svd(model: GEM, batches: Iterable[Batch], dim: int, max_rows: int =
         remap[top] = torch.arange(max_rows)
         compact = remap[compact]
         rows, compact, seen = rows[compact >= 0], compact[compact >= 0], seen[top]
-    if len(seen) <= dim:
-        return {"rows": 0, "bags": bags}
     pairs = torch.unique(rows * len(seen) + compact)  # each item once per bag
     h = torch.sparse_coo_tensor(torch.stack([pairs // len(seen), pairs % len(seen)]), torch.ones(len(pairs)),
                                 (bags, len(seen)), is_coalesced=True, check_invariants=True)
@@ -82,6 +89,22 @@ def set_item_svd(model: GEM, batches: Iterable[Batch], dim: int, max_rows: int =
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
         counts = torch.sparse.mm(h.t().coalesce(), h).to_dense()
     counts.fill_diagonal_(0.0)
+    return seen, counts, bags
+
+
+@torch.no_grad()
+def set_item_svd(model: GEM, batches: Iterable[Batch], dim: int, max_rows: int = MAX_ROWS) -> dict[str, int]:
+    """Write PPMI-SVD directions of the item table shared by the candidate and the history into
+    `model`'s embeddings, from `batches` (the training window, read once). Returns {"rows": rows
+    written, "bags": rows read}. Only the `max_rows` rows met in the most bags are fitted (the count
+    matrix is dense: max_rows^2 floats); the others keep their random start."""
+    _check(model, dim)
+    cfg = model.cfg
+    j, _ = cfg.target_pairs[0]
+    table = model.tables[cfg.sparse_features[j][1]]
+    seen, counts, bags = _cooccurrence(model, batches, max_rows)
+    if len(seen) <= dim:
+        return {"rows": 0, "bags": bags}
     u, s, _ = torch.svd_lowrank(ppmi(counts), q=min(dim + 8, len(seen)), niter=6)
     vec = torch.nn.functional.normalize(u[:, :dim] * s[:dim].sqrt(), dim=1)
     w = table.weight
@@ -93,3 +116,65 @@ def set_item_svd(model: GEM, batches: Iterable[Batch], dim: int, max_rows: int =
         model.item_topic.zero_()
         model.item_topic[seen.to(w.device)] = vec.to(model.item_topic.device)
     return {"rows": int(len(seen)), "bags": bags}
+
+
+FOLD_PASSES = 3  # an id whose co-occurring ids are all new too gets its direction on a later pass
+
+
+@torch.no_grad()
+def fold_in_item_svd(model: GEM, batches: Iterable[Batch], dim: int, max_rows: int = MAX_ROWS,
+                     known: torch.Tensor | None = None) -> dict[str, int]:
+    """Fold the window's ids without a direction into a warm-started model's basis (module doc).
+
+    known: bool [table rows], the rows that already have their direction; default: the rows with a
+    non-zero `item_topic` vector (a model without the topic buffer cannot tell its old rows from
+    new ones: pass `known`, or nothing is folded). Known rows, of the table and of `item_topic`, are
+    left exactly as they were. Returns {"rows": rows folded in, "known": known rows of the window,
+    "unreached": new rows of the window met with no known id, "bags": rows read}."""
+    _check(model, dim)
+    cfg = model.cfg
+    j, _ = cfg.target_pairs[0]
+    w = model.tables[cfg.sparse_features[j][1]].weight
+    if known is None:
+        if not cfg.n_topic_stats:
+            return {"rows": 0, "known": 0, "unreached": 0, "bags": 0}
+        known = model.item_topic.norm(dim=1) > 0
+    known = known.to("cpu").bool()
+    seen, counts, bags = _cooccurrence(model, batches, max_rows)
+    if len(seen) == 0:
+        return {"rows": 0, "known": 0, "unreached": 0, "bags": bags}
+    p = ppmi(counts)
+    have = known[seen].clone()  # [n]: has a direction (old, or folded on an earlier pass)
+    n_known = int(have.sum())
+    emb = w.detach()[seen.to(w.device)].float().cpu()
+    topic = model.item_topic[seen.to(w.device)].float().cpu() if cfg.n_topic_stats else None
+    scale = emb[have].norm(dim=1).mean() if have.any() else w.detach().norm(dim=1).mean().cpu()
+    folded = torch.zeros(len(seen), dtype=torch.bool)
+    for _ in range(FOLD_PASSES):
+        todo = (~have).nonzero().flatten()
+        if len(todo) == 0:
+            break
+        weights = p[todo][:, have]  # PPMI of each new id with each id that has a direction
+        reach = weights.sum(1) > 0
+        if not reach.any():
+            break
+        todo, weights = todo[reach], weights[reach]
+        emb[todo] = torch.nn.functional.normalize(weights @ emb[have], dim=1) * scale
+        if topic is not None:
+            topic[todo] = torch.nn.functional.normalize(weights @ topic[have], dim=1)
+        have[todo] = True
+        folded[todo] = True
+    rows = seen[folded].to(w.device)
+    w[rows] = emb[folded].to(w.dtype).to(w.device)
+    if topic is not None:
+        model.item_topic[rows] = topic[folded].to(model.item_topic.dtype).to(model.item_topic.device)
+    return {"rows": int(folded.sum()), "known": n_known, "unreached": int((~have).sum()), "bags": bags}
+
+
+def start_item_table(model: GEM, batches: Iterable[Batch], dim: int, max_rows: int = MAX_ROWS, *,
+                     warm: bool = False) -> dict[str, int]:
+    """The training start-up's entry: a cold start fits the window's PPMI-SVD (`set_item_svd`), a
+    warm start (weights from an older checkpoint) folds the window's new ids into it (`fold_in_item_svd`)."""
+    if warm:
+        return {"warm": 1, **fold_in_item_svd(model, batches, dim, max_rows)}
+    return set_item_svd(model, batches, dim, max_rows)

@@ -393,13 +393,14 @@ def train(
         wp = tcfg["wide_prior"]
         seen = set_wide_prior(core, window_pass(), list(wp["features"]), float(wp["l2"]), passes=int(wp.get("passes", 1)))
         _say(rank, f"wide prior (l2 {wp['l2']}, {int(wp.get('passes', 1))} pass(es)): ids with labels {seen}")
-    if tcfg.get("item_svd") and not init_from and not (resume and (out / CHECKPOINT).exists()):
+    if tcfg.get("item_svd") and not (resume and (out / CHECKPOINT).exists()):
         if sharded:
             raise ValueError("train.item_svd needs replicated embedding tables")
-        from gem_model.train.item_svd import MAX_ROWS, set_item_svd
+        from gem_model.train.item_svd import MAX_ROWS, start_item_table
 
-        info = set_item_svd(core, window_pass(), int(tcfg["item_svd"]["dim"]),
-                            int(tcfg["item_svd"].get("max_rows", MAX_ROWS)))
+        # warm: the window's new ids are folded into the old basis (and the frozen topic buffer)
+        info = start_item_table(core, window_pass(), int(tcfg["item_svd"]["dim"]),
+                                int(tcfg["item_svd"].get("max_rows", MAX_ROWS)), warm=bool(init_from))
         _say(rank, f"item table from PPMI-SVD: {info}")
     if tcfg.get("cooc_pretrain") and not init_from and not (resume and (out / CHECKPOINT).exists()):
         if sharded:

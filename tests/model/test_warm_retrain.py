@@ -1,0 +1,123 @@
+"""A warm-started retrain (init_from) folds the ids its window meets for the first time into the old
+PPMI-SVD basis (gem_model.train.item_svd.fold_in_item_svd): the old rows stay where they were, an ad
+born after the first training gets a direction, in the table and in the frozen topic buffer."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gem_model.models.gem import build_model
+from gem_model.models.synthetic_batches import config_from_assets, synthetic_batch
+from gem_model.train.item_svd import fold_in_item_svd, set_item_svd
+
+N_TOPICS, PER_TOPIC = 4, 12
+FIRST_AD = 1 + N_TOPICS * PER_TOPIC
+NEW_AD = FIRST_AD + N_TOPICS  # ads FIRST_AD.. are shown in window 1, NEW_AD.. only in window 2
+
+
+def _batch(cfg, g: torch.Generator, first_ad: int, rows: int = 64, length: int = 12):
+    """Every history draws its items from one topic; the row's ad is that topic's ad (first_ad + topic)."""
+    b = synthetic_batch(cfg, rows, g, min_len=length, max_len=length)
+    j, col = cfg.target_pairs[0]
+    topic = torch.randint(0, N_TOPICS, (rows,), generator=g)
+    b.history[col] = 1 + topic.repeat_interleave(length) * PER_TOPIC + torch.randint(0, PER_TOPIC, (rows * length,), generator=g)
+    b.sparse[:, j] = first_ad + topic
+    return b
+
+
+def test_fold_in_gives_new_ads_their_topic_and_keeps_old_rows():
+    torch.manual_seed(0)
+    cfg = dataclasses.replace(config_from_assets("tiny"), topic_dim=8)
+    model = build_model(cfg)
+    g = torch.Generator().manual_seed(1)
+    set_item_svd(model, [_batch(cfg, g, FIRST_AD) for _ in range(8)], dim=8)
+    j, _ = cfg.target_pairs[0]
+    w = model.tables[cfg.sparse_features[j][1]].weight
+    with torch.no_grad():  # training moved the old rows away from the SVD start: they must stay there
+        w[1:NEW_AD] += 0.01 * torch.randn(NEW_AD - 1, w.shape[1], generator=g)
+    table0, topic0 = w.detach().clone(), model.item_topic.clone()
+    new = torch.arange(NEW_AD, NEW_AD + N_TOPICS)
+    assert not topic0[new].any()
+
+    # window 2: the old ads and N_TOPICS new ones, each shown with its topic's histories
+    batches = [_batch(cfg, g, FIRST_AD if i % 2 else NEW_AD) for i in range(8)]
+    info = fold_in_item_svd(model, batches, dim=8)
+    assert info["rows"] == N_TOPICS and info["unreached"] == 0 and info["known"] == NEW_AD - 1
+    table, topic = w.detach(), model.item_topic
+    old = torch.ones(len(table), dtype=torch.bool)
+    old[new] = False
+    assert torch.equal(table[old], table0[old]) and torch.equal(topic[old], topic0[old])
+    assert torch.allclose(topic[new].norm(dim=1), torch.ones(N_TOPICS), atol=1e-5)
+    # each new ad is closest to its own topic's items, in the frozen buffer and in the trained table
+    for vecs in (torch.nn.functional.normalize(topic, dim=1), torch.nn.functional.normalize(table, dim=1)):
+        items = torch.nn.functional.normalize(vecs[1:FIRST_AD].reshape(N_TOPICS, PER_TOPIC, -1).mean(1), dim=1)
+        cos = vecs[new] @ items.T
+        assert torch.equal(cos.argmax(1), torch.arange(N_TOPICS)), cos
+    assert torch.allclose(table[new].norm(dim=1), table0[1:NEW_AD].norm(dim=1).mean().expand(N_TOPICS), rtol=1e-4)
+
+
+def test_fold_in_without_a_topic_buffer_needs_the_known_rows():
+    torch.manual_seed(0)
+    cfg = config_from_assets("tiny")
+    model = build_model(cfg)
+    g = torch.Generator().manual_seed(2)
+    set_item_svd(model, [_batch(cfg, g, FIRST_AD) for _ in range(4)], dim=8)
+    batches = [_batch(cfg, g, NEW_AD) for _ in range(4)]
+    assert fold_in_item_svd(model, batches, dim=8)["rows"] == 0  # cannot tell old rows from new ones
+    known = torch.zeros(cfg.tables["item"], dtype=torch.bool)
+    known[1:NEW_AD] = True
+    assert fold_in_item_svd(model, batches, dim=8, known=known)["rows"] == N_TOPICS
+
+
+def _two_window_lake(root: Path, days: list[dt.date], born: dt.date, rows: int) -> list[int]:
+    """The tests' synthetic world, where the ads with id % 10 == 3 are replaced from `born` on by new
+    ads (id + 50000: never seen before). Returns the new ad ids shown on `born`."""
+    import polars as pl
+
+    from gem_model.data.synthetic import synthetic_day
+
+    new_ids: set[int] = set()
+    for i, d in enumerate(days):
+        ex, orc = synthetic_day(d, rows, seed=3)
+        if d >= born:
+            ex = ex.with_columns(pl.when(pl.col("ad_id") % 10 == 3).then(pl.col("ad_id") + 50000)
+                                 .otherwise(pl.col("ad_id")).alias("ad_id"))
+            if d == born:
+                new_ids |= set(ex.filter(pl.col("ad_id") > 50000)["ad_id"].to_list())
+        mode = "overwrite" if i == 0 else "append"
+        ex.write_delta(str(root / "training_examples"), mode=mode, delta_write_options={"partition_by": ["date"]})
+        orc.write_delta(str(root / "oracle"), mode=mode, delta_write_options={"partition_by": ["date", "surface"]})
+    return sorted(new_ids)
+
+
+def test_an_ad_born_after_the_first_training_gets_a_topic_vector_on_the_warm_retrain(gem_home, tmp_path):
+    from gem_model.data.vocab import hash_int64
+    from gem_model.models.registry import load_model
+    from gem_model.train.loop import train
+
+    days = [dt.date(2026, 11, 1) + dt.timedelta(days=i) for i in range(6)]
+    lake = tmp_path / "lake"
+    new_ids = _two_window_lake(lake, days, born=days[3], rows=1500)
+
+    def config(out: str, first: int) -> dict:
+        return {"preset": "tiny", "model": {"topic_dim": 4}, "seed": 0, "device": "cpu", "out_dir": str(tmp_path / out),
+                "data": {"train": [days[first].isoformat(), days[first + 1].isoformat()],
+                         "valid": days[first + 2].isoformat(), "lake": str(lake)},
+                "train": {"torch_threads": 1, "max_steps": 3, "item_svd": {"dim": 4}, "calibrate": False}}
+
+    train(config("first", 1))  # window d2-d3: none of the new ads
+    summary = train(config("warm", 2), init_from=tmp_path / "first")  # window d3-d4: the new ads of d4
+    assert summary["warm_start"]["loaded"] > 0
+    first, _ = load_model(tmp_path / "first")
+    warm, _ = load_model(tmp_path / "warm")
+    rows = torch.from_numpy(hash_int64(np.array(new_ids, dtype=np.int64), first.cfg.tables["item"]))
+    born = rows[first.item_topic[rows].norm(dim=1) == 0]  # a hash collision with an old id is not new
+    assert len(born) >= 0.9 * len(rows)
+    assert bool((warm.item_topic[born].norm(dim=1) > 0.99).all())
+    old = first.item_topic.norm(dim=1) > 0
+    assert int(old.sum()) > 100 and torch.equal(warm.item_topic[old], first.item_topic[old])  # the old basis kept
