@@ -2,7 +2,8 @@
 
 `import_dataset(name)` reads assets/sources/<name>/source.yaml, the dataset's files (the shared
 sample, or GEM_SOURCE_DIR for a full download) and writes landing/<surface>/<date>/feed.jsonl for
-every partition of the dataset's calendar, so ingest (`source: landing`) runs unchanged.
+every partition of the dataset's calendar, so ingest (`source: landing`) runs unchanged. A spec
+(gem_pipelines/sources/spec.py) describes most layouts; taobao, aliccp and mind_tsv keep a module.
 """
 
 from __future__ import annotations
@@ -13,26 +14,45 @@ from pathlib import Path
 
 from gem_model.config import SOURCES_DIR, load_calendar, load_surfaces
 from gem_model.store.paths import gem_home
-from gem_pipelines.sources.common import ImportResult, load_source, source_dir, source_files
+from gem_pipelines.sources.common import (
+    ImportResult,
+    SourceConfig,
+    load_source,
+    side_files,
+    source_dir,
+    source_files,
+)
 
 Importer = Callable[..., ImportResult]
 
 
 def _importers() -> dict[str, Importer]:
+    """source.yaml `importer` -> its function: the generic one, and modules for layouts no spec expresses."""
     from gem_pipelines.sources.aliccp import import_aliccp
-    from gem_pipelines.sources.douban import import_douban
-    from gem_pipelines.sources.mind import import_mind
+    from gem_pipelines.sources.mind_tsv import import_mind_tsv
+    from gem_pipelines.sources.spec import import_spec
     from gem_pipelines.sources.taobao import import_taobao
 
-    return {"douban": import_douban, "taobao": import_taobao, "aliccp": import_aliccp, "mind": import_mind}
+    return {"spec": import_spec, "taobao": import_taobao, "aliccp": import_aliccp, "mind_tsv": import_mind_tsv}
 
 
 def _fingerprint(name: str, src: Path) -> dict[str, object]:
     """What an import depends on: the dataset's specs and the source files (size, mtime)."""
     cfg = load_source(name)
     specs = {p.name: p.read_text() for p in sorted((SOURCES_DIR / name).glob("*.yaml"))}
-    files = {p.name: [p.stat().st_size, p.stat().st_mtime_ns] for _, p in source_files(cfg, src)}
+    paths = [p for _, p in source_files(cfg, src)] + side_files(cfg, src)
+    files = {p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in paths}
     return {"specs": specs, "files": files, "source_dir": str(src)}
+
+
+def run_importer(name: str, home: Path, src: Path, cfg: SourceConfig | None = None) -> ImportResult:
+    """Import dataset `name` from `src` into <home>/landing. A timed dataset (source.yaml `time`) takes
+    its window from its data (the importer writes imports/<name>/calendar.yaml); the others read
+    their calendar.yaml."""
+    cfg = cfg or load_source(name)
+    surfaces = load_surfaces(SOURCES_DIR / name / "surfaces.yaml")
+    calendar = None if cfg.time else load_calendar(SOURCES_DIR / name / "calendar.yaml")
+    return _importers()[cfg.importer](src, cfg, surfaces, calendar, home, dataset=name)
 
 
 def import_dataset(name: str, home: Path | None = None, *, force: bool = False) -> ImportResult | None:
@@ -45,9 +65,7 @@ def import_dataset(name: str, home: Path | None = None, *, force: bool = False) 
     fp = _fingerprint(name, src)
     if not force and stamp.is_file() and json.loads(stamp.read_text()) == fp:
         return None
-    surfaces = load_surfaces(SOURCES_DIR / name / "surfaces.yaml")
-    calendar = load_calendar(SOURCES_DIR / name / "calendar.yaml")
-    result = _importers()[cfg.importer](src, cfg, surfaces, calendar, home, dataset=name)
+    result = run_importer(name, home, src, cfg)
     stamp.write_text(json.dumps(fp))
     return result
 

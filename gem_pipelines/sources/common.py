@@ -14,6 +14,7 @@ dropped: `imports/<dataset>/lineage.parquet` maps every landing line back to (so
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import hashlib
 import json
 import os
@@ -36,10 +37,11 @@ from gem_model.config import (
     _Strict,
     validate_name,
 )
+from gem_pipelines.sources.layout import Columns, Fields, Read, SideTable, Time
 
 FEED = "feed.jsonl"  # every imported surface uses the jsonl_nested format
 ROLES = ("train", "val", "test", "all")
-_FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_FILE_RE = re.compile(r"^[A-Za-z0-9*?\[][A-Za-z0-9_.*?\[\]-]*$")
 # Ads fields the public datasets do not have: constants from the closed vocabularies, documented in
 # the README ("Real data"). They carry no signal, so the model learns nothing from them.
 DEVICE, OBJECTIVE, CREATIVE_FORMAT, POSITION, BID, TENURE = "web", "traffic", "image", "1", "0.0", "0.0"
@@ -76,16 +78,29 @@ class UserSplit(_Strict):
 
 
 def _plain_names(names: Sequence[str]) -> tuple[str, ...]:
+    """File names or globs (`*`, `?`, `[...]`) of the source dir itself: no path, no '..'."""
     for name in names:
         if not _FILE_RE.match(name) or ".." in name:
-            raise ValueError(f"files: {name!r} must be a plain file name (no path, no '..')")
+            raise ValueError(f"files: {name!r} must be a plain file name or glob (no path, no '..')")
     return tuple(names)
 
 
 class SourceConfig(_Strict):
-    importer: Literal["douban", "taobao", "aliccp", "mind"]
+    # spec: the generic importer reads the layout below (gem_pipelines/sources/spec.py); the others
+    # are modules for layouts a spec cannot express (README "Real data" says why)
+    importer: Literal["spec", "taobao", "aliccp", "mind_tsv"] = "spec"
     default_dir: str  # relative to the repo root (the shared samples); GEM_SOURCE_DIR overrides it
-    files: dict[str, tuple[str, ...]]  # role (train | val | test | all) -> file names in the source dir
+    # role (train | val | test | all) -> file names or globs in the source dir. Timed data: `all`
+    # (the time decides the day); untimed: split files by role, or `all` with the per-user split
+    files: dict[str, tuple[str, ...]]
+    read: Read = Read()
+    columns: Columns | None = None  # required by importer: spec
+    time: Time | None = None  # None: no time in the data (the seeded day rule of README "Real data")
+    side_tables: tuple[SideTable, ...] = ()
+    fields: Fields = Fields()
+    # quarantine: a later exact copy of a line (same text) is the same impression logged twice, filed
+    # as duplicate_record; keep: every line is its own impression
+    duplicates: Literal["keep", "quarantine"] = "keep"
     seed: int = 0
     surfaces: dict[str, str]  # raw value of the dataset's surface column (or file key) -> surface name
     train_days: TrainDays = TrainDays()
@@ -114,6 +129,20 @@ class SourceConfig(_Strict):
     def _lookup_files(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         return _plain_names(v)
 
+    @field_validator("side_tables")
+    @classmethod
+    def _side_files(cls, v: tuple[SideTable, ...]) -> tuple[SideTable, ...]:
+        _plain_names([t.file for t in v])
+        return v
+
+    @model_validator(mode="after")
+    def _spec(self) -> SourceConfig:
+        if self.importer == "spec" and self.columns is None:
+            raise ValueError("columns: the generic importer (importer: spec) needs the log's columns")
+        if self.time is not None and set(self.files) != {"all"}:
+            raise ValueError("files: timed data lists its files under `all` (the time decides each row's day)")
+        return self
+
     @field_validator("surfaces")
     @classmethod
     def _surfaces(cls, v: dict[str, str]) -> dict[str, str]:
@@ -141,16 +170,30 @@ def source_dir(cfg: SourceConfig) -> Path:
     return d.resolve()
 
 
+def _matches(directory: Path, name: str) -> list[Path]:
+    """A plain name must exist; a glob may match nothing (a role's globs together must match a file)."""
+    if not any(c in name for c in "*?["):
+        path = directory / name
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: source file is missing (see README, Real data)")
+        return [path]
+    return sorted(p for p in directory.glob(name) if p.is_file())
+
+
 def source_files(cfg: SourceConfig, directory: Path) -> list[tuple[str, Path]]:
-    """(role, path) of every configured file; all must exist (the user's download, unchanged)."""
+    """(role, path) of every configured file, in order (the user's download, unchanged)."""
     out = []
     for role, names in cfg.files.items():
-        for name in names:
-            path = directory / name
-            if not path.is_file():
-                raise FileNotFoundError(f"{path}: source file of role {role!r} is missing (see README, Real data)")
-            out.append((role, path))
+        paths = [p for name in names for p in _matches(directory, name)]
+        if not paths:
+            raise FileNotFoundError(f"{directory}: no file matches {list(names)} (role {role!r}; see README, Real data)")
+        out += [(role, p) for p in dict.fromkeys(paths)]  # a file two globs match is read once
     return out
+
+
+def side_files(cfg: SourceConfig, directory: Path) -> list[Path]:
+    """The side tables' files (and MIND's news / Ali-CCP's common features): all must exist."""
+    return [p for name in (*(t.file for t in cfg.side_tables), *cfg.news, *cfg.common) for p in _matches(directory, name)]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -163,7 +206,8 @@ def read_rows(path: Path, *, sep: str = ",", header: bool = True, n_fields: int 
     line_no is the 1-based line of the file (a header is line 1). ok: the row has as many fields
     as the header (or `n_fields`); rows are split on `sep` only (these datasets use no quoting).
     """
-    text = path.read_bytes().decode("utf-8", errors="replace")
+    data = path.read_bytes()
+    text = (gzip.decompress(data) if path.suffix == ".gz" else data).decode("utf-8", errors="replace")
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -194,11 +238,13 @@ def field_at(i: int) -> pl.Expr:
 
 def map_surface(rows: pl.DataFrame, raw_value: pl.Expr, cfg: SourceConfig, fallback: str) -> pl.DataFrame:
     """`surface` from the dataset's surface column; a value not declared in source.yaml makes the
-    row unmapped (written verbatim to `fallback`'s partition, quarantined as unparseable)."""
+    row `unmapped` (landed in `fallback`'s partition as a record of an unknown kind: unknown_enum)."""
     mapping = pl.DataFrame({"_key": list(cfg.surfaces), "_surface": list(cfg.surfaces.values())})
     rows = rows.with_columns(_key=raw_value).join(mapping, on="_key", how="left", maintain_order="left")
     return rows.with_columns(
-        ok=pl.col("ok") & pl.col("_surface").is_not_null(), surface=pl.col("_surface").fill_null(fallback)
+        unmapped=pl.col("ok") & pl.col("_surface").is_null(),
+        ok=pl.col("ok") & pl.col("_surface").is_not_null(),
+        surface=pl.col("_surface").fill_null(fallback),
     ).drop("_key", "_surface")
 
 
@@ -299,25 +345,34 @@ def _iso(seconds: pl.Expr) -> pl.Expr:
 
 
 def impression_lines(rows: pl.DataFrame) -> pl.Series:
-    """jsonl_nested `ad` records for mapped rows; the raw line itself for unmapped ones.
+    """jsonl_nested `ad` records for mapped rows; for a row of an undeclared surface a record of kind
+    `unmapped_surface` holding the line (quarantined unknown_enum); the raw line itself for a row
+    that could not be parsed (quarantined unparseable).
 
     rows: ok, raw, request_id, date, seconds, user_id, ad_id, advertiser_id, click, conversion
-    (text; conversion null where the surface logs none).
+    (text; conversion null where the surface logs none); optionally unmapped, and the spec's fields
+    tenure_days, position, bid (null: the constant).
     """
     c = pl.col
+
+    def field(name: str, constant: str) -> pl.Expr:  # a spec's field where it has one, else the constant
+        return c(name).fill_null(pl.lit(constant)) if name in rows.columns else pl.lit(constant)
+
     click_ts = pl.when(c("click") == "1").then(_iso(c("seconds") + CLICK_DELAY_S))
     conv_ts = pl.when(c("conversion") == "1").then(_iso(c("seconds") + CLICK_DELAY_S))
     rec = pl.struct(
         pl.lit("ad").alias("kind"),
         c("request_id"),
         _iso(c("seconds")).alias("ts"),
-        pl.struct(c("user_id").alias("id"), pl.lit(DEVICE).alias("device"), pl.lit(TENURE).alias("tenure_days")).alias("user"),
+        pl.struct(c("user_id").alias("id"), pl.lit(DEVICE).alias("device"), field("tenure_days", TENURE).alias("tenure_days")).alias("user"),
         pl.struct(c("ad_id").alias("id"), c("advertiser_id"), pl.lit(OBJECTIVE).alias("objective"),
-                  pl.lit(CREATIVE_FORMAT).alias("creative_format"), pl.lit(BID).alias("bid")).alias("ad"),
-        pl.struct(pl.lit(POSITION).alias("position")).alias("slot"),
+                  pl.lit(CREATIVE_FORMAT).alias("creative_format"), field("bid", BID).alias("bid")).alias("ad"),
+        pl.struct(field("position", POSITION).alias("position")).alias("slot"),
         pl.struct(c("click"), click_ts.alias("click_ts"), c("conversion"), conv_ts.alias("conversion_ts")).alias("engagement"),
     ).struct.json_encode()
-    return rows.select(line=pl.when(c("ok")).then(rec).otherwise(c("raw")))["line"]
+    unmapped = pl.struct(pl.lit("unmapped_surface").alias("kind"), c("raw")).struct.json_encode()
+    is_unmapped = c("unmapped") if "unmapped" in rows.columns else pl.lit(False)
+    return rows.select(line=pl.when(c("ok")).then(rec).when(is_unmapped).then(unmapped).otherwise(c("raw")))["line"]
 
 
 def organic_lines(hist: pl.DataFrame) -> pl.Series:

@@ -9,10 +9,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from gem_model.config import SOURCES_DIR, load_calendar, load_surfaces
+from gem_model.config import SOURCES_DIR, CalendarConfig, load_calendar, load_surfaces
 from gem_pipelines.data.normalize import NormalizedPartition, normalize_partition
 from gem_pipelines.data.parsers import stage_partition
-from gem_pipelines.sources import _importers
+from gem_pipelines.sources import run_importer
 from gem_pipelines.sources.common import ImportResult, SourceConfig, load_source
 
 REAL = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "real"  # ../shared/data/real
@@ -27,15 +27,18 @@ def need(sub: str) -> Path:
 
 def run_import(dataset: str, home: Path, src: Path | None = None, cfg: SourceConfig | None = None) -> ImportResult:
     cfg = cfg or load_source(dataset)
-    src = src or need(Path(cfg.default_dir).name)
-    surfaces = load_surfaces(SOURCES_DIR / dataset / "surfaces.yaml")
-    calendar = load_calendar(SOURCES_DIR / dataset / "calendar.yaml")
-    return _importers()[cfg.importer](src, cfg, surfaces, calendar, home, dataset=dataset)
+    return run_importer(dataset, home, src or need(Path(cfg.default_dir).name), cfg)
+
+
+def dataset_calendar(dataset: str, home: Path) -> CalendarConfig:
+    """The dataset's calendar.yaml, or the window its import derived from the data (timed datasets)."""
+    own = SOURCES_DIR / dataset / "calendar.yaml"
+    return load_calendar(own if own.is_file() else home / "imports" / dataset / "calendar.yaml")
 
 
 def normalize_all(dataset: str, home: Path) -> dict[tuple[dt.date, str], NormalizedPartition]:
     surfaces = load_surfaces(SOURCES_DIR / dataset / "surfaces.yaml")
-    calendar = load_calendar(SOURCES_DIR / dataset / "calendar.yaml")
+    calendar = dataset_calendar(dataset, home)
     out = {}
     for day in calendar.dates():
         for s in surfaces.surfaces:

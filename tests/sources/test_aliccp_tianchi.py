@@ -56,7 +56,7 @@ def test_every_sample_is_imported_or_quarantined(imported) -> None:
     assert (table["imported"] + table["quarantined"] == table["read"]).all(), table
     assert table["imported"].sum() == 3
     q = pl.concat([p.quarantine for p in parts.values()])
-    assert sorted(q["reason"].to_list()) == ["missing_id", "unparseable", "unparseable"]
+    assert sorted(q["reason"].to_list()) == ["missing_id", "unknown_enum", "unparseable"]  # the undeclared scenario: unknown_enum
 
 
 def test_user_from_common_features_and_the_purchase_rule(imported) -> None:

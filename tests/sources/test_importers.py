@@ -157,7 +157,7 @@ def test_malformed_real_rows_are_quarantined_with_a_reason(tmp_path: Path) -> No
         7: ("0,abc,4035,1", "bad_type"),  # user id not an integer
         9: ("0,1207,,1", "missing_id"),  # empty item id
         11: ("0,1207,4035,2", "bad_type"),  # label not 0/1
-        13: ("7,1207,4035,1", "unparseable"),  # a domain the dataset does not declare
+        13: ("7,1207,4035,1", "unknown_enum"),  # a domain the dataset does not declare
         15: ("", "unparseable"),  # a blank line
     }
     for i, (text, _) in broken.items():

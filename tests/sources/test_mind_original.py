@@ -57,8 +57,8 @@ def test_every_candidate_is_imported_or_quarantined(imported) -> None:
                                                                              "behaviors_dev.tsv": 1}
     assert (table["imported"] + table["quarantined"] == table["read"]).all(), table
     q = pl.concat([p.quarantine for p in parts.values()])
-    # unparseable: N5 (undeclared category), N6 and Nx (no category), the bad time, the short line
-    assert sorted(q["reason"].to_list()) == ["bad_type"] + ["unparseable"] * 5  # bad_type: label 2
+    # unknown_enum: N5 (undeclared category), N6 and Nx (no category); unparseable: the bad time, the short line
+    assert sorted(q["reason"].to_list()) == ["bad_type"] + ["unknown_enum"] * 3 + ["unparseable"] * 2  # label 2
 
 
 def test_days_follow_the_data_time_and_categories_are_surfaces(imported) -> None:

@@ -1,16 +1,16 @@
-"""MIND news impressions (Microsoft), in the CSV layout of Scenario-Wise-Rec: category = surface.
+"""MIND as Microsoft distributes it (behaviors.tsv + news.tsv, no header): a module, because one
+behaviors line holds many impressions (`N<id>-<label>` candidates) and a history column, and the
+surface is the category of a news.tsv row, which no spec expresses. The Scenario-Wise-Rec CSV
+layout of MIND is a spec (assets/sources/mind/source.yaml).
 
-Header `User_ID,News_ID,label,Category,SubCategory`: User_ID `U<digits>` -> user_id, News_ID
-`N<digits>` -> ad_id (the prefix letter dropped; any other text is carried as is and quarantined
-as bad_type), SubCategory -> advertiser_id (a stable 31-bit blake2b of the text: the publisher-like
-grouping of a news item), label -> click, Category -> surface (source.yaml `surfaces`, one domain
-per category). No time: users are split by the seeded per-user rule (common.user_roles).
+user `U<digits>` -> user_id, news `N<digits>` -> ad_id (the prefix letter dropped; any other text
+is carried as is and quarantined as bad_type), subcategory -> advertiser_id (spec.text_id), the
+candidate's label -> click, its category -> surface (source.yaml `surfaces`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 from pathlib import Path
 
 import polars as pl
@@ -20,29 +20,21 @@ from gem_pipelines.sources.common import (
     NOON,
     ImportResult,
     SourceConfig,
-    assign_days,
     field_at,
     map_surface,
     read_rows,
     request_ids,
     source_files,
-    user_roles,
     write_landing,
 )
+from gem_pipelines.sources.spec import text_id
 
-HEADER = ["User_ID", "News_ID", "label", "Category", "SubCategory"]
 BEHAVIORS_FIELDS, NEWS_FIELDS = 5, 8  # MIND's original behaviors.tsv and news.tsv (no header)
 
 
 def _strip_prefix(expr: pl.Expr, letter: str) -> pl.Expr:
     """`U123` -> `123`; anything else unchanged (so the row rules see it and say bad_type)."""
     return pl.when(expr.str.contains(f"^{letter}[0-9]+$")).then(expr.str.slice(1)).otherwise(expr)
-
-
-def text_id(values: list[str | None]) -> list[str | None]:
-    """A stable positive id for a text value (blake2b, 31 bits); null stays null."""
-    return [None if v is None else str(int.from_bytes(hashlib.blake2b(v.encode(), digest_size=4).digest(), "little") >> 1)
-            for v in values]
 
 
 def read_news(src: Path, cfg: SourceConfig) -> pl.DataFrame:
@@ -121,36 +113,9 @@ def read_mind_tsv(src: Path, cfg: SourceConfig, calendar: CalendarConfig) -> tup
     return rows, history, hist.height - history.height
 
 
-def read_mind(src: Path, cfg: SourceConfig, calendar: CalendarConfig) -> pl.DataFrame:
-    frames = []
-    for role, path in source_files(cfg, src):
-        if role != "all":
-            raise ValueError(f"{path.name}: the MIND sample has no split files; list it under files.all")
-        rows, head = read_rows(path)
-        if head != HEADER:
-            raise ValueError(f"{path}: header {head} is not the MIND header {HEADER}")
-        rows = map_surface(rows, field_at(3), cfg, next(iter(cfg.surfaces.values())))
-        rows = rows.with_columns(
-            user_id=_strip_prefix(field_at(0), "U"),
-            ad_id=_strip_prefix(field_at(1), "N"),
-            advertiser_id=pl.Series(text_id(rows.select(sub=field_at(4))["sub"].to_list()), dtype=pl.String),
-            click=field_at(2),
-            conversion=pl.lit(None, pl.String),
-            seconds=pl.lit(NOON),
-            request_id=request_ids(rows),
-        )
-        frames.append(rows)
-    rows = pl.concat(frames)
-    key = rows.select(pl.when(pl.col("ok")).then(pl.col("user_id")).otherwise(pl.col("raw")))["user_id"].to_list()
-    return assign_days(rows.with_columns(role=pl.Series(user_roles(key, cfg))), cfg, calendar)
-
-
-def import_mind(
-    src: Path, cfg: SourceConfig, surfaces: SurfacesConfig, calendar: CalendarConfig, home: Path, dataset: str = "mind"
+def import_mind_tsv(
+    src: Path, cfg: SourceConfig, surfaces: SurfacesConfig, calendar: CalendarConfig, home: Path, dataset: str = "mind_full"
 ) -> ImportResult:
-    """The Scenario-Wise-Rec CSV, or MIND's original behaviors.tsv + news.tsv (files ending in .tsv)."""
-    if all(p.suffix == ".tsv" for _, p in source_files(cfg, src)):
-        rows, history, outside = read_mind_tsv(src, cfg, calendar)
-        return write_landing(dataset, src, rows, history, surfaces, calendar, home,
-                             notes={"history_clicks_of_undeclared_categories": outside})
-    return write_landing(dataset, src, read_mind(src, cfg, calendar), None, surfaces, calendar, home)
+    rows, history, outside = read_mind_tsv(src, cfg, calendar)
+    return write_landing(dataset, src, rows, history, surfaces, calendar, home,
+                         notes={"history_clicks_of_undeclared_categories": outside})
