@@ -3,8 +3,9 @@ version becomes ACCEPTED.
 
 Each training asset evaluates its new version on day E, calls `gate`, yields a blocking
 `quality_gate` check with `check_result`, and only then calls `accept`: ACCEPTED is written (by
-`gem_model.models.registry.write_accepted`, atomically) after a passing check event is in the instance's
-event log, so every ACCEPTED file traces to one (`untraced_accepted` lists those that do not).
+`gem_model.models.registry.write_accepted`, atomically) after an accepting check event is in the instance's
+event log (passed; or, when no pair had enough positives to judge, failed with WARN severity and
+`accepted` in its metadata), so every ACCEPTED file traces to one (`untraced_accepted` lists those that do not).
 """
 
 from __future__ import annotations
@@ -56,10 +57,10 @@ def gate(rows: list[dict[str, Any]], previous: list[dict[str, Any]] | None, cfg:
     if reference is not None:
         missing = [p for p in pairs if p[f"{reference_name}_ne"] is None]
         failures += [{**p, "why": f"no {reference_name} NE to compare with"} for p in missing]
-    note = "" if pairs else f"no (surface, task) pair has >= {cfg.min_positives} positives on E" + (
-        ": not judged, accepted unjudged (see the evaluation table)" if allow_ungated else "")
-    return {"passed": not failures and (bool(pairs) or allow_ungated), "gated_pairs": pairs, "failures": failures,
-            "note": note}
+    note = "" if pairs else f"not judged: no (surface, task) pair with >= {cfg.min_positives} positives on E" + (
+        "; accepted unjudged (see the evaluation table)" if allow_ungated else "")
+    return {"passed": not failures and (bool(pairs) or allow_ungated), "judged": bool(pairs), "gated_pairs": pairs,
+            "failures": failures, "note": note}
 
 
 def accepted_rows(asset: str, evaluation_date: str, partition: str | None = None,
@@ -83,13 +84,22 @@ def accepted_rows(asset: str, evaluation_date: str, partition: str | None = None
 
 
 def check_result(verdict: dict[str, Any], version: str, evaluation_date: str) -> dg.AssetCheckResult:
-    """The blocking quality_gate check: the verdict as a readable table, the version it judged."""
+    """The blocking quality_gate check: the verdict as a readable table, the version it judged.
+
+    A version accepted unjudged (no pair had enough positives) is not a green pass: the check fails
+    with WARN severity (the UI's yellow "warning"; WARN blocks nothing) and says "not judged".
+    """
+    unjudged = verdict["passed"] and not verdict.get("judged", True)
     return dg.AssetCheckResult(
         check_name=CHECK,
-        passed=verdict["passed"],
+        passed=verdict["passed"] and not unjudged,
+        severity=dg.AssetCheckSeverity.WARN if unjudged else dg.AssetCheckSeverity.ERROR,
+        description=verdict["note"] if unjudged else None,
         metadata={
             "version": version,
             "evaluation_date": evaluation_date,
+            "judged": not unjudged,
+            "accepted": bool(verdict["passed"]),
             "gated_pairs": len(verdict["gated_pairs"]),
             "failures": len(verdict["failures"]),
             "pairs": gate_table(verdict),
@@ -135,7 +145,10 @@ def untraced_accepted(instance: dg.DagsterInstance, home: Path) -> list[str]:
             dg.AssetCheckKey(dg.AssetKey(asset), CHECK), limit=10_000
         ):
             evaluation = record.event and record.event.dagster_event and record.event.dagster_event.event_specific_data
-            if evaluation is None or not getattr(evaluation, "passed", False):
+            if evaluation is None:
+                continue
+            accepted = evaluation.metadata.get("accepted")  # an unjudged acceptance fails with WARN
+            if not (getattr(evaluation, "passed", False) or (accepted is not None and accepted.value is True)):
                 continue
             version = evaluation.metadata.get("version")
             partition = getattr(evaluation, "partition", None)

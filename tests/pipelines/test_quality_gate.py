@@ -88,3 +88,34 @@ def test_every_accepted_file_traces_to_a_passing_check_in_the_event_log(gem_home
         version_dir("students", rogue, "shops").mkdir(parents=True)
         (gem_home / "models" / "students" / "shops" / "ACCEPTED").write_text(rogue + "\n")
         assert quality_gate.untraced_accepted(instance, gem_home) == [str(gem_home / "models/students/shops/ACCEPTED")]
+
+
+def test_a_model_accepted_unjudged_shows_a_warning_not_a_green_pass(gem_home) -> None:
+    """No pair with enough positives: the version is accepted (a small surface still gets a model),
+    and its check says "not judged" as a WARN failure, which blocks nothing and still traces ACCEPTED."""
+    from gem_model.models.registry import new_version, read_accepted, version_dir
+
+    parts = dg.StaticPartitionsDefinition(["shops"])
+
+    @dg.asset(name="students", partitions_def=parts, check_specs=[
+        dg.AssetCheckSpec(quality_gate.CHECK, asset="students", blocking=True, partitions_def=parts)])
+    def fake_students(context):
+        version = new_version(context.run_id)
+        version_dir("students", version, "shops").mkdir(parents=True)
+        verdict = gate([row("shops", 0.95, positives=12)], None, CFG, allow_ungated=True)
+        yield dg.MaterializeResult(metadata={"version": version})
+        yield quality_gate.check_result(verdict, version, "2026-11-07")
+        quality_gate.accept("students", version, verdict, "shops")
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = dg.materialize([fake_students], partition_key="shops", instance=instance)
+        assert result.success  # a WARN failure of a blocking check fails no step
+        (evaluation,) = result.get_asset_check_evaluations()
+        assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.WARN
+        assert evaluation.description.startswith("not judged: no (surface, task) pair with >= 100 positives")
+        assert evaluation.metadata["judged"].value is False and evaluation.metadata["gated_pairs"].value == 0
+        assert read_accepted("students", "shops") is not None
+        assert quality_gate.untraced_accepted(instance, gem_home) == []
+    # a judged pass stays a plain pass
+    judged = quality_gate.check_result(gate([row("feed", 0.9)], None, CFG), "v", "2026-11-07")
+    assert judged.passed and judged.severity == dg.AssetCheckSeverity.ERROR and judged.metadata["judged"].value is True
