@@ -22,9 +22,14 @@ from urllib.parse import urlsplit
 
 _URI_RE = re.compile(r"^[a-z][a-z0-9+.-]*://")
 
-# Environment prefixes deltalake and polars read credentials and endpoints from, per URI scheme.
-CREDENTIAL_PREFIXES = ("AWS_", "AZURE_", "GOOGLE_")
+# Environment prefixes deltalake and polars read credentials and endpoints from, per URI scheme: a store gets
+# only its own provider's variables (AWS keys never travel to a gs:// request, nor to a local lake).
 S3_SCHEMES = ("s3", "s3a")
+SCHEME_PREFIXES: dict[str, str] = {
+    **dict.fromkeys(S3_SCHEMES, "AWS_"),
+    **dict.fromkeys(("az", "abfs", "abfss", "adl", "azure"), "AZURE_"),
+    **dict.fromkeys(("gs", "gcs"), "GOOGLE_"),
+}
 # The S3 commit protocol (see the module docstring): put-if-absent on the log, etag-matched updates.
 S3_COMMIT_OPTIONS = {"conditional_put": "etag"}
 
@@ -50,11 +55,14 @@ def resolve_storage_options(uri: str) -> dict[str, str] | None:
     """deltalake / polars `storage_options` for the table or lake at `uri` (`gem_model.store.paths.storage_options`
     resolves the default lake root).
 
-    None for a local lake without object-store variables in the environment.
+    Only the variables of the URI's provider (SCHEME_PREFIXES); None for a local lake or a scheme
+    without variables set.
     """
     uri = check_lake_uri(uri)
-    opts = {k: v for k, v in os.environ.items() if k.startswith(CREDENTIAL_PREFIXES) and v}
-    if urlsplit(uri).scheme in S3_SCHEMES:
+    scheme = urlsplit(uri).scheme if is_uri(uri) else ""
+    prefix = SCHEME_PREFIXES.get(scheme)
+    opts = {k: v for k, v in os.environ.items() if prefix and k.startswith(prefix) and v}
+    if scheme in S3_SCHEMES:
         if opts.get("AWS_S3_LOCKING_PROVIDER", "").lower() == "dynamodb":
             raise ObjectStoreConfigError(
                 "AWS_S3_LOCKING_PROVIDER=dynamodb: delta-rs 1.6 no longer has a DynamoDB lock and would ignore it; "

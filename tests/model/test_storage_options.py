@@ -31,8 +31,37 @@ def test_s3_lake_takes_credentials_from_env_and_the_commit_protocol(clean_env):
     opts = storage_options()
     assert opts == {"AWS_ACCESS_KEY_ID": "AKIA1", "AWS_SECRET_ACCESS_KEY": "sec",
                     "AWS_ENDPOINT_URL": "http://127.0.0.1:9", **S3_COMMIT_OPTIONS}
-    # a table URI under another scheme gets the credentials but not the S3 commit settings
-    assert storage_options("gs://bucket/lake/events") == {k: v for k, v in opts.items() if k.startswith("AWS_")}
+
+
+def _all_providers(env: pytest.MonkeyPatch) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AZURE_STORAGE_ACCOUNT_KEY", "GOOGLE_SERVICE_ACCOUNT"):
+        env.setenv(name, "x")
+
+
+@pytest.mark.parametrize(
+    ("uri", "expected"),
+    [
+        ("s3://bucket/lake", {"AWS_ACCESS_KEY_ID": "x", **S3_COMMIT_OPTIONS}),
+        ("s3a://bucket/lake", {"AWS_ACCESS_KEY_ID": "x", **S3_COMMIT_OPTIONS}),
+        ("az://container/lake", {"AZURE_STORAGE_ACCOUNT_KEY": "x"}),
+        ("abfs://container/lake", {"AZURE_STORAGE_ACCOUNT_KEY": "x"}),
+        ("abfss://container/lake", {"AZURE_STORAGE_ACCOUNT_KEY": "x"}),
+        ("adl://container/lake", {"AZURE_STORAGE_ACCOUNT_KEY": "x"}),
+        ("gs://bucket/lake", {"GOOGLE_SERVICE_ACCOUNT": "x"}),
+        ("gcs://bucket/lake", {"GOOGLE_SERVICE_ACCOUNT": "x"}),
+    ],
+)
+def test_each_scheme_gets_only_its_providers_variables(clean_env, uri, expected):
+    _all_providers(clean_env)
+    assert storage_options(uri) == expected
+    assert storage_options(uri + "/events") == expected
+
+
+def test_local_lake_gets_no_credentials_even_when_set(clean_env, tmp_path):
+    _all_providers(clean_env)
+    assert storage_options() is None  # the default lake under GEM_HOME
+    assert storage_options(str(tmp_path / "lake" / "events")) is None
+    assert storage_options("file:///tmp/lake/events") is None
 
 
 def test_dynamodb_locking_provider_is_refused_with_a_reason(clean_env):
