@@ -72,19 +72,7 @@ VARIANTS: dict[str, dict] = {
                                                 "wide_weight_decay": 1e-6}, "model": {"wide_cross_rows": 1 << 20}},
     "e1_cross_wide_lr_0.1_wd_1e-6": {"train": {"epochs": 1, "eval_every": 39, "wide_lr": 0.1,
                                                "wide_weight_decay": 1e-6}, "model": {"wide_cross_rows": 1 << 20}},
-    # round 3: the history co-occurrence loss (GEMConfig.cooc_weight) on top of the preset
-    "cooc_1": {"model": {"cooc_weight": 1.0}},
-    "cooc_0.2": {"model": {"cooc_weight": 0.2}},
-    "cooc_clicks_0.2": {"model": {"cooc_weight": 0.2, "cooc_clicks": True}},
-    # the item table fitted to the co-occurrence loss alone before the first step (train.cooc_pretrain)
-    "cooc_pretrain": {"train": {"cooc_pretrain": {"repeats": 8, "lr": 0.01}}},
-    # the exposure loss: the history scores the row's own ad against the batch's (GEMConfig.exposure_weight)
-    "exposure_1": {"model": {"exposure_weight": 1.0}},
-    "exposure_0.2": {"model": {"exposure_weight": 0.2}},
-    "exposure_0.05": {"model": {"exposure_weight": 0.05}},
-    "exposure_1_cooc_1": {"model": {"exposure_weight": 1.0, "cooc_weight": 1.0}},
-    "pretrain_cooc_exposure": {"train": {"cooc_pretrain": {"repeats": 8, "lr": 0.01, "losses": ["cooc", "exposure"],
-                                                           "rescale": True}}},
+    # round 3 (the co-occurrence and exposure losses, cooc_pretrain) was removed with those options
     # round 4: the item table started from PPMI-SVD of the window (train.item_svd), frozen topic statistics
     "svd16": {"train": {"item_svd": {"dim": 16}}},
     "svd32": {"train": {"item_svd": {"dim": 32}}},
@@ -99,17 +87,7 @@ VARIANTS: dict[str, dict] = {
     # on the preset with item_svd + topic_dim: the item table's hash collisions now mix topics
     "big_item_table": {"buckets": {"ad_id": 65536, "hist_item_id": 65536}},
     "svd32_topic_hist_64": {"train": {"item_svd": {"dim": 32}}, "model": {"topic_dim": 32, "max_hist_len": 64}},
-    "cooc_pretrain_clicks": {"train": {"cooc_pretrain": {"repeats": 8, "lr": 0.01}},
-                             "model": {"cooc_clicks": True}},
-    # the interest as a logit sees it: the log of the topic's share of the history; the user's
-    # propensity through the history's click share; a longer history for both
-    "topic_log": {"model": {"topic_log_share": True}},
-    "topic_log_h64": {"model": {"topic_log_share": True, "max_hist_len": 64}},
-    "click_share": {"model": {"history_click_share": True}},
-    "topic_log_click_share": {"model": {"history_click_share": True, "topic_log_share": True}},
     "big_user_table": {"buckets": {"user_id": 262144}},  # 25% of users share a row at 20,000
-    "tlcs_big_user": {"model": {"history_click_share": True, "topic_log_share": True},
-                      "buckets": {"user_id": 262144}},
 }
 
 

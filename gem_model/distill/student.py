@@ -148,10 +148,6 @@ class Student(nn.Module):
         return {"sparse": sparse, "dense": total - sparse, "total": total}
 
 
-def build_student(cfg: dict[str, Any]) -> Student:
-    return Student(cfg)
-
-
 def share_tables(student: Student, teacher: nn.Module, names: list[str] | tuple[str, ...]) -> list[str]:
     """Copy exactly the named embedding tables from `teacher.tables` (a GEM or a Student) into
     the student; returns the names copied. Shapes must match (same table sizes and d_model)."""

@@ -186,21 +186,6 @@ def evaluate_day(
     return metric_rows(predict(model, stream, device=device), oracle_df)
 
 
-def evaluate(
-    model: torch.nn.Module,
-    loader: Iterable[Batch],
-    oracle_df: pl.DataFrame | None = None,
-    *,
-    device: torch.device | str | None = None,
-) -> list[dict[str, Any]]:
-    """Per (surface, task): {surface, task, ne, auc, calibration, oracle_ne, gap, n, positives}.
-
-    `oracle_df` has request_id, p_click, p_conversion (e.g. `read_oracle(...)`); rows without an
-    oracle probability leave oracle_ne None.
-    """
-    return metric_rows(predict(model, loader, device=device), oracle_df)
-
-
 def read_oracle(
     dates: Iterable[Any], surfaces: Iterable[str] | None = None, *, uri: str | None = None,
     storage_options: dict[str, str] | None = None, missing_ok: bool = False,

@@ -10,13 +10,11 @@ if TYPE_CHECKING:  # gem_model.config needs pydantic: imported lazily, so the mo
     from gem_model.config import FeaturesConfig, SurfacesConfig
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
-
-
-def click_row(columns: list[tuple[str, Any]]) -> int:
-    """Row of `click` in the closed vocabulary of the history's action column ((source, vocab) per
-    column; value i -> row i + 1), 0 when there is none."""
-    return next((list(v).index("click") + 1 for src, v in columns
-                 if src == "action" and isinstance(v, tuple | list) and "click" in v), 0)
+# options removed with their code, at their "off" value (None: any value was inert): older checkpoints
+# that carry them at that value still load
+RETIRED: dict[str, Any] = {"cooc_weight": 0.0, "cooc_pairs": None, "cooc_temperature": None, "cooc_clicks": False,
+                           "exposure_weight": 0.0, "exposure_temperature": None, "topic_log_share": False,
+                           "history_click_share": False, "click_action_row": None}
 
 
 @dataclass
@@ -45,35 +43,11 @@ class GEMConfig:
     # rows of the wide history-item x candidate cross table (0: none): the logistic regression's
     # strongest features, inside the model's wide path (hashed pairs, 1/sqrt(history length) each)
     wide_cross_rows: int = 0
-    # weight of the history co-occurrence loss (0: off): each history item scores the next item of the
-    # same history against the batch's other items (in-batch softmax over normalised item embeddings),
-    # so items that share users' interests get similar embeddings from the organic logs themselves,
-    # not only from the sparse click gradient
-    cooc_weight: float = 0.0
-    cooc_pairs: int = 2048  # history pairs sampled per batch for that loss
-    cooc_temperature: float = 0.1
-    cooc_clicks: bool = False  # ... and each clicked candidate ad scores an item of its own history
-    # weight of the exposure loss (0: off): the user's history (mean of its normalised item embeddings)
-    # scores the row's own candidate ad against the batch's other ads (in-batch softmax). Ads are
-    # delivered by targeting on users' interests, so every impression, clicked or not, says which
-    # history the ad belongs with: ~40x more pairs than the clicks, aligning ad and item embeddings
-    exposure_weight: float = 0.0
-    exposure_temperature: float = 0.1
     # width of a frozen per-item topic vector of the shared item table (0: none). `train.item_svd` writes
     # its PPMI-SVD directions there too; two match statistics read it (mean and max over the history of
     # cos(candidate, item)), so the window's co-occurrence structure survives whatever the click
     # gradient does to the trained embeddings. Saved with the weights (a buffer).
     topic_dim: int = 0
-    # one more topic statistic: log((soft count of the history's items on the candidate's topic + 0.5)
-    # / (history length + 1)), soft count = sum of max(cos, 0). Organic activity follows a softmax of
-    # interests, so the log of a topic's share of the history is linear in the interest, as a click
-    # logit is; the mean cosine (the share itself) flattens the difference between 0, 1 and 2 items.
-    topic_log_share: bool = False
-    # the user's own labels in their history as wide inputs: the share of history entries whose action
-    # is `click` (and their count, log1p), overall and on the candidate's surface. For rating data
-    # (Douban: a low rating is a `view`) it is the user's rating bias, also from days not trained on,
-    # and across domains. Off by default (the simulated world's histories are organic activity).
-    history_click_share: bool = False
     attention: str = "jagged"  # jagged (kernels.jagged_attention) | padded (SDPA over a padded batch)
     max_hist_len: int | None = None  # None: features.yaml history.max_len (never longer)
 
@@ -87,7 +61,6 @@ class GEMConfig:
     surface_loss_weights: dict[str, float] = field(default_factory=dict)  # default 1.0
     task_loss_weights: dict[str, float] = field(default_factory=lambda: {"click": 1.0, "conversion": 1.0})
     hist_max_len: int = 64
-    click_action_row: int = 0  # row of `click` in the history's action vocabulary (0: none)
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads or self.d_model // self.n_heads not in SUPPORTED_HEAD_DIMS:
@@ -98,9 +71,6 @@ class GEMConfig:
             raise ValueError("n_cls must be >= 1")
         if self.attention not in ("jagged", "padded"):
             raise ValueError(f"attention must be 'jagged' or 'padded', not {self.attention!r}")
-        for name in ("cooc_weight", "exposure_weight"):
-            if getattr(self, name) and self.sparse_features and not self.target_pairs:
-                raise ValueError(f"{name} needs a history item column sharing a table with a candidate id")
 
     @property
     def n_tokens(self) -> int:
@@ -121,26 +91,8 @@ class GEMConfig:
         ]
 
     @property
-    def click_share_columns(self) -> tuple[str, str | None, int | None] | None:
-        """(history action column, history surface column, index of the candidate's surface among the
-        sparse features) for history_click_share; None when off or the history has no click action."""
-        if not self.history_click_share or not self.click_action_row:
-            return None
-        action = next((n for n, src, _ in self.history_columns if src == "action"), None)
-        if action is None:
-            return None
-        surf = next(((n, t) for n, src, t in self.history_columns if src == "surface"), None)
-        j = next((j for j, (_, t) in enumerate(self.sparse_features) if surf and t == surf[1]), None)
-        return action, surf[0] if j is not None and surf else None, j
-
-    @property
     def n_topic_stats(self) -> int:
-        return 2 + int(self.topic_log_share) if self.topic_dim and self.target_pairs else 0
-
-    @property
-    def n_click_share(self) -> int:
-        cols = self.click_share_columns
-        return 0 if cols is None else (4 if cols[1] is not None else 2)
+        return 2 if self.topic_dim and self.target_pairs else 0
 
     @property
     def n_seq_summary(self) -> int:
@@ -183,7 +135,6 @@ class GEMConfig:
                     for n in names
                 },
                 "hist_max_len": features.history.max_len,
-                "click_action_row": click_row([(c.source, c.vocab) for c in features.history.columns]),
             }
         )
 
@@ -193,6 +144,10 @@ class GEMConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> GEMConfig:
         known = {f.name for f in dataclasses.fields(cls)}
+        for k in RETIRED.keys() & d.keys():
+            if RETIRED[k] is not None and d[k] != RETIRED[k]:
+                raise ValueError(f"this checkpoint was trained with {k}={d[k]!r}, an option since removed")
+        d = {k: v for k, v in d.items() if k not in RETIRED}
         unknown = set(d) - known
         if unknown:
             raise ValueError(f"unknown GEMConfig fields {sorted(unknown)}")

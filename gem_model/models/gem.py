@@ -106,7 +106,7 @@ class GEM(nn.Module):
         # -- inputs ---------------------------------------------------------------------------
         self.tables = nn.ModuleDict({t: nn.Embedding(rows, d) for t, rows in cfg.tables.items()})
         n_stats = N_STATS if cfg.exact_match else N_STATS - 1
-        n_wide = len(cfg.dense_features) + n_stats * len(cfg.target_pairs) + cfg.n_topic_stats + cfg.n_click_share
+        n_wide = len(cfg.dense_features) + n_stats * len(cfg.target_pairs) + cfg.n_topic_stats
         self.dense = MLP(n_wide, 2 * d, d)
         # training-window statistics (gem_model.data.normalization), saved with the weights
         self.register_buffer("dense_mean", torch.zeros(len(cfg.dense_features)))
@@ -188,8 +188,6 @@ class GEM(nn.Module):
             dense_in += [o[2].float() for o in outs]
         if cfg.n_topic_stats:
             dense_in.append(self.topic_stats(batch, seg_h, len(hist_len)))
-        if cfg.n_click_share:
-            dense_in.append(self.click_share(batch, seg_h, len(hist_len)))
         tokens.append(self.dense(torch.cat(dense_in, dim=1)))
         tokens += pooled
         x = torch.stack(tokens, dim=1)
@@ -207,33 +205,16 @@ class GEM(nn.Module):
         return Inputs(x, s, new_off, seg, hist_len, target, torch.cat(dense_in, dim=1), max_len, cross)
 
     def topic_stats(self, batch: Batch, seg_h: torch.Tensor, bsz: int) -> torch.Tensor:
-        """[B, 2 or 3]: mean and max over the history of cos(topic(candidate), topic(item)) on the
-        frozen topic vectors (0 for an empty history or an id without one) and, with
-        topic_log_share, log((sum of max(cos, 0) + 0.5) / (length + 1))."""
+        """[B, 2]: mean and max over the history of cos(topic(candidate), topic(item)) on the
+        frozen topic vectors (0 for an empty history or an id without one)."""
         j, col = self.cfg.target_pairs[0]
         t = F.normalize(self.item_topic, dim=-1)
         cos = (t[batch.sparse[seg_h, j].long()] * t[batch.history[col].long()]).sum(-1)
-        sums = segment_sum(torch.stack([torch.ones_like(cos), cos, cos.clamp_min(0.0)], 1), seg_h, bsz)
+        sums = segment_sum(torch.stack([torch.ones_like(cos), cos], 1), seg_h, bsz)
         lengths = sums[:, 0]
         mean = sums[:, 1] / lengths.clamp_min(1.0)
         best = torch.where(lengths > 0, segment_max(cos, seg_h, bsz, floor=-1.0), 0.0)
-        stats = [mean, best]
-        if self.cfg.topic_log_share:
-            stats.append(torch.log((sums[:, 2] + 0.5) / (lengths + 1.0)))
-        return torch.stack(stats, dim=1)
-
-    def click_share(self, batch: Batch, seg_h: torch.Tensor, bsz: int) -> torch.Tensor:
-        """[B, 2 or 4]: share of the history's entries that are clicks and log1p of their number,
-        overall and (with a surface column) on the candidate's surface (history_click_share)."""
-        action, surf, j = self.cfg.click_share_columns  # type: ignore[misc]
-        clicked = (batch.history[action] == self.cfg.click_action_row).float()
-        cols = [torch.ones_like(clicked), clicked]
-        if surf is not None:
-            same = (batch.history[surf] == batch.sparse[seg_h, j]).float()
-            cols += [same, same * clicked]
-        sums = segment_sum(torch.stack(cols, 1), seg_h, bsz, out_dtype=torch.float32)
-        n, c = sums[:, 0::2], sums[:, 1::2]
-        return torch.cat([c / n.clamp_min(1.0), torch.log1p(n)], dim=1)
+        return torch.stack([mean, best], dim=1)
 
     def cross_logit(self, batch: Batch, seg_h: torch.Tensor, hist_len: torch.Tensor) -> torch.Tensor:
         """[B, n_tasks]: sum over the history of w[item] + w[item x candidate], 1/sqrt(length) each
@@ -303,73 +284,6 @@ class GEM(nn.Module):
         per_task = (bce * w).sum(0) / mask.float().sum(0).clamp_min(1.0)
         total = (per_task * self.task_w).sum()
         return total, {t: per_task[i].detach() for i, t in enumerate(TASKS)}
-
-    def cooc_loss(self, batch: Batch) -> torch.Tensor:
-        """In-batch softmax of next-item prediction inside each history (cfg.cooc_weight): `cooc_pairs`
-        positions k drawn at random, item k scores item k+1 of the same history against the other drawn
-        pairs' next items. Pairs that cross two histories or touch a null id weigh 0 (a mask, not an
-        index: no host synchronisation)."""
-        cfg = self.cfg
-        j, col = cfg.target_pairs[0]
-        table = self.tables[cfg.sparse_features[j][1]]
-        items = batch.history[col].long()
-        total = int(items.shape[0])
-        if total < 2:
-            return items.new_zeros((), dtype=torch.float32)
-        offsets = batch.offsets.long()
-        seg = segment_ids(offsets, total)
-        k = torch.randint(0, total - 1, (min(cfg.cooc_pairs, total - 1),), device=items.device)
-        a, b = items[k], items[k + 1]
-        loss = self._in_batch_softmax(table, a, b, (seg[k] == seg[k + 1]) & (a != 0) & (b != 0))
-        if cfg.cooc_clicks:  # a clicked candidate scores one random item of its own history
-            lengths = offsets[1:] - offsets[:-1]
-            pos = offsets[:-1] + (torch.rand(len(lengths), device=items.device) * lengths).long()
-            hist = items[pos.clamp(max=total - 1)]
-            clicked = batch.label_mask[:, 0] & (batch.labels[:, 0] > 0) & (lengths > 0) & (hist != 0)
-            loss = loss + self._in_batch_softmax(table, batch.sparse[:, j].long(), hist, clicked)
-        return loss
-
-    def auxiliary_loss(self, batch: Batch) -> torch.Tensor | None:
-        """The self-supervised losses the config switches on (cooc, exposure), weighted; None: none."""
-        cfg, loss = self.cfg, None
-        if cfg.cooc_weight:
-            loss = cfg.cooc_weight * self.cooc_loss(batch)
-        if cfg.exposure_weight:
-            e = cfg.exposure_weight * self.exposure_loss(batch)
-            loss = e if loss is None else loss + e
-        return loss
-
-    def exposure_loss(self, batch: Batch) -> torch.Tensor:
-        """In-batch softmax of the candidate ad given the user's history (cfg.exposure_weight): the
-        mean of the history's normalised item embeddings scores the row's own ad against the other rows'
-        ads (cosine / temperature); other rows showing the same ad are not counted as negatives. Rows
-        with an empty history weigh 0."""
-        cfg = self.cfg
-        j, col = cfg.target_pairs[0]
-        table = self.tables[cfg.sparse_features[j][1]]
-        items = batch.history[col].long()
-        offsets = batch.offsets.long()
-        lengths = offsets[1:] - offsets[:-1]
-        bsz = len(lengths)
-        seg = segment_ids(offsets, int(items.shape[0]))
-        e = F.normalize(table(items).float(), dim=-1) * (items != 0).float()[:, None]
-        user = F.normalize(segment_sum(e, seg, bsz, out_dtype=torch.float32), dim=-1)
-        ads = batch.sparse[:, j].long()
-        logits = user @ F.normalize(table(ads).float(), dim=-1).T / cfg.exposure_temperature
-        dup = (ads[:, None] == ads[None, :]) & ~torch.eye(bsz, dtype=torch.bool, device=ads.device)
-        logits = logits.masked_fill(dup, float("-inf"))
-        ce = F.cross_entropy(logits, torch.arange(bsz, device=ads.device), reduction="none")
-        w = ((lengths > 0) & (ads != 0)).float()
-        return (ce * w).sum() / w.sum().clamp_min(1.0)
-
-    def _in_batch_softmax(self, table: nn.Embedding, a: torch.Tensor, b: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """Mean over valid pairs of -log softmax_b'(cos(a, b') / T) at the pair's own b."""
-        w = valid.float()
-        ea = F.normalize(table(a).float(), dim=-1)
-        eb = F.normalize(table(b).float(), dim=-1)
-        ce = F.cross_entropy(ea @ eb.T / self.cfg.cooc_temperature, torch.arange(len(a), device=a.device),
-                             reduction="none")
-        return (ce * w).sum() / w.sum().clamp_min(1.0)
 
     # -- compilation ----------------------------------------------------------------------------
     def compile_dense(self, **kw: Any) -> GEM:

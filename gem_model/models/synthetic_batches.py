@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from gem_model.data.batch import TASKS, Batch
-from gem_model.models.config import GEMConfig, click_row
+from gem_model.models.config import GEMConfig
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 
@@ -59,7 +59,6 @@ def config_from_assets(preset: str = "base", overrides: dict[str, Any] | None = 
         "surface_tasks": [list(s.get("tasks", TASKS)) for s in surfs["surfaces"]],
         "surface_loss_weights": {n: float((dims.get("surface_loss_weights") or {}).get(n, 1.0)) for n in names},
         "hist_max_len": int(hist["max_len"]),
-        "click_action_row": click_row([(c["source"], c.get("vocab")) for c in hist["columns"]]),
     })
 
 

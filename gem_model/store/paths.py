@@ -31,11 +31,6 @@ def storage_options(uri: str | None = None) -> dict[str, str] | None:
     return resolve_storage_options(uri or lake_root())
 
 
-def landing_dir(surface: str, date: str, home: Path | None = None) -> Path:
-    validate_name(surface, "surface")
-    return (home or gem_home()) / "landing" / surface / date
-
-
 def models_dir(asset: str, partition: str | None = None, home: Path | None = None) -> Path:
     validate_name(asset.replace("-", "_"), "asset")
     base = (home or gem_home()) / "models" / asset

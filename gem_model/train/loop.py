@@ -102,9 +102,6 @@ DEFAULT_TRAIN: dict[str, Any] = {
     # logistic regression on the training window's labels, `passes` backfitting sweeps
     # (gem_model.train.wide_prior); None: zeros
     "wide_prior": None,
-    # {repeats: int, lr: float}: one pass over the training window fits the item table alone to the
-    # history co-occurrence loss before the first step (gem_model.train.cooc_pretrain); None: off
-    "cooc_pretrain": None,
     # {dim: int, max_rows: int = 8192}: the shared item table starts from the PPMI-SVD directions of the training window's
     # history-item / candidate co-occurrence (gem_model.train.item_svd); None: random
     "item_svd": None,
@@ -402,18 +399,6 @@ def train(
         info = start_item_table(core, window_pass(), int(tcfg["item_svd"]["dim"]),
                                 int(tcfg["item_svd"].get("max_rows", MAX_ROWS)), warm=bool(init_from))
         _say(rank, f"item table from PPMI-SVD: {info}")
-    if tcfg.get("cooc_pretrain") and not init_from and not (resume and (out / CHECKPOINT).exists()):
-        if sharded:
-            raise ValueError("train.cooc_pretrain needs replicated embedding tables")
-        from gem_model.train.cooc_pretrain import pretrain_item_embeddings
-
-        cp = tcfg["cooc_pretrain"]
-        info = pretrain_item_embeddings(core, ExampleStream(dcfg["train"][0], dcfg["train"][1], dcfg["surfaces"],
-                                                            batch_size=tcfg["eval_batch_size"], shuffle=True, seed=seed,
-                                                            **common),
-                                        repeats=int(cp["repeats"]), lr=float(cp["lr"]), device=device,
-                                        losses=tuple(cp.get("losses", ("cooc",))), rescale=bool(cp.get("rescale", False)))
-        _say(rank, f"co-occurrence pretraining: {info}")
     collisions = collision_rates(uri, [dt.date.fromisoformat(d) for d in train_days], dcfg["surfaces"], features, so) \
         if rank == 0 else {}
 
@@ -520,9 +505,6 @@ def train(
             with torch.autocast(device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp):
                 logits = fwd(batch)
             loss, parts = core.loss(logits, batch)
-            aux = core.auxiliary_loss(batch)
-            if aux is not None:
-                loss = loss + aux
             opt_dense.zero_grad(set_to_none=True)
             opt_emb.zero_grad(set_to_none=True)
             loss.backward()

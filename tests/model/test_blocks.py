@@ -236,3 +236,14 @@ def test_checkpoints_from_before_the_exact_match_statistic_still_load():
     saved = {k: v for k, v in old.to_dict().items() if k != "exact_match"}  # what an old checkpoint carries
     GEM(GEMConfig.from_dict(saved)).load_state_dict(state)  # strict: every shape matches
     assert GEM(config_from_assets("tiny")).dense[0].in_features == GEM(old).dense[0].in_features + 1
+
+
+def test_checkpoints_that_carry_removed_options_load_only_when_the_option_was_off():
+    from gem_model.models.config import GEMConfig
+    from gem_model.models.synthetic_batches import config_from_assets
+
+    cfg = config_from_assets("tiny")
+    saved = {**cfg.to_dict(), "cooc_weight": 0.0, "cooc_pairs": 2048, "topic_log_share": False, "click_action_row": 3}
+    assert GEMConfig.from_dict(saved) == cfg
+    with pytest.raises(ValueError, match="exposure_weight=0.5"):
+        GEMConfig.from_dict({**cfg.to_dict(), "exposure_weight": 0.5})

@@ -1,11 +1,9 @@
-"""The item table started from PPMI-SVD of the training window (train.item_svd) and the exposure loss
-(GEMConfig.exposure_weight): both must put an ad next to the items of the histories it is shown
-with, from impressions alone (no click needed)."""
+"""The item table started from PPMI-SVD of the training window (train.item_svd): it must put an ad
+next to the items of the histories it is shown with, from impressions alone (no click needed)."""
 
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import pytest
 import torch
@@ -80,30 +78,6 @@ def test_item_svd_rejects_a_dim_wider_than_the_table():
         set_item_svd(build_model(cfg), [], dim=cfg.d_model + 1)
 
 
-def test_exposure_loss_pulls_an_ad_toward_the_topic_of_the_histories_it_is_shown_with():
-    torch.manual_seed(0)
-    cfg = dataclasses.replace(config_from_assets("tiny"), exposure_weight=1.0)
-    model = build_model(cfg)
-    g = torch.Generator().manual_seed(6)
-    opt = torch.optim.Adam(model.tables.parameters(), lr=0.03)
-    for _ in range(60):
-        loss = model.auxiliary_loss(_exposure_batch(cfg, g))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    assert bool((_own_minus_other(_ad_topic_cosines(model, cfg)) > 0.3).all()), _ad_topic_cosines(model, cfg)
-
-
-def test_exposure_loss_ignores_empty_histories_and_is_off_by_default():
-    cfg = dataclasses.replace(config_from_assets("tiny"), exposure_weight=1.0)
-    model = build_model(cfg)
-    g = torch.Generator().manual_seed(7)
-    empty = synthetic_batch(cfg, 16, g, min_len=0, max_len=0)
-    assert float(model.exposure_loss(empty).detach()) == 0.0
-    assert float(model.exposure_loss(_exposure_batch(cfg, g)).detach()) > 0.0
-    assert build_model(config_from_assets("tiny")).auxiliary_loss(empty) is None
-
-
 def test_train_starts_the_item_table_from_the_svd(lake, tmp_path):  # noqa: F811
     """train.item_svd runs inside train on the lake's window: the item table's seen rows start on
     the first `dim` coordinates (one step later they have barely left them), unlike the same run without it."""
@@ -123,35 +97,6 @@ def test_train_starts_the_item_table_from_the_svd(lake, tmp_path):  # noqa: F811
     tail = svd[moved][:, 4:].norm(dim=1) / svd[moved].norm(dim=1)
     head = plain[moved][:, 4:].norm(dim=1) / plain[moved].norm(dim=1)
     assert float(tail.mean()) < 0.5 * float(head.mean()), (float(tail.mean()), float(head.mean()))
-
-
-def test_topic_log_share_is_the_log_of_the_smoothed_soft_count():
-    """model.topic_log_share: a third topic statistic, log((sum of max(cos, 0) + 0.5) / (length + 1)),
-    which separates 0, 1 and 2 same-topic items of a long history by about log 3 and log 5/3 (the mean
-    cosine moves by 1/length each), and reads log(0.5) on an empty history."""
-    torch.manual_seed(0)
-    cfg = dataclasses.replace(config_from_assets("tiny"), topic_dim=8, topic_log_share=True)
-    assert cfg.n_topic_stats == 3
-    model = build_model(cfg)
-    g = torch.Generator().manual_seed(8)
-    set_item_svd(model, [_exposure_batch(cfg, g) for _ in range(8)], dim=8)
-    b = _exposure_batch(cfg, g, rows=16)
-    j, col = cfg.target_pairs[0]
-    lengths = b.offsets[1:] - b.offsets[:-1]
-    seg = torch.repeat_interleave(torch.arange(16), lengths)
-    stats = model.topic_stats(b, seg, 16)
-    assert stats.shape == (16, 3)
-    t = torch.nn.functional.normalize(model.item_topic, dim=-1)
-    cos = (t[b.sparse[seg, j]] * t[b.history[col]]).sum(-1).clamp_min(0)
-    for r in range(16):
-        want = torch.log((cos[seg == r].sum() + 0.5) / (lengths[r] + 1.0))
-        assert torch.allclose(stats[r, 2], want, atol=1e-5)
-    empty = dataclasses.replace(b, offsets=torch.zeros_like(b.offsets),
-                                history={k: v[:0] for k, v in b.history.items()})
-    none = model.topic_stats(empty, torch.zeros(0, dtype=torch.long), 16)
-    assert torch.allclose(none, torch.tensor([0.0, 0.0, math.log(0.5)]).expand(16, 3))
-    # the wide path reads it from the first step, like the other match statistics
-    assert model(b).shape[0] == 16
 
 
 def test_topic_statistics_read_the_frozen_svd_vectors():
