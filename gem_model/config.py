@@ -18,7 +18,75 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-ASSETS_DIR = Path(os.environ.get("GEM_ASSETS_DIR", REPO_ROOT / "assets"))
+
+
+class EnvVar(BaseModel):
+    """One environment variable the project reads: its name, its default (None: unset) and what it does."""
+
+    model_config = ConfigDict(frozen=True)
+    name: str
+    default: str | None
+    meaning: str
+
+
+# Every environment variable the project reads, in one place. GEM_* reads in gem_model and gem_pipelines go
+# through env(); kernels/ reads its GEM_KERNEL_* itself (it imports nothing of the project) and tests/ their
+# GEM_CHROMIUM / GEM_SHARED_DIR, but they are listed here too. The others are read or set by the libraries
+# named (W&B, Dagster, torchrun, GX, Triton); we list what our code reads of them.
+ENV_VARS: dict[str, EnvVar] = {v.name: v for v in (
+    # where state and specs live
+    EnvVar(name="GEM_HOME", default=".gem", meaning="all state the pipelines write; relative to the repo root, made absolute"),
+    EnvVar(name="GEM_ASSETS_DIR", default="assets", meaning="the declarative specs (relative to the repo root)"),
+    EnvVar(name="GEM_LAKE_URI", default=None, meaning="lake root as an object-store URI (s3://, gs://, az://); unset: $GEM_HOME/lake"),
+    EnvVar(name="GEM_REPORTS_URL", default="http://127.0.0.1:3001", meaning="where $GEM_HOME/reports is served; metadata links point there"),
+    # which world and which model
+    EnvVar(name="GEM_DATA", default="sim", meaning="data source: sim (the simulator) or a dataset of assets/sources/<name>/"),
+    EnvVar(name="GEM_SOURCE_DIR", default=None, meaning="folder of a real dataset's files; unset: the spec's default folder"),
+    EnvVar(name="GEM_SIMULATOR", default=None, meaning="simulator world: unset: assets/simulator.yaml, <name>: assets/simulator_<name>.yaml"),
+    EnvVar(name="GEM_IMPRESSIONS_PER_DAY", default=None, meaning="overrides the simulator's impressions_per_day (local env)"),
+    EnvVar(name="GEM_MODEL_PRESET", default="small", meaning="preset of assets/models/<preset>.yaml and of students.yaml"),
+    # where and how it runs
+    EnvVar(name="GEM_ENV", default="local", meaning="resource set: local (embedded) or prod (object-store lake, CUDA)"),
+    EnvVar(name="GEM_DEVICE", default="auto", meaning="training device: auto, cpu, cuda, cuda:<n>"),
+    EnvVar(name="GEM_NPROC", default="1", meaning="GPUs (torchrun processes) of the foundation step on one node"),
+    EnvVar(name="GEM_EXECUTOR", default="default", meaning="Dagster executor: default or k8s (one pod per step)"),
+    # kernels/ (read there)
+    EnvVar(name="GEM_KERNEL_BACKEND", default="auto", meaning="jagged attention backend: auto, torch or triton"),
+    EnvVar(name="GEM_KERNEL_SHORT_MAX", default="128", meaning="longest sequence the Triton short-sequence kernel takes"),
+    EnvVar(name="GEM_KERNEL_SHORT_TILES", default="3", meaning="tile configurations (1-3) of the short-sequence kernel"),
+    EnvVar(name="GEM_KERNEL_DETERMINISTIC", default="0", meaning="1: deterministic Triton backward (no atomics)"),
+    EnvVar(name="GEM_KERNEL_AUTOTUNE", default="1", meaning="0: skip Triton autotuning, take the first config"),
+    # tests/ only
+    EnvVar(name="GEM_CHROMIUM", default="/usr/bin/chromium", meaning="browser of the UI test"),
+    EnvVar(name="GEM_SHARED_DIR", default="../shared", meaning="real-data samples beside the clone (tests)"),
+    # read from other tools' namespaces
+    EnvVar(name="WANDB_MODE", default=None, meaning="offline, online or disabled; unset: online iff WANDB_API_KEY is set"),
+    EnvVar(name="WANDB_API_KEY", default=None, meaning="W&B key (secret: never in config or metadata)"),
+    EnvVar(name="WANDB_DIR", default="$GEM_HOME/wandb", meaning="W&B run folder (set by gem_model.train.tracking)"),
+    EnvVar(name="WANDB_PROJECT", default="gem", meaning="W&B project (set by WandbResource)"),
+    EnvVar(name="WANDB_ENTITY", default=None, meaning="W&B entity (set by WandbResource)"),
+    EnvVar(name="DAGSTER_HOME", default="$GEM_HOME/dagster", meaning="the Dagster instance of make demo / make ui"),
+    EnvVar(name="DAGSTER_PIPES_CONTEXT", default=None, meaning="set by Dagster Pipes: rank 0 reports to the step"),
+    EnvVar(name="RANK", default="0", meaning="torchrun: global rank"),
+    EnvVar(name="WORLD_SIZE", default="1", meaning="torchrun: number of processes"),
+    EnvVar(name="LOCAL_RANK", default="0", meaning="torchrun: rank on this node (its CUDA device)"),
+    EnvVar(name="LOCAL_WORLD_SIZE", default="1", meaning="torchrun: processes on this node (CPU threads are split)"),
+    EnvVar(name="TORCHINDUCTOR_CACHE_DIR", default="$GEM_HOME/torch_compile_cache", meaning="torch.compile cache"),
+    EnvVar(name="TRITON_INTERPRET", default="0", meaning="1: run Triton kernels in the CPU interpreter"),
+    EnvVar(name="GX_ANALYTICS_ENABLED", default="false", meaning="Great Expectations usage statistics (kept off)"),
+    EnvVar(name="AWS_*", default=None, meaning="S3 credentials/endpoint, passed to s3:// and s3a:// lakes only"),
+    EnvVar(name="AZURE_*", default=None, meaning="Azure credentials, passed to az/abfs/abfss/adl lakes only"),
+    EnvVar(name="GOOGLE_*", default=None, meaning="GCS credentials, passed to gs:// and gcs:// lakes only"),
+)}
+
+
+def env(name: str) -> str | None:
+    """The variable's value, or its ENV_VARS default when unset or empty; a name missing from ENV_VARS is a bug."""
+    var = ENV_VARS[name]
+    return os.environ.get(name) or var.default
+
+
+ASSETS_DIR = (REPO_ROOT / (env("GEM_ASSETS_DIR") or "assets")).resolve()
 # GEM_DATA picks the world: `sim` (the simulator) or a public dataset with its own specs in
 # assets/sources/<name>/ (surfaces.yaml, calendar.yaml, source.yaml); files it lacks come from assets/.
 SOURCES_DIR = ASSETS_DIR / "sources"
@@ -37,7 +105,7 @@ class ConfigError(ValueError):
 
 def gem_home() -> Path:
     """GEM_HOME, default `.gem/` in the repo root, always absolute."""
-    return Path(os.environ.get("GEM_HOME") or REPO_ROOT / ".gem").expanduser().resolve()
+    return (REPO_ROOT / Path(env("GEM_HOME") or ".gem").expanduser()).resolve()
 
 
 def clock_path() -> Path:
@@ -242,6 +310,14 @@ class FeaturesConfig(_Strict):
         return out
 
 
+class SimulatorChurn(_Strict):
+    """Share of each kind renewed a day: as many are born (new ids) as retire. 0 = a static world."""
+
+    ads: float = Field(default=0.0, ge=0, le=1)
+    organic_items: float = Field(default=0.0, ge=0, le=1)
+    users: float = Field(default=0.0, ge=0, le=1)
+
+
 class SimulatorConfig(_Strict):
     seed: int = 7
     impressions_per_day: int = Field(default=50_000, gt=0)
@@ -256,6 +332,7 @@ class SimulatorConfig(_Strict):
     # per-surface share of the day's impressions, replacing surfaces.yaml's traffic_share (e.g. the
     # evaluation world gives the small surfaces enough traffic for confidence intervals)
     traffic_share: dict[str, float] | None = None
+    churn: SimulatorChurn = SimulatorChurn()
 
     @field_validator("traffic_share")
     @classmethod
@@ -303,7 +380,7 @@ def _load(model: type[_M], path: Path, overrides: dict[str, Any] | None = None) 
 
 def dataset_name() -> str:
     """The data source named by GEM_DATA (default `sim`), validated before it becomes a path."""
-    name = os.environ.get("GEM_DATA") or SIM
+    name = env("GEM_DATA") or SIM
     try:
         validate_name(name, "GEM_DATA")
     except ValueError as e:
@@ -319,6 +396,13 @@ def spec_path(filename: str) -> Path:
     name = dataset_name()
     if name != SIM and (SOURCES_DIR / name / filename).is_file():
         return SOURCES_DIR / name / filename
+    if name != SIM and filename == "calendar.yaml":
+        # a timed dataset's window comes from its data: its import writes it (gem_pipelines.sources.spec)
+        derived = gem_home() / "imports" / name / filename
+        if not derived.is_file():
+            raise ConfigError(f"{name}: its window comes from its data and it is not imported yet ({derived} is "
+                              f"missing): `make demo DATA={name}` imports it first")
+        return derived
     return ASSETS_DIR / filename
 
 
@@ -341,7 +425,7 @@ def load_features(path: Path | None = None) -> FeaturesConfig:
 
 def simulator_path() -> Path:
     """assets/simulator.yaml, or assets/simulator_<GEM_SIMULATOR>.yaml (e.g. `eval`: the world of `make eval`)."""
-    name = os.environ.get("GEM_SIMULATOR")
+    name = env("GEM_SIMULATOR")
     if not name:
         return ASSETS_DIR / "simulator.yaml"
     try:

@@ -4,6 +4,13 @@ The world (users with latent topic interests, advertisers, ads, organic items) d
 seed alone. One day of one surface derives from (seed, date, surface) alone, so any partition can
 be materialised by itself, in any order, and re-materialising it gives byte-identical files.
 
+Churn (`churn` in simulator.yaml): every day a share of the ads, organic items and users is renewed.
+Advertisers end campaigns and launch new ones (a new ad with its own creative, objective and target
+topic, under an advertiser of the pool), organic items come and go, new users arrive with no
+history. Which entity holds a slot on a day, and what a new entity is, is a function of (seed, id,
+date) alone (see "Churn: slots and generations"), so a partition still simulates alone; with churn 0
+every day's catalogue is the static world and the output is what it was before churn existed.
+
 Interests drift day by day without replaying history: user u's interest on day t is
     sqrt(rho) * S_u + sqrt(1 - rho) * (cos(theta_u(t)) A_u + sin(theta_u(t)) B_u),
     theta_u(t) = interest_drift * t + phi_u,
@@ -66,6 +73,11 @@ _LOGIT_OFFSET = 1.25  # E[sigmoid(b + X)] ~ sigmoid(b + offset) for the logit sp
 _OBJECTIVE_EFFECT = {"awareness": -0.25, "traffic": 0.2, "app_installs": 0.0, "conversions": -0.1}
 _FORMAT_EFFECT = {"image": 0.0, "video": 0.15, "carousel": 0.1, "collection": -0.1}
 _DEVICE_EFFECT = {"ios": 0.05, "android": 0.0, "web": -0.15}
+_OBJ_EFF = np.array([_OBJECTIVE_EFFECT[o] for o in F.OBJECTIVES])
+_FMT_EFF = np.array([_FORMAT_EFFECT[f] for f in F.CREATIVE_FORMATS])
+_OWN_OBJECTIVE = 0.8  # share of an advertiser's ads with its own objective
+_FORMAT_P = [0.4, 0.3, 0.2, 0.1]  # formats.CREATIVE_FORMATS order
+_DEVICE_P = [0.45, 0.4, 0.15]  # formats.DEVICES order
 _CVC_LOGIT = {"awareness": -3.4, "traffic": -2.8, "app_installs": -2.0, "conversions": -1.4}
 _POSITION_P = np.array([1.0 / p**0.8 for p in range(1, 11)])
 _POSITION_P = _POSITION_P / _POSITION_P.sum()
@@ -108,6 +120,8 @@ class _Grouped:
 
 @dataclass(frozen=True)
 class _World:
+    """The static catalogue: every slot's generation-0 entity (the whole world when churn is 0)."""
+
     n_topics: int
     interest_s: np.ndarray  # (U, T)
     interest_a: np.ndarray
@@ -117,6 +131,8 @@ class _World:
     user_device: np.ndarray  # (U,) index into DEVICES
     user_signup_day: np.ndarray  # (U,) float day index
     user_propensity: np.ndarray  # (U,) logit offset
+    adv_quality: np.ndarray  # (V,)
+    adv_objective: np.ndarray  # (V,)
     ad_advertiser: np.ndarray  # (A,) 0-based
     ad_topic: np.ndarray
     ad_objective: np.ndarray
@@ -124,10 +140,10 @@ class _World:
     ad_quality: np.ndarray  # logit offset incl. advertiser quality
     ad_conv_quality: np.ndarray
     ad_bid: np.ndarray
-    ad_serve_p: np.ndarray  # untargeted serving distribution
-    ads: _Grouped
+    ad_serve_w: np.ndarray  # untargeted serving weight
+    ad_weight: np.ndarray  # serving weight within the ad's topic (targeted impressions)
     item_topic: np.ndarray  # organic items, 0-based
-    items: _Grouped
+    item_weight: np.ndarray  # popularity within the item's topic
 
 
 def _world_key(cfg: SimulatorConfig) -> tuple[int, ...]:
@@ -141,7 +157,7 @@ def _world(seed: int, n_users: int, n_advertisers: int, n_ads: int, n_items: int
     s, a, b = (rng.standard_normal((U, T)) for _ in range(3))
     phase = rng.uniform(0, 2 * np.pi, U)
     activity = rng.lognormal(0.0, 0.8, U)
-    device = rng.choice(len(F.DEVICES), U, p=[0.45, 0.4, 0.15])
+    device = rng.choice(len(F.DEVICES), U, p=_DEVICE_P)
     signup = _REF_DAY - rng.lognormal(5.0, 1.2, U)
     propensity = rng.normal(0.0, 0.3, U)
 
@@ -151,18 +167,17 @@ def _world(seed: int, n_users: int, n_advertisers: int, n_ads: int, n_items: int
     ad_adv[: min(A, V)] = rng.permutation(V)[: min(A, V)]  # every advertiser has an ad where possible
     ad_topic = rng.permutation(np.arange(A) % T)
     # most of an advertiser's ads share its objective
-    ad_obj = np.where(rng.random(A) < 0.8, adv_objective[ad_adv], rng.integers(0, len(F.OBJECTIVES), A))
-    ad_fmt = rng.choice(len(F.CREATIVE_FORMATS), A, p=[0.4, 0.3, 0.2, 0.1])
-    obj_eff = np.array([_OBJECTIVE_EFFECT[o] for o in F.OBJECTIVES])
-    fmt_eff = np.array([_FORMAT_EFFECT[f] for f in F.CREATIVE_FORMATS])
-    ad_quality = rng.normal(0.0, 0.5, A) + adv_quality[ad_adv] + obj_eff[ad_obj] + fmt_eff[ad_fmt]
+    ad_obj = np.where(rng.random(A) < _OWN_OBJECTIVE, adv_objective[ad_adv],
+                      rng.integers(0, len(F.OBJECTIVES), A))  # fmt: skip
+    ad_fmt = rng.choice(len(F.CREATIVE_FORMATS), A, p=_FORMAT_P)
+    ad_quality = rng.normal(0.0, 0.5, A) + adv_quality[ad_adv] + _OBJ_EFF[ad_obj] + _FMT_EFF[ad_fmt]
     ad_conv_q = rng.normal(0.0, 0.3, A)
     ad_bid = np.round(rng.lognormal(0.0, 0.6, A) + 0.05, 4)
     serve_w = ad_bid * rng.lognormal(0.0, 0.5, A)
-    ads = _Grouped.build(ad_topic, rng.lognormal(0.0, 0.5, A), T)
+    ad_weight = rng.lognormal(0.0, 0.5, A)
 
     item_topic = rng.integers(0, T, n_items)
-    items = _Grouped.build(item_topic, rng.lognormal(0.0, 1.0, n_items), T)
+    item_weight = rng.lognormal(0.0, 1.0, n_items)
     return _World(
         n_topics=T,
         interest_s=s,
@@ -173,6 +188,8 @@ def _world(seed: int, n_users: int, n_advertisers: int, n_ads: int, n_items: int
         user_device=device,
         user_signup_day=signup,
         user_propensity=propensity,
+        adv_quality=adv_quality,
+        adv_objective=adv_objective,
         ad_advertiser=ad_adv,
         ad_topic=ad_topic,
         ad_objective=ad_obj,
@@ -180,10 +197,10 @@ def _world(seed: int, n_users: int, n_advertisers: int, n_ads: int, n_items: int
         ad_quality=ad_quality,
         ad_conv_quality=ad_conv_q,
         ad_bid=ad_bid,
-        ad_serve_p=serve_w / serve_w.sum(),
-        ads=ads,
+        ad_serve_w=serve_w,
+        ad_weight=ad_weight,
         item_topic=item_topic,
-        items=items,
+        item_weight=item_weight,
     )
 
 
@@ -214,28 +231,303 @@ def _surface_params(seed: int, name: str, n_users: int) -> tuple[float, np.ndarr
     return bias, affinity
 
 
-def user_interests(cfg: SimulatorConfig, date: dt.date) -> np.ndarray:
-    """Every user's interest vector on `date`, shape (n_users, n_topics); O(1) in the date."""
+# ------------------------------------------------------------------------------------------------
+# Churn: slots and generations
+# ------------------------------------------------------------------------------------------------
+#
+# Each kind (ads, organic items, users) has a fixed number of slots; slot k holds one entity at a
+# time. Its generation on day t is floor((t - _CHURN_REF) * rate_k + phase_k): generation 0 is the
+# static catalogue, each later (or earlier) generation a new entity born the day the generation
+# starts and retired the day the next starts. rate_k = min(1, churn * e_k), e_k lognormal with mean
+# 1 (short flights and long-running campaigns), so about `churn` of the slots renew a day, and the
+# catalogue's size never changes. With churn 0 every slot stays at generation 0 on every day.
+# A new entity's attributes are counter-based draws keyed by (seed, kind, slot, generation) alone,
+# and its id encodes (slot, generation), so any partition still simulates alone and in O(1) days.
+
+_CHURN_REF = _REF_DAY  # the day every slot holds its generation-0 entity
+_LIFETIME_SIGMA = 0.75  # spread of the slots' renewal rates (log scale)
+_ADS, _ITEMS, _USERS, _AFFINITY, _SCHEDULE = 0xAD, 0x17E, 0x05E, 0xAFF, 0x5C4  # draw tags
+_M64 = 0xFFFF_FFFF_FFFF_FFFF
+# Gamma(0.7, 1) of the static users' surface affinity, as a lognormal with its mean and variance
+_AFF_SIGMA = math.sqrt(math.log(1 + 1 / 0.7))
+_AFF_MU = math.log(0.7) - _AFF_SIGMA**2 / 2
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser (uint64 arithmetic wraps on purpose)."""
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _uniform(
+    seed: int, tag: int, slot: np.ndarray, gen: np.ndarray | int, field: np.ndarray | int
+) -> np.ndarray:
+    """U(0, 1) draws keyed by (seed, tag, slot, generation, field) alone; the arrays broadcast."""
+    h = _mix(np.asarray(seed & _M64, dtype=np.uint64) ^ np.uint64(tag))
+    for part in (slot, gen, field):
+        h = _mix(h ^ np.asarray(part, dtype=np.int64).astype(np.uint64))
+    return ((h >> np.uint64(11)).astype(np.float64) + 0.5) / 2.0**53
+
+
+def _normal(
+    seed: int, tag: int, slot: np.ndarray, gen: np.ndarray | int, field: np.ndarray | int
+) -> np.ndarray:
+    """N(0, 1) by Box-Muller from the fields 2 * field and 2 * field + 1."""
+    field = np.asarray(field, dtype=np.int64)
+    u1, u2 = _uniform(seed, tag, slot, gen, 2 * field), _uniform(seed, tag, slot, gen, 2 * field + 1)
+    return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
+
+
+def _categorical(u: np.ndarray, p: list[float]) -> np.ndarray:
+    return np.minimum(np.searchsorted(np.cumsum(p), u, side="right"), len(p) - 1)
+
+
+@functools.lru_cache(maxsize=32)
+def _schedule(seed: int, tag: int, n_slots: int, churn: float) -> tuple[np.ndarray, np.ndarray]:
+    """(rate, phase) of every slot of one kind."""
+    slots = np.arange(n_slots)
+    e = np.exp(_LIFETIME_SIGMA * _normal(seed, tag ^ _SCHEDULE, slots, 0, 0) - _LIFETIME_SIGMA**2 / 2)
+    return np.minimum(1.0, churn * e), _uniform(seed, tag ^ _SCHEDULE, slots, 0, 2)
+
+
+def _generations(seed: int, tag: int, n_slots: int, churn: float, day: int) -> np.ndarray:
+    """Generation of every slot on `day` (all 0 when churn is 0)."""
+    if churn == 0:
+        return np.zeros(n_slots, dtype=np.int64)
+    rate, phase = _schedule(seed, tag, n_slots, churn)
+    return np.floor((day - _CHURN_REF) * rate + phase).astype(np.int64)
+
+
+def _birth_day(
+    seed: int, tag: int, n_slots: int, churn: float, slot: np.ndarray, gen: np.ndarray
+) -> np.ndarray:
+    """First day of each (slot, generation), generation != 0 (churn > 0)."""
+    rate, phase = _schedule(seed, tag, n_slots, churn)
+    r, f = rate[slot], phase[slot]
+    day = _CHURN_REF + np.ceil((gen - f) / r)
+    # floating point at the boundaries: step to the first day whose generation is >= gen
+    day = np.where(np.floor((day - 1 - _CHURN_REF) * r + f) >= gen, day - 1, day)
+    day = np.where(np.floor((day - _CHURN_REF) * r + f) < gen, day + 1, day)
+    return day
+
+
+def _ids(slot: np.ndarray, gen: np.ndarray, stride: int) -> np.ndarray:
+    """1-based ids: generation 0 keeps slot + 1 (the static ids), others go above `stride`."""
+    z = np.where(gen > 0, 2 * gen - 1, -2 * gen)  # zigzag: 0, 1, -1, 2, ... -> 0, 1, 2, 3, ...
+    return stride * z + slot + 1
+
+
+def _slots(ids: np.ndarray, stride: int) -> tuple[np.ndarray, np.ndarray]:
+    """(slot, generation) of 1-based ids (the inverse of `_ids`)."""
+    ids = np.asarray(ids, dtype=np.int64) - 1
+    z, slot = ids // stride, ids % stride
+    return slot, np.where(z % 2 == 1, (z + 1) // 2, -(z // 2))
+
+
+def _ad_attrs(cfg: SimulatorConfig, slot: np.ndarray, gen: np.ndarray) -> dict[str, np.ndarray]:
+    """Ads of (slot, generation): generation 0 from the static world, others launched by an advertiser
+    of the pool with a new creative, objective and target topic."""
+    w, seed = _get_world(cfg), cfg.seed
+    out = {
+        "advertiser": w.ad_advertiser[slot], "topic": w.ad_topic[slot], "objective": w.ad_objective[slot],
+        "format": w.ad_format[slot], "quality": w.ad_quality[slot], "conv_quality": w.ad_conv_quality[slot],
+        "bid": w.ad_bid[slot], "serve_w": w.ad_serve_w[slot], "weight": w.ad_weight[slot],
+    }  # fmt: skip
+    new = gen != 0
+    if not new.any():
+        return out
+    k, g = slot[new], gen[new]
+
+    def u(field: int) -> np.ndarray:
+        return _uniform(seed, _ADS, k, g, field)
+
+    def z(field: int) -> np.ndarray:
+        return _normal(seed, _ADS, k, g, field)
+
+    adv = np.minimum((u(0) * cfg.n_advertisers).astype(np.int64), cfg.n_advertisers - 1)
+    obj = np.where(u(1) < _OWN_OBJECTIVE, w.adv_objective[adv], _categorical(u(2), [0.25] * 4))
+    fmt = _categorical(u(3), _FORMAT_P)
+    bid = np.round(np.exp(0.6 * z(10)) + 0.05, 4)
+    drawn = {
+        "advertiser": adv, "topic": np.minimum((u(4) * cfg.n_topics).astype(np.int64), cfg.n_topics - 1),
+        "objective": obj, "format": fmt,
+        "quality": 0.5 * z(11) + w.adv_quality[adv] + _OBJ_EFF[obj] + _FMT_EFF[fmt],
+        "conv_quality": 0.3 * z(12), "bid": bid, "serve_w": bid * np.exp(0.5 * z(13)), "weight": np.exp(0.5 * z(14)),
+    }  # fmt: skip
+    for key, values in drawn.items():
+        out[key] = out[key].copy()
+        out[key][new] = values
+    return out
+
+
+def _item_attrs(cfg: SimulatorConfig, slot: np.ndarray, gen: np.ndarray) -> dict[str, np.ndarray]:
     w = _get_world(cfg)
-    theta = cfg.interest_drift * _day_index(date) + w.phase
-    drift = np.cos(theta)[:, None] * w.interest_a + np.sin(theta)[:, None] * w.interest_b
-    return math.sqrt(_RHO) * w.interest_s + math.sqrt(1 - _RHO) * drift
+    topic, weight = w.item_topic[slot], w.item_weight[slot]
+    new = gen != 0
+    if new.any():
+        k, g = slot[new], gen[new]
+        topic, weight = topic.copy(), weight.copy()
+        topic[new] = np.minimum((_uniform(cfg.seed, _ITEMS, k, g, 0) * cfg.n_topics).astype(np.int64),
+                                cfg.n_topics - 1)  # fmt: skip
+        weight[new] = np.exp(_normal(cfg.seed, _ITEMS, k, g, 1))
+    return {"topic": topic, "weight": weight}
+
+
+def _user_attrs(cfg: SimulatorConfig, slot: np.ndarray, gen: np.ndarray) -> dict[str, np.ndarray]:
+    """Users of (slot, generation): generation 0 from the static world, others arrive on their birth day
+    with fresh interests (no history anywhere)."""
+    w, seed, T = _get_world(cfg), cfg.seed, cfg.n_topics
+    out = {
+        "s": w.interest_s[slot], "a": w.interest_a[slot], "b": w.interest_b[slot], "phase": w.phase[slot],
+        "activity": w.user_activity[slot], "device": w.user_device[slot], "signup": w.user_signup_day[slot],
+        "propensity": w.user_propensity[slot],
+    }  # fmt: skip
+    new = gen != 0
+    if not new.any():
+        return out
+    k, g = slot[new], gen[new]
+    grid = np.arange(T)[None, :]
+    drawn = {
+        "s": _normal(seed, _USERS, k[:, None], g[:, None], 100 + grid),
+        "a": _normal(seed, _USERS, k[:, None], g[:, None], 100 + T + grid),
+        "b": _normal(seed, _USERS, k[:, None], g[:, None], 100 + 2 * T + grid),
+        "phase": 2 * np.pi * _uniform(seed, _USERS, k, g, 0),
+        "activity": np.exp(0.8 * _normal(seed, _USERS, k, g, 1)),
+        "device": _categorical(_uniform(seed, _USERS, k, g, 4), _DEVICE_P),
+        "signup": _birth_day(seed, _USERS, cfg.n_users, cfg.churn.users, k, g).astype(np.float64),
+        "propensity": 0.3 * _normal(seed, _USERS, k, g, 3),
+    }
+    for key, values in drawn.items():
+        out[key] = out[key].copy()
+        out[key][new] = values
+    return out
+
+
+@dataclass(frozen=True)
+class _Day:
+    """The catalogue alive on one day, indexed by slot (the static world's arrays when nothing churned)."""
+
+    ad_ids: np.ndarray
+    ad: dict[str, np.ndarray]
+    ad_serve_p: np.ndarray  # untargeted serving distribution
+    ads: _Grouped
+    item_ids: np.ndarray
+    item_topic: np.ndarray
+    items: _Grouped
+    user_ids: np.ndarray
+    user_gen: np.ndarray
+    user: dict[str, np.ndarray]
+
+
+def _churn_key(cfg: SimulatorConfig) -> tuple[float, float, float]:
+    return (cfg.churn.ads, cfg.churn.organic_items, cfg.churn.users)
+
+
+def _day_catalogue(cfg: SimulatorConfig, day: int) -> _Day:
+    return _catalogue(*_world_key(cfg), _churn_key(cfg), day)
+
+
+@functools.lru_cache(maxsize=16)
+def _catalogue(seed: int, n_users: int, n_advertisers: int, n_ads: int, n_items: int, n_topics: int,
+               churn: tuple[float, float, float], day: int) -> _Day:  # fmt: skip
+    cfg = SimulatorConfig(seed=seed, n_users=n_users, n_advertisers=n_advertisers, n_ads=n_ads,
+                          n_organic_items=n_items, n_topics=n_topics,
+                          churn={"ads": churn[0], "organic_items": churn[1], "users": churn[2]})  # fmt: skip
+    stride = n_ads + n_items
+    a_slot, i_slot, u_slot = np.arange(n_ads), np.arange(n_items), np.arange(n_users)
+    a_gen = _generations(seed, _ADS, n_ads, churn[0], day)
+    i_gen = _generations(seed, _ITEMS, n_items, churn[1], day)
+    u_gen = _generations(seed, _USERS, n_users, churn[2], day)
+    ad = _ad_attrs(cfg, a_slot, a_gen)
+    items = _item_attrs(cfg, i_slot, i_gen)
+    return _Day(
+        ad_ids=_ids(a_slot, a_gen, stride),
+        ad=ad,
+        ad_serve_p=ad["serve_w"] / ad["serve_w"].sum(),
+        ads=_Grouped.build(ad["topic"], ad["weight"], n_topics),
+        item_ids=_ids(n_ads + i_slot, i_gen, stride),
+        item_topic=items["topic"],
+        items=_Grouped.build(items["topic"], items["weight"], n_topics),
+        user_ids=_ids(u_slot, u_gen, n_users),
+        user_gen=u_gen,
+        user=_user_attrs(cfg, u_slot, u_gen),
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _surface_affinity(seed: int, name: str, n_users: int, user_churn: float, day: int) -> np.ndarray:
+    """Every user slot's affinity for the surface on `day` (generation 0: the static draw)."""
+    static = _surface_params(seed, name, n_users)[1]
+    gen = _generations(seed, _USERS, n_users, user_churn, day)
+    new = gen != 0
+    if not new.any():
+        return static
+    out = static.copy()
+    tag = _AFFINITY ^ (_surface_key(name) << 12)
+    out[new] = np.exp(_AFF_MU + _AFF_SIGMA * _normal(seed, tag, np.flatnonzero(new), gen[new], 0))
+    return out
+
+
+def _interests(cfg: SimulatorConfig, user: dict[str, np.ndarray], date: dt.date) -> np.ndarray:
+    theta = cfg.interest_drift * _day_index(date) + user["phase"]
+    drift = np.cos(theta)[:, None] * user["a"] + np.sin(theta)[:, None] * user["b"]
+    return math.sqrt(_RHO) * user["s"] + math.sqrt(1 - _RHO) * drift
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """Ids alive on one day (the truth behind the logs; reports derive ages from `events` alone)."""
+
+    ad_ids: np.ndarray
+    item_ids: np.ndarray
+    user_ids: np.ndarray
+
+
+def active_catalogue(cfg: SimulatorConfig, date: dt.date) -> Catalogue:
+    """The ads, organic items and users that can appear on `date`."""
+    c = _day_catalogue(cfg, _day_index(date))
+    return Catalogue(c.ad_ids.copy(), c.item_ids.copy(), c.user_ids.copy())
+
+
+def user_interests(cfg: SimulatorConfig, date: dt.date) -> np.ndarray:
+    """Interest vectors of the users alive on `date` (slot order, as active_catalogue's user_ids),
+    shape (n_users, n_topics); O(1) in the date."""
+    return _interests(cfg, _day_catalogue(cfg, _day_index(date)).user, date)
 
 
 def world_topics(cfg: SimulatorConfig) -> tuple[np.ndarray, np.ndarray]:
-    """(topic of ad id 1..n_ads, topic of organic item id n_ads+1..n_ads+n_items): the truth no model
-    reads, for diagnostics (bench/item_topics.py)."""
+    """(topic of ad id 1..n_ads, topic of organic item id n_ads+1..n_ads+n_items) of the static
+    catalogue (generation 0): the truth no model reads, for diagnostics (bench/item_topics.py).
+    Ids born by churn: `topics_of`."""
     w = _get_world(cfg)
     return w.ad_topic.copy(), w.item_topic.copy()
+
+
+def topics_of(cfg: SimulatorConfig, ids: np.ndarray) -> np.ndarray:
+    """The true topic of ad or organic item ids (any generation), for diagnostics."""
+    slot, gen = _slots(ids, cfg.n_ads + cfg.n_organic_items)
+    is_ad = slot < cfg.n_ads
+    out = np.empty(len(slot), dtype=np.int64)
+    out[is_ad] = _ad_attrs(cfg, slot[is_ad], gen[is_ad])["topic"]
+    out[~is_ad] = _item_attrs(cfg, slot[~is_ad] - cfg.n_ads, gen[~is_ad])["topic"]
+    return out
+
+
+def user_propensity(cfg: SimulatorConfig, user_ids: np.ndarray) -> np.ndarray:
+    """The users' click propensity (a logit offset), for diagnostics."""
+    return _user_attrs(cfg, *_slots(user_ids, cfg.n_users))["propensity"]
 
 
 def interest_affinity(
     cfg: SimulatorConfig, date: dt.date, user_ids: np.ndarray, ad_ids: np.ndarray
 ) -> np.ndarray:
     """Affinity (interest of the user in the ad's topic) on `date`; ids are 1-based as in the data."""
-    w = _get_world(cfg)
-    u = user_interests(cfg, date)
-    return u[np.asarray(user_ids) - 1, w.ad_topic[np.asarray(ad_ids) - 1]]
+    u = _interests(cfg, _user_attrs(cfg, *_slots(user_ids, cfg.n_users)), date)
+    topic = topics_of(cfg, ad_ids)
+    return u[np.arange(len(u)), topic]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -275,16 +567,18 @@ def simulate_day_frames(
     """Clean impressions (EVENTS_SCHEMA + p_click, p_conversion) and organic activity
     (USER_ACTIVITY_SCHEMA, source='organic') of one surface on one day."""
     surf = surfaces.get(surface)
-    w = _get_world(cfg)
-    bias, surf_aff = _surface_params(cfg.seed, surf.name, cfg.n_users)
     day = _day_index(date)
+    c = _day_catalogue(cfg, day)  # the ads, items and users alive today, by slot
+    ad, user = c.ad, c.user
+    bias = _surface_params(cfg.seed, surf.name, cfg.n_users)[0]
+    surf_aff = _surface_affinity(cfg.seed, surf.name, cfg.n_users, cfg.churn.users, day)
     day0_ms = _day0_ms(date)
     rng = np.random.default_rng([cfg.seed, day, _surface_key(surf.name), 1])
-    interests = user_interests(cfg, date)
-    user_p = w.user_activity * surf_aff
+    interests = _interests(cfg, user, date)
+    user_p = user["activity"] * surf_aff
     user_p = user_p / user_p.sum()
-    topic_mask = np.where(w.ads.present, 0.0, -np.inf)
-    item_mask = np.where(w.items.present, 0.0, -np.inf)
+    topic_mask = np.where(c.ads.present, 0.0, -np.inf)
+    item_mask = np.where(c.items.present, 0.0, -np.inf)
 
     # ---- impressions ----
     n = int(rng.poisson(cfg.impressions_per_day * cfg.share(surf)))
@@ -294,39 +588,39 @@ def simulate_day_frames(
     topics = _categorical_rows(rng, _BETA_AD * u + topic_mask)
     ads = np.where(
         rng.random(n) < _TARGETED,
-        w.ads.sample(rng, topics),
-        rng.choice(len(w.ad_topic), n, p=w.ad_serve_p),
+        c.ads.sample(rng, topics),
+        rng.choice(len(c.ad_ids), n, p=c.ad_serve_p),
     )
     position = rng.choice(10, n, p=_POSITION_P) + 1
     hour = t_ms // 3_600_000
-    device = w.user_device[users]
-    aff = u[np.arange(n), w.ad_topic[ads]]
+    device = user["device"][users]
+    aff = u[np.arange(n), ad["topic"][ads]]
     dev_eff = np.array([_DEVICE_EFFECT[d] for d in F.DEVICES])
     logit = (
         bias
-        + w.ad_quality[ads]
+        + ad["quality"][ads]
         - 0.4 * np.log(position)
         + dev_eff[device]
         + 0.1 * np.cos(2 * np.pi * (hour - 21) / 24)
-        + w.user_propensity[users]
+        + user["propensity"][users]
         + _GAMMA * aff
     )
     p_click = _sigmoid(logit)
     cvc_base = np.array([_CVC_LOGIT[o] for o in F.OBJECTIVES])
-    p_cvc = _sigmoid(cvc_base[w.ad_objective[ads]] + w.ad_conv_quality[ads] + 0.3 * aff)
+    p_cvc = _sigmoid(cvc_base[ad["objective"][ads]] + ad["conv_quality"][ads] + 0.3 * aff)
     click = rng.random(n) < p_click
     conv = click & (rng.random(n) < p_cvc)
     click_delay = np.clip(np.round(rng.lognormal(math.log(20_000), 1.0, n)), 1_000, 1_800_000).astype(
         np.int64
     )
     conv_delay = np.round(rng.exponential(2 * 3_600_000, n)).astype(np.int64) + 60_000
-    bid = np.round(w.ad_bid[ads] * rng.lognormal(0.0, 0.1, n), 4)
+    bid = np.round(ad["bid"][ads] * rng.lognormal(0.0, 0.1, n), 4)
     has_conv = "conversion" in surf.tasks
 
     imp_ms = day0_ms + t_ms
     click_ms = imp_ms + click_delay
     conv_ms = np.minimum(click_ms + conv_delay, imp_ms + _DAY_MS)
-    tenure = np.round(np.maximum(0.0, day + t_ms / _DAY_MS - w.user_signup_day[users]), 3)
+    tenure = np.round(np.maximum(0.0, day + t_ms / _DAY_MS - user["signup"][users]), 3)
     ymd = date.strftime("%Y%m%d")
     imp = pl.DataFrame(
         [
@@ -335,11 +629,11 @@ def simulate_day_frames(
             pl.Series("date", [date] * n, dtype=pl.Date),
             pl.Series("surface", [surf.name] * n, dtype=pl.String),
             pl.Series("domain", [surf.domain] * n, dtype=pl.String),
-            pl.Series("user_id", users + 1, dtype=pl.Int64),
-            pl.Series("ad_id", ads + 1, dtype=pl.Int64),
-            pl.Series("advertiser_id", w.ad_advertiser[ads] + 1, dtype=pl.Int64),
-            pl.Series("objective", np.array(F.OBJECTIVES)[w.ad_objective[ads]], dtype=pl.String),
-            pl.Series("creative_format", np.array(F.CREATIVE_FORMATS)[w.ad_format[ads]], dtype=pl.String),
+            pl.Series("user_id", c.user_ids[users], dtype=pl.Int64),
+            pl.Series("ad_id", c.ad_ids[ads], dtype=pl.Int64),
+            pl.Series("advertiser_id", ad["advertiser"][ads] + 1, dtype=pl.Int64),
+            pl.Series("objective", np.array(F.OBJECTIVES)[ad["objective"][ads]], dtype=pl.String),
+            pl.Series("creative_format", np.array(F.CREATIVE_FORMATS)[ad["format"][ads]], dtype=pl.String),
             pl.Series("device", np.array(F.DEVICES)[device], dtype=pl.String),
             pl.Series("position", position, dtype=pl.Int32),
             pl.Series("bid", bid, dtype=pl.Float64),
@@ -361,11 +655,11 @@ def simulate_day_frames(
     o_ms = day0_ms + _day_times_ms(rng, m)
     o_users = rng.choice(cfg.n_users, m, p=user_p)
     o_topics = _categorical_rows(rng, _BETA_ORGANIC * interests[o_users] + item_mask)
-    o_items = w.items.sample(rng, o_topics) + cfg.n_ads + 1
+    o_items = c.item_ids[c.items.sample(rng, o_topics)]
     o_action = rng.choice(len(F.ORGANIC_ACTIONS), m, p=_ACTION_P)
     org = pl.DataFrame(
         [
-            pl.Series("user_id", o_users + 1, dtype=pl.Int64),
+            pl.Series("user_id", c.user_ids[o_users], dtype=pl.Int64),
             _ts_col("ts", o_ms),
             pl.Series("date", [date] * m, dtype=pl.Date),
             pl.Series("surface", [surf.name] * m, dtype=pl.String),

@@ -1,5 +1,5 @@
 """The simulator: determinism, calibration (rates, NE, how much ad features alone can learn), drift,
-raw formats and corruption injection."""
+churn (ads, organic items and users born and retired day by day), raw formats and corruption injection."""
 
 from __future__ import annotations
 
@@ -13,11 +13,14 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 import torch
+import yaml
 
-from gem_model.config import load_simulator, load_surfaces
+from gem_model.config import ASSETS_DIR, ConfigError, load_simulator, load_surfaces
 from gem_pipelines.data import formats as F
+from gem_pipelines.data import simulator as sim
 from gem_pipelines.data.simulator import (
     SimulatedPartition,
+    active_catalogue,
     applicable_reasons,
     interest_affinity,
     simulate_day_frames,
@@ -84,8 +87,9 @@ def test_frames_follow_the_schemas(small, surfaces):
         assert (imp["hour_of_day"] == imp["ts"].dt.hour().cast(pl.Int32)).all()
         assert imp["position"].is_between(1, 10).all() and (imp["bid"] > 0).all()
         assert (imp["user_tenure_days"] >= 0).all()
-        assert imp["ad_id"].is_between(1, small.n_ads).all()
-        assert org["item_id"].is_between(small.n_ads + 1, small.n_ads + small.n_organic_items).all()
+        alive = active_catalogue(small, D1)
+        assert imp["ad_id"].is_in(alive.ad_ids).all() and imp["user_id"].is_in(alive.user_ids).all()
+        assert org["item_id"].is_in(alive.item_ids).all() and org["user_id"].is_in(alive.user_ids).all()
         assert set(org["action"].unique()) <= set(F.ORGANIC_ACTIONS)
         assert (org["source"] == "organic").all() and not org.is_duplicated().any()
         clicked = imp.filter(pl.col("click") == 1)
@@ -400,3 +404,113 @@ def test_surfaces_without_conversions_get_unexpected_labels(tmp_path):
         else:
             rows = pl.from_arrow(pq.read_table(part.files[0]))
             assert rows["conversion"].fill_null(False).sum() == part.n_corrupted["unexpected_label"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Churn
+# ------------------------------------------------------------------------------------------------
+
+STATIC = {"ads": 0.0, "organic_items": 0.0, "users": 0.0}
+DAYS = [D1 + dt.timedelta(days=k) for k in range(8)]
+
+
+def test_churn_keys_absent_is_churn_zero(surfaces, tmp_path):
+    """A simulator.yaml without `churn` is the static world (the world before churn existed)."""
+    raw = yaml.safe_load((ASSETS_DIR / "simulator.yaml").read_text())
+    assert raw.pop("churn")  # on by default
+    raw["impressions_per_day"] = 4000
+    (tmp_path / "simulator.yaml").write_text(yaml.safe_dump(raw))
+    absent = load_simulator(tmp_path / "simulator.yaml")
+    zero = load_simulator(impressions_per_day=4000, churn=STATIC)
+    assert absent == zero and absent.churn.model_dump() == STATIC
+    for s in surfaces.names:
+        a = simulate_partition(absent, surfaces, s, D2, tmp_path / "absent")
+        b = simulate_partition(zero, surfaces, s, D2, tmp_path / "zero")
+        assert _read(a) == _read(b) and a.oracle.equals(b.oracle)
+    with pytest.raises(ConfigError, match="churn"):
+        load_simulator(churn={"ads": 0.1, "campaigns": 0.1})  # unknown key
+    with pytest.raises(ConfigError, match="churn"):
+        load_simulator(churn={"ads": 1.5})
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+def test_churn_zero_is_the_static_catalogue_every_day(seed, surfaces):
+    """With churn 0, every day's catalogue is the whole static world: the same ids and the very
+    attributes the world drew, on any day (so the simulator then reproduces the world before churn)."""
+    cfg = load_simulator(impressions_per_day=4000, seed=seed, churn=STATIC)
+    w = sim._get_world(cfg)
+    for date in [*DAYS, dt.date(2020, 1, 1), dt.date(2031, 6, 30)]:
+        alive = active_catalogue(cfg, date)
+        assert np.array_equal(alive.ad_ids, np.arange(1, cfg.n_ads + 1))
+        assert np.array_equal(alive.item_ids, np.arange(cfg.n_ads + 1, cfg.n_ads + cfg.n_organic_items + 1))
+        assert np.array_equal(alive.user_ids, np.arange(1, cfg.n_users + 1))
+        c = sim._day_catalogue(cfg, sim._day_index(date))
+        for key, static in {"topic": w.ad_topic, "advertiser": w.ad_advertiser, "objective": w.ad_objective,
+                            "format": w.ad_format, "quality": w.ad_quality, "bid": w.ad_bid,
+                            "serve_w": w.ad_serve_w, "weight": w.ad_weight}.items():  # fmt: skip
+            assert np.array_equal(c.ad[key], static), key
+        assert np.array_equal(c.item_topic, w.item_topic)
+        for key, static in {"s": w.interest_s, "a": w.interest_a, "b": w.interest_b, "phase": w.phase,
+                            "activity": w.user_activity, "signup": w.user_signup_day,
+                            "propensity": w.user_propensity}.items():  # fmt: skip
+            assert np.array_equal(c.user[key], static), key
+        for s in surfaces.names:
+            assert np.array_equal(sim._surface_affinity(seed, s, cfg.n_users, 0.0, sim._day_index(date)),
+                                  sim._surface_params(seed, s, cfg.n_users)[1])  # fmt: skip
+    imp, org = simulate_day_frames(cfg, surfaces, "feed", D1)
+    assert imp["ad_id"].is_between(1, cfg.n_ads).all() and imp["user_id"].is_between(1, cfg.n_users).all()
+    assert org["item_id"].is_between(cfg.n_ads + 1, cfg.n_ads + cfg.n_organic_items).all()
+
+
+def test_churn_renews_its_share_every_day(default):
+    """About `churn` of each kind is born a day and as many retire; an id lives one unbroken stretch
+    of days; ads and organic items never share an id."""
+    cats = [active_catalogue(default, d) for d in DAYS]
+    for kind, rate in (("ad_ids", default.churn.ads), ("item_ids", default.churn.organic_items),
+                       ("user_ids", default.churn.users)):  # fmt: skip
+        assert rate > 0
+        assert {len(np.unique(getattr(c, kind))) for c in cats} == {len(getattr(cats[0], kind))}
+        born = [
+            np.mean(~np.isin(getattr(b, kind), getattr(a, kind)))
+            for a, b in zip(cats[:-1], cats[1:], strict=True)
+        ]
+        assert np.mean(born) == pytest.approx(rate, rel=0.25, abs=0.004), (kind, born)
+        alive = np.array(
+            [np.isin(np.concatenate([getattr(c, kind) for c in cats]), getattr(c, kind)) for c in cats]
+        )
+        stretches = alive[0] + (np.diff(alive.astype(int), axis=0) == 1).sum(0)
+        assert stretches.max() == 1, f"{kind}: an id came back after it retired"
+    for c in cats:
+        assert not np.isin(c.ad_ids, c.item_ids).any()
+
+
+def test_new_ads_and_users_are_whole(default, surfaces):
+    """A new ad keeps its advertiser, objective, creative and topic for life, is targeted by topic like
+    the old ones, and is priced like them; a new user arrives with no tenure; any day simulates alone."""
+    frames = {d: pl.concat([simulate_day_frames(default, surfaces, s, d)[0] for s in surfaces.names])
+              for d in DAYS[:3]}  # fmt: skip
+    all_imp = pl.concat(frames.values())
+    attrs = all_imp.select("ad_id", "advertiser_id", "objective", "creative_format").unique()
+    assert attrs["ad_id"].is_unique().all()  # one set of attributes per ad, on every day and surface
+    day, before = DAYS[2], active_catalogue(default, DAYS[1])
+    imp = frames[day]
+    new = ~imp["ad_id"].is_in(before.ad_ids)
+    assert 0.15 < new.mean() < 0.5
+    aff = interest_affinity(default, day, imp["user_id"].to_numpy(), imp["ad_id"].to_numpy())
+    new_np = new.to_numpy()
+    assert aff[new_np].mean() > 0.3 and abs(aff[new_np].mean() - aff[~new_np].mean()) < 0.15
+    assert set(sim.topics_of(default, imp.filter(new)["ad_id"].unique().to_numpy())) == set(
+        range(default.n_topics)
+    )
+    assert set(imp.filter(new)["objective"]) == set(F.OBJECTIVES)
+    assert imp.filter(new)["creative_format"].n_unique() == len(F.CREATIVE_FORMATS)
+    ctr_new, ctr_old = imp.filter(new)["p_click"].mean(), imp.filter(~new)["p_click"].mean()
+    assert ctr_new == pytest.approx(ctr_old, rel=0.25)
+    arrived = imp.filter(~pl.col("user_id").is_in(before.user_ids))
+    assert arrived.height > 0 and (arrived["user_tenure_days"] < 1.0).all()
+    assert (imp.filter(pl.col("user_id").is_in(before.user_ids))["user_tenure_days"] >= 1.0).all()
+    # the last day alone, with the per-day caches emptied, gives the same rows
+    sim._catalogue.cache_clear()
+    sim._surface_affinity.cache_clear()
+    again = simulate_day_frames(default, surfaces, surfaces.names[0], day)[0]
+    assert again.equals(imp.filter(pl.col("surface") == surfaces.names[0]))
