@@ -49,15 +49,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models-only", action="store_true", help="skip ingest and features (already materialized)")
     args = parser.parse_args(argv)
     start = time.time()
+    from gem_pipelines import sources  # GEM_DATA=<dataset>: its files go to landing/ first (no-op for sim)
+
+    # before the code location loads: a timed dataset's import writes the calendar its partitions read
+    note = None if args.models_only else sources.before_ingest()
     instance = get_instance()
     location = CodeLocation(instance)
     from gem_pipelines.partitions import CALENDAR, SURFACES, multi_key
 
     dates = [d.isoformat() for d in CALENDAR.dates()]
     print(f"GEM demo: {len(dates)} days x {len(SURFACES.names)} surfaces, GEM_HOME={gem_home()}", flush=True)
-    from gem_pipelines import sources  # GEM_DATA=<dataset>: its files go to landing/ first (no-op for sim)
-
-    if not args.models_only and (note := sources.before_ingest()):
+    if note:
         print(f"  {note}", flush=True)
     for d in dates if not args.models_only else []:
         for s in SURFACES.names:

@@ -27,8 +27,10 @@ def source_accounting(dataset: str, home: Path | None = None, lake: str | None =
         .select("surface", "date", pl.col("line_no").alias("feed_line"), "reason")
         .collect()
     )
-    imported = lineage.join(events, on="request_id", how="semi").group_by("source_file").len("imported")
     q = lineage.join(quarantine, on=["surface", "date", "feed_line"], how="inner")
+    # a later copy of a line shares its first copy's request id: only a line not quarantined is imported
+    kept = lineage.join(quarantine, on=["surface", "date", "feed_line"], how="anti")
+    imported = kept.join(events, on="request_id", how="semi").group_by("source_file").len("imported")
     by_reason = q.group_by("source_file", "reason").len()
     read = lineage.group_by("source_file").len("read")
     table = (
@@ -39,9 +41,14 @@ def source_accounting(dataset: str, home: Path | None = None, lake: str | None =
         .sort("source_file")
     )
     rows = table.to_dicts()
+    # the import's per-file counts (e.g. time_clamped, exact_duplicates of the generic importer)
+    manifest = home / "imports" / dataset / "manifest.json"
+    notes = json.loads(manifest.read_text()).get("notes", {}) if manifest.is_file() else {}
+    per_file = {k: v for k, v in notes.items() if isinstance(v, dict) and all(isinstance(n, int) for n in v.values())}
     for r in rows:
         sub = by_reason.filter(pl.col("source_file") == r["source_file"])
         r["reasons"] = {k: int(v) for k, v in sub.select("reason", "len").iter_rows()}
+        r.update({k: v.get(r["source_file"], 0) for k, v in per_file.items()})
     return rows
 
 

@@ -167,8 +167,9 @@ def _ref(rows: pl.DataFrame, ref: ColumnRef | None, what: str) -> pl.Expr | None
     return _clean(rows, col, f"c:{col.column}")
 
 
-def _timed(rows: pl.DataFrame, cfg: SourceConfig) -> tuple[pl.DataFrame, CalendarConfig, int]:
-    """date and seconds (local wall-clock) of every row, the window, and how many times were clamped."""
+def _timed(rows: pl.DataFrame, cfg: SourceConfig) -> tuple[pl.DataFrame, CalendarConfig, dict[str, int]]:
+    """date and seconds (local wall-clock) of every row, the window, and per file how many mapped rows
+    had their time clamped into their day."""
     t = cfg.time
     assert t is not None
     ts = None
@@ -185,7 +186,8 @@ def _timed(rows: pl.DataFrame, cfg: SourceConfig) -> tuple[pl.DataFrame, Calenda
     rows = rows.with_columns(ok=pl.col("ok") & parsed, unmapped=pl.col("unmapped") & parsed)
     secs = (pl.col("_ts") - pl.col("day").cast(pl.Datetime("us"))).dt.total_seconds() if t.column else pl.lit(NOON)
     rows = rows.with_columns(_secs=secs)
-    clamped = rows.filter(pl.col("ok") & ((pl.col("_secs") < 0) | (pl.col("_secs") >= DAY_S))).height
+    outside = rows.filter(pl.col("ok") & ((pl.col("_secs") < 0) | (pl.col("_secs") >= DAY_S)))
+    clamped = {f: int(n) for f, n in outside.group_by("source_file").len().iter_rows()}
     rows = rows.with_columns(_secs=pl.col("_secs").clip(0, LAST_S))
     present = rows.filter(pl.col("ok") | pl.col("unmapped"))["day"]
     if present.is_empty():

@@ -7,22 +7,18 @@ import datetime as dt
 from pathlib import Path
 
 import polars as pl
-import pytest
 
 from gem_model.config import SOURCES_DIR, CalendarConfig, load_calendar, load_surfaces
 from gem_pipelines.data.normalize import NormalizedPartition, normalize_partition
 from gem_pipelines.data.parsers import stage_partition
 from gem_pipelines.sources import run_importer
 from gem_pipelines.sources.common import ImportResult, SourceConfig, load_source
-
-REAL = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "real"  # ../shared/data/real
+from tests.conftest import shared_real
 
 
 def need(sub: str) -> Path:
-    path = REAL / sub
-    if not path.exists():
-        pytest.fail(f"{path}: the shared real samples are missing (tests read ../shared/data/real/)")
-    return path
+    """../shared/data/real/<sub>; the test is reported not run on a clone without ../shared."""
+    return shared_real(sub)
 
 
 def run_import(dataset: str, home: Path, src: Path | None = None, cfg: SourceConfig | None = None) -> ImportResult:
@@ -53,8 +49,9 @@ def account(dataset: str, home: Path, parts: dict[tuple[dt.date, str], Normalize
     events = pl.concat([p.events.select("request_id") for p in parts.values()])
     quarantine = pl.concat([p.quarantine.select("surface", "date", "source_file", "line_no", "reason")
                             for p in parts.values()]).rename({"line_no": "feed_line", "source_file": "feed_file"})
-    imported = lineage.join(events, on="request_id", how="semi").group_by("source_file").len("imported")
     q = lineage.join(quarantine, on=["surface", "date", "feed_file", "feed_line"], how="inner")
+    kept = lineage.join(quarantine, on=["surface", "date", "feed_file", "feed_line"], how="anti")  # copies share ids
+    imported = kept.join(events, on="request_id", how="semi").group_by("source_file").len("imported")
     return (
         lineage.group_by("source_file").len("read")
         .join(imported, on="source_file", how="left")
