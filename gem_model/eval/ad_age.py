@@ -20,6 +20,7 @@ from gem_model.eval.metrics import normalized_entropy
 AGE_BUCKETS = ("new", "recent", "older")
 RECENT_DAYS = 2  # `recent`: first seen 1..RECENT_DAYS days before E
 ALL = "all"  # the row pooling every surface
+EVAL_PREDICTIONS = "eval_predictions.parquet"  # what gem_model.train.loop saves of E in a version dir
 
 
 def ad_ages(events: pl.LazyFrame | pl.DataFrame, day: dt.date) -> pl.DataFrame:
@@ -75,3 +76,14 @@ def eval_ne_by_age(
 ) -> list[dict[str, Any]]:
     """E's click NE by ad age for a version's eval predictions (request_id, surface, click, p_click)."""
     return ne_by_age(pl.read_parquet(predictions), ad_ages(read_events(day, events_uri), day))
+
+
+def version_report(version_dir: str | Path, day: dt.date, lake: str | None = None) -> dict[str, Any]:
+    """{"ne_by_ad_age": rows} for a model version's predictions on E, {} when it saved none: the
+    foundation asset's hook into its evaluation report."""
+    from gem_model.store.paths import table_uri
+
+    path = Path(version_dir) / EVAL_PREDICTIONS
+    if not path.is_file():
+        return {}
+    return {"ne_by_ad_age": eval_ne_by_age(path, day, table_uri("events", lake))}

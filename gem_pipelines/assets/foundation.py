@@ -91,6 +91,7 @@ def foundation_model(
 ):
     """Train the GEM teacher on the calendar's teacher window, evaluate on E against the oracle floor."""
     from gem_model.config import load_calendar
+    from gem_model.eval.ad_age import version_report
     from gem_model.models.registry import new_version, read_accepted
     from gem_model.train.foundation import run_foundation, write_eval_report
 
@@ -103,7 +104,9 @@ def foundation_model(
     with progress(context.log, "foundation_model training"):
         result = _run_torchrun(context, pipes, nproc, args) if nproc > 1 else run_foundation(**args)
     rows = result["rows"]
-    report = write_eval_report(rows, reports_dir() / "foundation_eval.json")
+    e_day = load_calendar().roles().evaluation  # E's NE by the ad's age, from events alone (issue 24)
+    report = write_eval_report(rows, reports_dir() / "foundation_eval.json",
+                               extra=version_report(result["version_dir"], e_day, lake.uri()))
     first_seed = config.seeds[0]
     teacher_rows = [r for r in rows if r["model"] == "foundation" and r["seed"] == first_seed]
     day = load_calendar().roles().evaluation.isoformat()

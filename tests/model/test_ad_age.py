@@ -95,3 +95,22 @@ def test_eval_ne_by_age_reads_the_lake(tmp_path):
     pooled = {r["ad_age"]: r for r in out if r["surface"] == ALL}
     assert {a: r["n"] for a, r in pooled.items()} == {"new": 3, "recent": 2, "older": 2}
     assert sum(r["n"] for r in out if r["surface"] != ALL) == 7
+
+
+def test_version_report_is_the_foundation_reports_hook(tmp_path):
+    """What the foundation asset adds to foundation_eval.json: the split of its version's E predictions,
+    nothing for a version that saved none."""
+    from deltalake import write_deltalake
+
+    from gem_model.eval.ad_age import EVAL_PREDICTIONS, version_report
+
+    lake = tmp_path / "lake"
+    write_deltalake(str(lake / "events"), _events().to_arrow(), partition_by=["date", "surface"])
+    assert version_report(tmp_path / "v1", E, str(lake)) == {}
+    (tmp_path / "v1").mkdir()
+    on_e = _events().filter(pl.col("date") == E)
+    on_e.select(
+        "request_id", "surface", pl.lit(1, pl.Int8).alias("click"), pl.lit(0.5).alias("p_click")
+    ).write_parquet(tmp_path / "v1" / EVAL_PREDICTIONS)
+    rows = version_report(tmp_path / "v1", E, str(lake))["ne_by_ad_age"]
+    assert sum(r["n"] for r in rows if r["surface"] == ALL) == on_e.height
