@@ -12,7 +12,7 @@ import os
 import re
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -20,10 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-class EnvVar(BaseModel):
-    """One environment variable the project reads: its name, its default (None: unset) and what it does."""
+class EnvVar(NamedTuple):
+    """One environment variable the project reads: its name, the value env() gives when it is unset or empty
+    (None: unset, or a default computed at the call site that `meaning` states) and what it does."""
 
-    model_config = ConfigDict(frozen=True)
     name: str
     default: str | None
     meaning: str
@@ -31,62 +31,65 @@ class EnvVar(BaseModel):
 
 # Every environment variable the project reads, in one place. GEM_* reads in gem_model and gem_pipelines go
 # through env(); kernels/ reads its GEM_KERNEL_* itself (it imports nothing of the project) and tests/ their
-# GEM_CHROMIUM / GEM_SHARED_DIR, but they are listed here too. The others are read or set by the libraries
-# named (W&B, Dagster, torchrun, GX, Triton); we list what our code reads of them.
+# GEM_CHROMIUM / GEM_SHARED_DIR, but they are listed here too. The others belong to the libraries named
+# (W&B, Dagster, torchrun, GX, Triton, object stores): listed as far as our code reads or sets them.
 ENV_VARS: dict[str, EnvVar] = {v.name: v for v in (
     # where state and specs live
-    EnvVar(name="GEM_HOME", default=".gem", meaning="all state the pipelines write; relative to the repo root, made absolute"),
-    EnvVar(name="GEM_ASSETS_DIR", default="assets", meaning="the declarative specs (relative to the repo root)"),
-    EnvVar(name="GEM_LAKE_URI", default=None, meaning="lake root as an object-store URI (s3://, gs://, az://); unset: $GEM_HOME/lake"),
-    EnvVar(name="GEM_REPORTS_URL", default="http://127.0.0.1:3001", meaning="where $GEM_HOME/reports is served; metadata links point there"),
+    EnvVar("GEM_HOME", None, "all state the pipelines write; unset: .gem/ in the repo root; made absolute"),
+    EnvVar("GEM_ASSETS_DIR", None, "the declarative specs; unset: assets/ in the repo root"),
+    EnvVar("GEM_LAKE_URI", None,
+           "lake root as an object-store URI (s3://, gs://, az://); unset: $GEM_HOME/lake"),
+    EnvVar("GEM_REPORTS_URL", "http://127.0.0.1:3001",
+           "where $GEM_HOME/reports is served; metadata links point there"),
     # which world and which model
-    EnvVar(name="GEM_DATA", default="sim", meaning="data source: sim (the simulator) or a dataset of assets/sources/<name>/"),
-    EnvVar(name="GEM_SOURCE_DIR", default=None, meaning="folder of a real dataset's files; unset: the spec's default folder"),
-    EnvVar(name="GEM_SIMULATOR", default=None, meaning="simulator world: unset: assets/simulator.yaml, <name>: assets/simulator_<name>.yaml"),
-    EnvVar(name="GEM_IMPRESSIONS_PER_DAY", default=None, meaning="overrides the simulator's impressions_per_day (local env)"),
-    EnvVar(name="GEM_MODEL_PRESET", default="small", meaning="preset of assets/models/<preset>.yaml and of students.yaml"),
+    EnvVar("GEM_DATA", "sim", "data source: sim (the simulator) or a dataset of assets/sources/<name>/"),
+    EnvVar("GEM_SOURCE_DIR", None, "folder of a real dataset's files; unset: the spec's default folder"),
+    EnvVar("GEM_SIMULATOR", None,
+           "simulator world: unset: assets/simulator.yaml, <name>: assets/simulator_<name>.yaml"),
+    EnvVar("GEM_IMPRESSIONS_PER_DAY", None, "overrides the simulator's impressions_per_day (local env)"),
+    EnvVar("GEM_MODEL_PRESET", "small", "preset of assets/models/<preset>.yaml and of students.yaml"),
     # where and how it runs
-    EnvVar(name="GEM_ENV", default="local", meaning="resource set: local (embedded) or prod (object-store lake, CUDA)"),
-    EnvVar(name="GEM_DEVICE", default="auto", meaning="training device: auto, cpu, cuda, cuda:<n>"),
-    EnvVar(name="GEM_NPROC", default="1", meaning="GPUs (torchrun processes) of the foundation step on one node"),
-    EnvVar(name="GEM_EXECUTOR", default="default", meaning="Dagster executor: default or k8s (one pod per step)"),
+    EnvVar("GEM_ENV", "local", "resource set: local (embedded) or prod (object-store lake, CUDA)"),
+    EnvVar("GEM_DEVICE", "auto", "training device: auto, cpu, cuda, cuda:<n>"),
+    EnvVar("GEM_NPROC", "1", "GPUs (torchrun processes) of the foundation step on one node"),
+    EnvVar("GEM_EXECUTOR", "default", "Dagster executor: default or k8s (one pod per step)"),
     # kernels/ (read there)
-    EnvVar(name="GEM_KERNEL_BACKEND", default="auto", meaning="jagged attention backend: auto, torch or triton"),
-    EnvVar(name="GEM_KERNEL_SHORT_MAX", default="128", meaning="longest sequence the Triton short-sequence kernel takes"),
-    EnvVar(name="GEM_KERNEL_SHORT_TILES", default="3", meaning="tile configurations (1-3) of the short-sequence kernel"),
-    EnvVar(name="GEM_KERNEL_DETERMINISTIC", default="0", meaning="1: deterministic Triton backward (no atomics)"),
-    EnvVar(name="GEM_KERNEL_AUTOTUNE", default="1", meaning="0: skip Triton autotuning, take the first config"),
+    EnvVar("GEM_KERNEL_BACKEND", "auto", "jagged attention backend: auto, torch or triton"),
+    EnvVar("GEM_KERNEL_SHORT_MAX", "128", "longest sequence the Triton short-sequence kernel takes"),
+    EnvVar("GEM_KERNEL_SHORT_TILES", "3", "tile configurations (1-3) of the short-sequence kernel"),
+    EnvVar("GEM_KERNEL_DETERMINISTIC", "0", "1: deterministic Triton backward (no atomics)"),
+    EnvVar("GEM_KERNEL_AUTOTUNE", "1", "0: skip Triton autotuning, take the first config"),
     # tests/ only
-    EnvVar(name="GEM_CHROMIUM", default="/usr/bin/chromium", meaning="browser of the UI test"),
-    EnvVar(name="GEM_SHARED_DIR", default="../shared", meaning="real-data samples beside the clone (tests)"),
+    EnvVar("GEM_CHROMIUM", "/usr/bin/chromium", "browser of the UI test"),
+    EnvVar("GEM_SHARED_DIR", None, "real-data samples (tests); unset: ../shared beside the clone"),
     # read from other tools' namespaces
-    EnvVar(name="WANDB_MODE", default=None, meaning="offline, online or disabled; unset: online iff WANDB_API_KEY is set"),
-    EnvVar(name="WANDB_API_KEY", default=None, meaning="W&B key (secret: never in config or metadata)"),
-    EnvVar(name="WANDB_DIR", default="$GEM_HOME/wandb", meaning="W&B run folder (set by gem_model.train.tracking)"),
-    EnvVar(name="WANDB_PROJECT", default="gem", meaning="W&B project (set by WandbResource)"),
-    EnvVar(name="WANDB_ENTITY", default=None, meaning="W&B entity (set by WandbResource)"),
-    EnvVar(name="DAGSTER_HOME", default="$GEM_HOME/dagster", meaning="the Dagster instance of make demo / make ui"),
-    EnvVar(name="DAGSTER_PIPES_CONTEXT", default=None, meaning="set by Dagster Pipes: rank 0 reports to the step"),
-    EnvVar(name="RANK", default="0", meaning="torchrun: global rank"),
-    EnvVar(name="WORLD_SIZE", default="1", meaning="torchrun: number of processes"),
-    EnvVar(name="LOCAL_RANK", default="0", meaning="torchrun: rank on this node (its CUDA device)"),
-    EnvVar(name="LOCAL_WORLD_SIZE", default="1", meaning="torchrun: processes on this node (CPU threads are split)"),
-    EnvVar(name="TORCHINDUCTOR_CACHE_DIR", default="$GEM_HOME/torch_compile_cache", meaning="torch.compile cache"),
-    EnvVar(name="TRITON_INTERPRET", default="0", meaning="1: run Triton kernels in the CPU interpreter"),
-    EnvVar(name="GX_ANALYTICS_ENABLED", default="false", meaning="Great Expectations usage statistics (kept off)"),
-    EnvVar(name="AWS_*", default=None, meaning="S3 credentials/endpoint, passed to s3:// and s3a:// lakes only"),
-    EnvVar(name="AZURE_*", default=None, meaning="Azure credentials, passed to az/abfs/abfss/adl lakes only"),
-    EnvVar(name="GOOGLE_*", default=None, meaning="GCS credentials, passed to gs:// and gcs:// lakes only"),
+    EnvVar("WANDB_MODE", None, "offline, online or disabled; unset: online iff WANDB_API_KEY is set"),
+    EnvVar("WANDB_API_KEY", None, "W&B key (secret: never in config or metadata)"),
+    EnvVar("WANDB_DIR", None, "W&B run folder; unset: gem_model.train.tracking sets $GEM_HOME/wandb"),
+    EnvVar("WANDB_PROJECT", "gem", "W&B project (set by WandbResource)"),
+    EnvVar("WANDB_ENTITY", None, "W&B entity (set by WandbResource)"),
+    EnvVar("DAGSTER_HOME", None, "the Dagster instance; unset: $GEM_HOME/dagster (make demo / make ui)"),
+    EnvVar("DAGSTER_PIPES_CONTEXT", None, "set by Dagster Pipes: rank 0 reports to the step"),
+    EnvVar("RANK", "0", "torchrun: global rank"),
+    EnvVar("WORLD_SIZE", "1", "torchrun: number of processes"),
+    EnvVar("LOCAL_RANK", "0", "torchrun: rank on this node (its CUDA device)"),
+    EnvVar("LOCAL_WORLD_SIZE", "1", "torchrun: processes on this node (CPU threads are split)"),
+    EnvVar("TORCHINDUCTOR_CACHE_DIR", None, "torch.compile cache; unset: $GEM_HOME/torch_compile_cache"),
+    EnvVar("TRITON_INTERPRET", "0", "1: run Triton kernels in the CPU interpreter"),
+    EnvVar("GX_ANALYTICS_ENABLED", "false", "Great Expectations usage statistics (kept off)"),
+    EnvVar("AWS_*", None, "S3 credentials/endpoint, passed to s3:// and s3a:// lakes only"),
+    EnvVar("AZURE_*", None, "Azure credentials, passed to az/abfs/abfss/adl lakes only"),
+    EnvVar("GOOGLE_*", None, "GCS credentials, passed to gs:// and gcs:// lakes only"),
 )}
 
 
 def env(name: str) -> str | None:
-    """The variable's value, or its ENV_VARS default when unset or empty; a name missing from ENV_VARS is a bug."""
+    """The variable's value, or its ENV_VARS default when unset or empty; a name not in ENV_VARS is a KeyError."""
     var = ENV_VARS[name]
     return os.environ.get(name) or var.default
 
 
-ASSETS_DIR = (REPO_ROOT / (env("GEM_ASSETS_DIR") or "assets")).resolve()
+ASSETS_DIR = Path(env("GEM_ASSETS_DIR") or REPO_ROOT / "assets")
 # GEM_DATA picks the world: `sim` (the simulator) or a public dataset with its own specs in
 # assets/sources/<name>/ (surfaces.yaml, calendar.yaml, source.yaml); files it lacks come from assets/.
 SOURCES_DIR = ASSETS_DIR / "sources"
@@ -105,7 +108,7 @@ class ConfigError(ValueError):
 
 def gem_home() -> Path:
     """GEM_HOME, default `.gem/` in the repo root, always absolute."""
-    return (REPO_ROOT / Path(env("GEM_HOME") or ".gem").expanduser()).resolve()
+    return Path(env("GEM_HOME") or REPO_ROOT / ".gem").expanduser().resolve()
 
 
 def clock_path() -> Path:
@@ -364,18 +367,22 @@ def _read_yaml(path: Path) -> Any:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
 
 
-def _load(model: type[_M], path: Path, overrides: dict[str, Any] | None = None) -> _M:
-    raw = _read_yaml(path)
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level")
-    raw = {**raw, **(overrides or {})}
+def _validate(model: type[_M], raw: Any, where: Path | str) -> _M:
+    """`raw` as `model`, or ConfigError naming `where` (the file) and every offending field by its dotted path."""
     try:
         return model.model_validate(raw)
     except ValidationError as e:
         problems = "; ".join(
             f"field '{'.'.join(str(p) for p in err['loc']) or '<root>'}': {err['msg']}" for err in e.errors()
         )
-        raise ConfigError(f"{path}: {problems}") from e
+        raise ConfigError(f"{where}: {problems}") from e
+
+
+def _load(model: type[_M], path: Path, overrides: dict[str, Any] | None = None) -> _M:
+    raw = _read_yaml(path)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    return _validate(model, {**raw, **(overrides or {})}, path)
 
 
 def dataset_name() -> str:

@@ -2,8 +2,8 @@
 schema and the Delta table URI (assets/catalog.yaml holds the owners and kinds).
 
 Applied once to the whole graph in definitions.py, so the asset modules stay about what they compute.
-A code version is a hash of the module that defines the asset and the library code it calls, so the
-UI marks a partition stale when that code changed since it was materialized.
+A code version is a hash of the module that defines the asset, the library code it calls and the specs
+in assets/ it reads, so the UI marks a partition stale when any of them changed since it was materialized.
 """
 
 from __future__ import annotations
@@ -16,9 +16,17 @@ from typing import Any
 
 import dagster as dg
 import polars as pl
-import yaml
 
-from gem_model.config import ASSETS_DIR, REPO_ROOT
+from gem_model.config import (
+    ASSETS_DIR,
+    REPO_ROOT,
+    ConfigError,
+    _load,
+    _Strict,
+    dataset_name,
+    env,
+    simulator_path,
+)
 from gem_model.store.paths import table_uri
 from gem_model.store.schemas import (
     EVENTS_SCHEMA,
@@ -31,10 +39,30 @@ from gem_model.store.schemas import (
 # Library code behind each group: a change there changes the code version of its assets.
 _LIBRARY = {
     "ingest": ["gem_pipelines/data", "gem_model/store/schemas.py"],
-    "features": ["gem_pipelines/data/history.py", "gem_model/store/schemas.py"],
+    "features": ["gem_pipelines/data/history.py", "gem_pipelines/data/counters.py", "gem_model/store/schemas.py"],
     "foundation": ["gem_model"],
     "students": ["gem_model"],
 }
+# The specs in assets/ each group reads, so a config change is a new version as a code change is.
+# "{preset}" is GEM_MODEL_PRESET; "{simulator}" the world of GEM_SIMULATOR. A GEM_DATA dataset's own copy
+# (assets/sources/<name>/<same path>) counts too: the loaders layer it on, or use it instead of, the shared one.
+_CONFIG = {
+    "ingest": ["surfaces.yaml", "{simulator}", "expectations", "quality.yaml"],
+    "features": ["features.yaml"],
+    "foundation": ["calendar.yaml", "surfaces.yaml", "features.yaml", "quality.yaml", "models/{preset}.yaml"],
+    "students": ["calendar.yaml", "surfaces.yaml", "features.yaml", "quality.yaml", "models/students.yaml"],
+}
+
+
+class CatalogConfig(_Strict):
+    """assets/catalog.yaml: Dagster owners per asset group, kinds per asset."""
+
+    owners: dict[str, tuple[str, ...]]
+    kinds: dict[str, tuple[str, ...]]
+
+
+def load_catalog(path: Path | None = None) -> CatalogConfig:
+    return _load(CatalogConfig, path or ASSETS_DIR / "catalog.yaml")
 
 
 def lake_schemas() -> dict[str, dict[str, pl.DataType]]:
@@ -49,25 +77,43 @@ def column_schema(schema: dict[str, pl.DataType]) -> dg.TableSchema:
     return dg.TableSchema(columns=[dg.TableColumn(name, str(dtype)) for name, dtype in schema.items()])
 
 
-def _hash_paths(paths: Iterable[Path]) -> str:
+def _files(path: Path, pattern: str) -> list[Path]:
+    return sorted(path.rglob(pattern)) if path.is_dir() else [path]
+
+
+def config_files(group: str | None, assets_dir: Path = ASSETS_DIR) -> list[Path]:
+    """The spec files of assets/ behind `group` that exist (shared ones, then the GEM_DATA dataset's)."""
+    rels = [r.format(preset=env("GEM_MODEL_PRESET"), simulator=simulator_path().name)
+            for r in _CONFIG.get(group or "", [])]
+    roots = [assets_dir]
+    if (name := dataset_name()) != "sim":
+        roots.append(assets_dir / "sources" / name)
+    return [f for root in roots for rel in rels for f in _files(root / rel, "*.json") if f.is_file()]
+
+
+def _hash_paths(paths: Iterable[tuple[str, Path]]) -> str:
     h = hashlib.sha256()
-    for p in sorted(paths):
-        h.update(p.relative_to(REPO_ROOT).as_posix().encode())
+    for label, p in sorted(paths):
+        h.update(label.encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:12]
 
 
-def code_version(module: str, group: str | None) -> str:
-    files = [Path(sys.modules[module].__file__ or "")]
+def code_version(module: str, group: str | None, assets_dir: Path = ASSETS_DIR) -> str:
+    """Hash of the asset's module, its group's library code and the specs the group reads."""
+    code = [Path(sys.modules[module].__file__ or "")]
     for rel in _LIBRARY.get(group or "", []):
-        p = REPO_ROOT / rel
-        files += sorted(p.rglob("*.py")) if p.is_dir() else [p]
-    return _hash_paths(f for f in files if f.is_file())
+        code += _files(REPO_ROOT / rel, "*.py")
+    labelled = [(p.relative_to(REPO_ROOT).as_posix(), p) for p in code if p.is_file()]
+    labelled += [("assets/" + p.relative_to(assets_dir).as_posix(), p) for p in config_files(group, assets_dir)]
+    return _hash_paths(labelled)
 
 
 def annotate(assets: Sequence[dg.AssetsDefinition], catalog_path: Path | None = None) -> list[Any]:
     """The same assets with kinds, owners, code versions, column schemas and table URIs."""
-    catalog = yaml.safe_load((catalog_path or ASSETS_DIR / "catalog.yaml").read_text())
+    path = catalog_path or ASSETS_DIR / "catalog.yaml"
+    catalog = load_catalog(path)
+    _check_catalog_names(catalog, path, assets)
     schemas = lake_schemas()
     out = []
     for a in assets:
@@ -79,9 +125,20 @@ def annotate(assets: Sequence[dg.AssetsDefinition], catalog_path: Path | None = 
             if name in schemas:
                 meta = {"dagster/column_schema": column_schema(schemas[name]), "dagster/uri": table_uri(name),
                         "dagster/table_name": name}
-            spec = spec.merge_attributes(metadata=meta, kinds=set(catalog["kinds"].get(name, [])),
-                                         owners=list(catalog["owners"].get(spec.group_name or "", [])))
+            spec = spec.merge_attributes(metadata=meta, kinds=set(catalog.kinds.get(name, ())),
+                                         owners=list(catalog.owners.get(spec.group_name or "", ())))
             return spec.replace_attributes(code_version=code_version(module, spec.group_name))
 
         out.extend(dg.map_asset_specs(spec_with, [a]))
     return out
+
+
+def _check_catalog_names(catalog: CatalogConfig, path: Path, assets: Sequence[dg.AssetsDefinition]) -> None:
+    """A group or asset name catalog.yaml does not know is a typo: its owners or kinds would be dropped."""
+    keys = [spec.key.to_user_string() for a in assets for spec in a.specs]
+    groups = {spec.group_name for a in assets for spec in a.specs}
+    for section, what, names, known in (("owners", "asset group", catalog.owners, groups),
+                                        ("kinds", "asset", catalog.kinds, set(keys))):
+        for name in names:
+            if name not in known:
+                raise ConfigError(f"{path}: field '{section}.{name}': no such {what}; known: {sorted(map(str, known))}")

@@ -7,11 +7,11 @@ caps training steps at one per GPU (see gem_pipelines/instance.py)."""
 
 from __future__ import annotations
 
-import os
+from pathlib import Path
 
 from pydantic import Field
 
-from gem_model.config import ASSETS_DIR, _load, _Strict
+from gem_model.config import ASSETS_DIR, _load, _Strict, env
 
 TAG = "dagster-k8s/config"
 GPU_POOL = "gpu"
@@ -23,8 +23,8 @@ class KubernetesConfig(_Strict):
     tolerations: list[dict[str, str]] = Field(default_factory=list)
 
 
-def load_kubernetes() -> KubernetesConfig:
-    return _load(KubernetesConfig, ASSETS_DIR / "kubernetes.yaml")
+def load_kubernetes(path: Path | None = None) -> KubernetesConfig:
+    return _load(KubernetesConfig, path or ASSETS_DIR / "kubernetes.yaml")
 
 
 def gpu_step_tags(gpus: int = 1, cfg: KubernetesConfig | None = None) -> dict[str, object]:
@@ -46,12 +46,12 @@ def gpu_step_tags(gpus: int = 1, cfg: KubernetesConfig | None = None) -> dict[st
 
 def training_gpus() -> int:
     """GPUs of the foundation step: its torchrun world on one node (GEM_NPROC, as the prod accelerator)."""
-    return int(os.environ.get("GEM_NPROC", "1"))
+    return int(env("GEM_NPROC") or 1)
 
 
 def executor_for(name: str | None = None):
     """The executor of every job: Dagster's default, or `k8s` for one pod per step (GEM_EXECUTOR)."""
-    name = name or os.environ.get("GEM_EXECUTOR", "default")
+    name = name or env("GEM_EXECUTOR")
     if name == "default":
         return None
     if name == "k8s":

@@ -8,6 +8,7 @@ from pathlib import Path
 import dagster as dg
 
 from gem_model.config import SIM, SimulatorConfig, dataset_name, load_simulator, validate_name
+from gem_model.config import env as env_value
 from gem_model.store.paths import gem_home, lake_root
 
 
@@ -57,19 +58,19 @@ class SimulatorResource(dg.ConfigurableResource):
 
 
 def _env_int(name: str) -> int | None:
-    value = os.environ.get(name)
+    value = env_value(name)
     return int(value) if value else None
 
 
 def resources_for(env: str | None = None) -> dict[str, object]:
-    env = env or os.environ.get("GEM_ENV", "local")
+    env = env or env_value("GEM_ENV")
     if env == "local":
         return {
             "lake": LakeResource(),
             # a public dataset (GEM_DATA) is imported into landing/ first; ingest then reads those files
             "simulator": SimulatorResource(source="simulator" if dataset_name() == SIM else "landing",
                                            impressions_per_day=_env_int("GEM_IMPRESSIONS_PER_DAY")),
-            "accelerator": AcceleratorResource(device=os.environ.get("GEM_DEVICE", "auto")),
+            "accelerator": AcceleratorResource(device=env_value("GEM_DEVICE") or "auto"),
             "wandb": WandbResource(),
             "pipes": dg.PipesSubprocessClient(),
         }
@@ -77,7 +78,7 @@ def resources_for(env: str | None = None) -> dict[str, object]:
         return {
             "lake": LakeResource(root=dg.EnvVar("GEM_LAKE_URI")),
             "simulator": SimulatorResource(source="landing"),
-            "accelerator": AcceleratorResource(device="cuda", nproc_per_node=int(os.environ.get("GEM_NPROC", "1"))),
+            "accelerator": AcceleratorResource(device="cuda", nproc_per_node=int(env_value("GEM_NPROC") or 1)),
             "wandb": WandbResource(mode="online"),
             "pipes": dg.PipesSubprocessClient(),
         }

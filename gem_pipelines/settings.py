@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 
 from gem_model.config import _load, _Strict, spec_path
@@ -26,6 +28,10 @@ class QualityConfig(_Strict):
     student_selection: StudentSelection = StudentSelection()
 
 
-QUALITY = _load(QualityConfig, spec_path("quality.yaml"))
+def load_quality(path: Path | None = None) -> QualityConfig:
+    return _load(QualityConfig, path or spec_path("quality.yaml"))
+
+
+QUALITY = load_quality()
 QUARANTINE_WARN_RATE = QUALITY.quarantine_warn_rate
 QUARANTINE_FAIL_RATE = QUALITY.quarantine_fail_rate

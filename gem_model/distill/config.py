@@ -1,4 +1,8 @@
-"""Student / domain-model / adapter hyperparameters from `assets/models/students.yaml` (plain dicts)."""
+"""Student / domain-model / adapter hyperparameters from `assets/models/students.yaml`.
+
+The file is validated by strict models (an unknown key raises ConfigError naming the file and the key);
+callers get each preset as plain dicts, {student, train, adapter, domain}.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,73 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import yaml
+from pydantic import Field
 
-from gem_model.config import ASSETS_DIR, SOURCES_DIR, ConfigError, dataset_name
+from gem_model.config import (
+    ASSETS_DIR,
+    SOURCES_DIR,
+    ConfigError,
+    _read_yaml,
+    _Strict,
+    _validate,
+    dataset_name,
+)
 
-SECTIONS = ("student", "train", "adapter", "domain")
+
+class StudentArch(_Strict):
+    """The student's architecture (gem_model.distill.student.STUDENT_ARCH_KEYS)."""
+
+    d_model: int | None = Field(gt=0)  # None: the teacher's d_model (parameter sharing copies tables exactly)
+    hist_k: int = Field(ge=0)  # mean-pooled last k history items (0: no sequence)
+    wukong_layers: int = Field(ge=0)
+    wukong_k: int = Field(gt=0)
+    wukong_hidden: int = Field(gt=0)
+    wukong_fm_frac: float = Field(ge=0, le=1)
+    hidden: int = Field(gt=0)
+    teacher_emb_proj: int = Field(gt=0)
+
+
+class StudentTrain(_Strict):
+    batch_size: int = Field(gt=0)
+    epochs: int = Field(gt=0)
+    max_steps: int | None = Field(gt=0)  # all epochs together; None: no cap
+    lr: float = Field(ge=0)
+    emb_lr: float = Field(ge=0)
+    weight_decay: float = Field(ge=0)
+    torch_threads: int | None = Field(gt=0)  # None: leave torch's setting
+    kd_weight: float = Field(ge=0)
+    share_tables: list[str]
+
+
+class AdapterConfig(_Strict):
+    l2: float = Field(ge=0)
+    features: list[str]
+    iters: int = Field(gt=0)
+
+
+class DomainTrain(_Strict):
+    batch_size: int = Field(gt=0)
+    epochs: int = Field(gt=0)
+    max_steps: int | None = Field(gt=0)
+    lr: float = Field(ge=0)
+    kd_weight: float = Field(ge=0)
+
+
+class StudentPreset(_Strict):
+    student: StudentArch
+    train: StudentTrain
+    adapter: AdapterConfig
+    domain: DomainTrain
+
+
+class StudentsFile(_Strict):
+    presets: dict[str, StudentPreset]
+
+
+class StudentsOverlay(_Strict):
+    """A dataset's assets/sources/<name>/models/students.yaml: partial presets, checked once merged."""
+
+    presets: dict[str, dict[str, Any]]
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -23,6 +89,25 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def load_students_file(path: Path) -> StudentsFile:
+    """A full students.yaml (every preset complete), validated."""
+    return _validate(StudentsFile, _read_yaml(path) or {}, path)
+
+
+def _overlay(base: StudentsFile, own: Path) -> dict[str, dict[str, Any]]:
+    """The dataset's presets merged on the shared ones, each validated in the name of the dataset's file."""
+    overlay = _validate(StudentsOverlay, _read_yaml(own) or {}, own)
+    merged = {}
+    for name, over in overlay.presets.items():
+        if name not in base.presets:
+            raise ConfigError(
+                f"{own}: field 'presets.{name}': no such preset in the shared file; known: {sorted(base.presets)}"
+            )
+        full = _merge(base.presets[name].model_dump(), over)
+        merged[name] = _validate(StudentPreset, full, f"{own} (presets.{name})").model_dump()
+    return merged
+
+
 def load_student_preset(
     preset: str = "small", path: Path | None = None, overrides: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -31,24 +116,15 @@ def load_student_preset(
     a dataset, assets/sources/<dataset>/models/students.yaml (same layout) is merged on top of the shared
     file's preset first."""
     path = Path(path) if path else ASSETS_DIR / "models" / "students.yaml"
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except FileNotFoundError as e:
-        raise ConfigError(f"{path}: file not found") from e
-    presets = (raw or {}).get("presets") or {}
-    if preset not in presets:
-        raise ConfigError(f"{path}: unknown preset {preset!r}; known: {sorted(presets)}")
-    cfg = presets[preset]
+    shared = load_students_file(path)
+    if preset not in shared.presets:
+        raise ConfigError(f"{path}: unknown preset {preset!r}; known: {sorted(shared.presets)}")
+    cfg = shared.presets[preset].model_dump()
     if path == ASSETS_DIR / "models" / "students.yaml":  # the GEM_DATA dataset's adjustments, if it has any
         own = SOURCES_DIR / dataset_name() / "models" / "students.yaml"
         if own.is_file():
-            cfg = _merge(cfg, ((yaml.safe_load(own.read_text()) or {}).get("presets") or {}).get(preset) or {})
-    for section, values in (overrides or {}).items():
-        if section not in SECTIONS:
-            raise ConfigError(f"{path}: unknown section {section!r} in overrides; known: {SECTIONS}")
-        unknown = set(values) - set(cfg.get(section, {}))
-        if unknown:
-            raise ConfigError(f"{path}: unknown keys {sorted(unknown)} in overrides of '{section}'")
-    out = _merge(cfg, overrides or {})
-    out["preset"] = preset
-    return out
+            cfg = _overlay(shared, own).get(preset, cfg)
+    if overrides:
+        where = f"{path} (overrides of preset {preset!r})"
+        cfg = _validate(StudentPreset, _merge(cfg, overrides), where).model_dump()
+    return {**cfg, "preset": preset}

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from gem_model.config import gem_home, validate_name
+from gem_model.config import env, gem_home, validate_name
 from gem_model.store.object_store import resolve_storage_options
 
 
 def lake_root() -> str:
     """GEM_LAKE_URI (e.g. s3://bucket/lake) or $GEM_HOME/lake."""
-    uri = os.environ.get("GEM_LAKE_URI")
+    uri = env("GEM_LAKE_URI")
     if uri:
         return uri.rstrip("/")
     return str(gem_home() / "lake")
