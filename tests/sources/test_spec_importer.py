@@ -1,0 +1,130 @@
+"""A layout no built-in dataset has, imported by a spec alone: a gzipped TSV with epoch seconds in a
+non-UTC timezone, prefixed user ids, an item side table in Parquet, and rows broken the ways real
+logs break. Every row is imported or quarantined with its reason; the window comes from the data."""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+
+from gem_model.config import ConfigError, Surface, SurfacesConfig, _load, load_calendar
+from gem_pipelines.data.normalize import normalize_partition
+from gem_pipelines.data.parsers import stage_partition
+from gem_pipelines.sources.common import SourceConfig
+from gem_pipelines.sources.spec import import_spec
+from tests.sources.helpers import account
+
+TZ = dt.timezone(dt.timedelta(hours=-5))  # the spec's "-05:00"
+HEAD = "uid\tnews\tslot\tepoch\tclicked\tbought"
+SPEC = {
+    "default_dir": "unused",
+    "files": {"all": ["events_*.tsv.gz"]},
+    "read": {"format": "tsv"},
+    "columns": {"user": {"column": "uid", "strip_prefix": "U"}, "item": "news", "surface": "slot",
+                "click": "clicked", "conversion": "bought"},
+    "time": {"column": "epoch", "unit": "s", "timezone": "-05:00", "last_day": "2024-03-05"},
+    "side_tables": [{"file": "items.parquet", "joins": "item", "key": "news_id", "read": {"format": "parquet"}}],
+    "fields": {"advertiser_id": "publisher"},
+    "duplicates": "quarantine",
+    "surfaces": {"a": "slot_a", "b": "slot_b"},
+}
+SURFACES = SurfacesConfig(surfaces=tuple(
+    Surface(name=n, domain="news", format="jsonl_nested", traffic_share=0.5, tasks=("click", "conversion"))
+    for n in ("slot_a", "slot_b")))
+
+
+def _epoch(day: int, hour: int) -> int:
+    """Local (UTC-5) 2024-03-<day> <hour>:30 as epoch seconds."""
+    return int(dt.datetime(2024, 3, day, hour, 30, tzinfo=TZ).timestamp())
+
+
+def _write(src: Path) -> dict[int, str]:
+    """Two good rows a day on each slot for March 1-5, and the broken rows: file line -> reason."""
+    src.mkdir()
+    lines = [HEAD]
+    for day in range(1, 6):
+        for k, slot in enumerate("abab"):
+            lines.append(f"U{10 + k}\t{100 + day * 10 + k}\t{slot}\t{_epoch(day, 22 if k == 0 else 9)}\t{k % 2}\t0")
+    lines.append(lines[3])  # an exact copy of an earlier line
+    bad = {len(lines): "duplicate_record"}  # file line = list index + 1
+    broken = [
+        (f"U20\t201\ta\t{_epoch(2, 10)}\t1", "unparseable"),  # a field short
+        ("U20\t201\ta\tyesterday\t1\t0", "unparseable"),  # an unreadable time
+        (f"U20\t201\tz\t{_epoch(2, 10)}\t1\t0", "unknown_enum"),  # a slot the spec does not map
+        (f"U20\t201\tb\t{_epoch(6, 10)}\t1\t0", "out_of_range_ts"),  # after the spec's last day
+        (f"Ux\t201\tb\t{_epoch(3, 10)}\t1\t0", "bad_type"),  # a user id that is no number
+        (f"U21\t999\tb\t{_epoch(3, 11)}\t1\t0", "missing_id"),  # an item the side table lacks: no publisher
+    ]
+    for text, reason in broken:
+        lines.append(text)
+        bad[len(lines)] = reason
+    (src / "events_march.tsv.gz").write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    (src / "events_notes.txt").write_text("not matched by the glob\n")
+    items = sorted({int(ln.split("\t")[1]) for ln in lines[1:] if ln.split("\t")[1] != "999"})
+    pl.DataFrame({"news_id": [str(i) for i in items], "publisher": [str(7000 + i % 3) for i in items]}).write_parquet(
+        src / "items.parquet")
+    return bad
+
+
+def _import(tmp_path: Path, spec: dict) -> tuple[Path, dict, pl.DataFrame]:
+    """Import by the spec alone, then the unchanged parsers and row rules on every partition."""
+    path = tmp_path / "source.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    cfg = _load(SourceConfig, path)
+    home = tmp_path / "home"
+    result = import_spec(tmp_path / "src", cfg, SURFACES, None, home, dataset="fixture")
+    calendar = load_calendar(home / "imports" / "fixture" / "calendar.yaml")
+    parts = {}
+    for day in calendar.dates():
+        for s in SURFACES.surfaces:
+            stage = stage_partition(s.format, home / "landing" / s.name / day.isoformat())
+            parts[(day, s.name)] = normalize_partition(stage, s, day)
+    return home, {"result": result, "calendar": calendar, "parts": parts}, account("fixture", home, parts)
+
+
+def test_a_new_layout_is_imported_by_its_spec_alone(tmp_path: Path) -> None:
+    bad = _write(tmp_path / "src")
+    home, out, table = _import(tmp_path, SPEC)
+    cal = out["calendar"]
+    assert (cal.start, cal.end()) == (dt.date(2024, 3, 1), dt.date(2024, 3, 5))  # the data's first day .. last_day
+    assert table.to_dicts() == [{"source_file": "events_march.tsv.gz", "read": 20 + 1 + 6, "imported": 20,
+                                 "quarantined": 7}]
+    q = pl.concat([p.quarantine for p in out["parts"].values()])
+    lineage = pl.read_parquet(home / "imports" / "fixture" / "lineage.parquet")
+    q = q.join(lineage, left_on=["surface", "date", "line_no"], right_on=["surface", "date", "feed_line"])
+    assert dict(zip(q["line_no_right"].to_list(), q["reason"].to_list(), strict=True)) == bad
+
+    events = pl.concat([p.events for p in out["parts"].values()])
+    first = events.filter(pl.col("request_id") == "events_march.tsv:2").row(0, named=True)
+    # local 22:30 on March 1 (03:30 UTC on March 2): the row's day and hour are the data's local ones
+    assert (first["date"], first["hour_of_day"], first["surface"]) == (dt.date(2024, 3, 1), 22, "slot_a")
+    assert (first["user_id"], first["ad_id"], first["advertiser_id"]) == (10, 110, 7000 + 110 % 3)
+    assert events["conversion"].to_list() == [0] * 20 and events["click"].sum() == 10
+
+
+def test_the_window_follows_the_data_without_bounds(tmp_path: Path) -> None:
+    """No last_day: the window ends on the data's last day (a longer copy moves E), so the March 6 row
+    is inside it."""
+    _write(tmp_path / "src")
+    spec = {**SPEC, "time": {k: v for k, v in SPEC["time"].items() if k != "last_day"}}
+    _, out, table = _import(tmp_path, spec)
+    assert out["calendar"].end() == dt.date(2024, 3, 6) and out["calendar"].roles().evaluation == dt.date(2024, 3, 6)
+    assert table["imported"].item() == 21 and table["quarantined"].item() == 6
+
+
+def test_a_spec_refuses_unknown_keys_naming_the_file_and_key(tmp_path: Path) -> None:
+    path = tmp_path / "source.yaml"
+    path.write_text(yaml.safe_dump({**SPEC, "columns": {**SPEC["columns"], "colour": "x"}}))
+    with pytest.raises(ConfigError, match=r"source\.yaml.*columns\.colour"):
+        _load(SourceConfig, path)
+    path.write_text(yaml.safe_dump({**SPEC, "time": {**SPEC["time"], "timezone": "Mars/Olympus"}}))
+    with pytest.raises(ConfigError, match=r"time\.timezone"):
+        _load(SourceConfig, path)
+    path.write_text(yaml.safe_dump({**SPEC, "files": {"all": ["../events_*.tsv.gz"]}}))
+    with pytest.raises(ConfigError, match="files"):
+        _load(SourceConfig, path)
