@@ -4,6 +4,7 @@ file), the split rules, histories, the Ali-CCP purchase rule, and malformed real
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 from pathlib import Path
 
@@ -200,3 +201,59 @@ def test_every_dataset_declares_valid_specs() -> None:
         assert all(s.format == "jsonl_nested" for s in surfaces.surfaces)
         cal = load_calendar(SOURCES_DIR / dataset / "calendar.yaml")
         assert cal.end() - cal.start >= dt.timedelta(days=4)
+
+
+# What the Douban and MIND modules landed before their specs replaced them (imports/<dataset>/manifest.json
+# `partitions` of the last module version, commit a96fea8): landing records per "<date>|<surface>".
+MODULE_PARTITIONS = {
+    "douban": {"2026-11-01|book": 9835, "2026-11-01|movie": 7893, "2026-11-01|music": 316, "2026-11-02|book": 24757,
+               "2026-11-02|movie": 19413, "2026-11-02|music": 785, "2026-11-03|book": 24465, "2026-11-03|movie": 19717,
+               "2026-11-03|music": 761, "2026-11-04|book": 24523, "2026-11-04|movie": 19724, "2026-11-04|music": 797,
+               "2026-11-05|book": 14744, "2026-11-05|movie": 11974, "2026-11-05|music": 394, "2026-11-06|book": 12268,
+               "2026-11-06|movie": 78986, "2026-11-06|music": 367, "2026-11-07|book": 12279,
+               "2026-11-07|movie": 157395, "2026-11-07|music": 381},
+    "mind": {"2026-11-01|finance": 89, "2026-11-01|lifestyle": 125, "2026-11-01|news": 297, "2026-11-01|sports": 132,
+             "2026-11-02|finance": 268, "2026-11-02|lifestyle": 302, "2026-11-02|news": 744, "2026-11-02|sports": 281,
+             "2026-11-03|finance": 282, "2026-11-03|lifestyle": 285, "2026-11-03|news": 776, "2026-11-03|sports": 286,
+             "2026-11-04|finance": 241, "2026-11-04|lifestyle": 339, "2026-11-04|news": 788, "2026-11-04|sports": 273,
+             "2026-11-05|finance": 130, "2026-11-05|lifestyle": 197, "2026-11-05|news": 420, "2026-11-05|sports": 168,
+             "2026-11-06|finance": 128, "2026-11-06|lifestyle": 174, "2026-11-06|news": 358, "2026-11-06|sports": 123,
+             "2026-11-07|finance": 127, "2026-11-07|lifestyle": 143, "2026-11-07|news": 359, "2026-11-07|sports": 165},
+}
+MODULE_HISTORY_RECORDS = {"douban": 115926, "mind": 0}
+
+
+def _blake31(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=4).digest(), "little") >> 1
+
+
+def _expected_rows(dataset: str) -> pl.DataFrame:
+    """Each raw line's impression, read with polars alone: request id `<file stem>:<line>`, surface, ids, click."""
+    cfg = load_source(dataset)
+    frames = []
+    for name in (n for names in cfg.files.values() for n in names):
+        df = pl.read_csv(need(Path(cfg.default_dir).name) / name, infer_schema=False).with_row_index("i")
+        rid = pl.lit(name.removesuffix(".csv") + ":") + (pl.col("i") + 2).cast(pl.String)  # line 1 is the header
+        if dataset == "douban":
+            frames.append(df.select(request_id=rid, surface=pl.col("0").replace_strict(cfg.surfaces),
+                                    user_id=pl.col("1").cast(pl.Int64), ad_id=pl.col("2").cast(pl.Int64),
+                                    advertiser_id=pl.col("2").cast(pl.Int64), click=pl.col("3").cast(pl.Int8)))
+        else:
+            frames.append(df.select(
+                request_id=rid, surface=pl.col("Category").replace_strict(cfg.surfaces),
+                user_id=pl.col("User_ID").str.slice(1).cast(pl.Int64), ad_id=pl.col("News_ID").str.slice(1).cast(pl.Int64),
+                advertiser_id=pl.col("SubCategory").map_elements(_blake31, return_dtype=pl.Int64),
+                click=pl.col("label").cast(pl.Int8)))
+    return pl.concat(frames).sort("request_id")
+
+
+@pytest.mark.parametrize("dataset", ["douban", "mind"])
+def test_spec_lands_the_rows_the_module_landed(imported, dataset: str) -> None:
+    """The spec that replaced the dataset's module: every raw line lands as the same impression (recomputed
+    from the raw file with polars), on the days the module put it (its partition counts)."""
+    _, result, parts = imported[dataset]
+    events = pl.concat([p.events for p in parts.values()])
+    got = events.select("request_id", "surface", "user_id", "ad_id", "advertiser_id", "click").sort("request_id")
+    assert got.equals(_expected_rows(dataset))
+    assert result.partitions == MODULE_PARTITIONS[dataset]
+    assert result.history_records == MODULE_HISTORY_RECORDS[dataset]
