@@ -68,31 +68,33 @@ def _apply(w: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 def _day(cfg, surfaces, date: dt.date) -> dict[str, np.ndarray]:
     """Every surface's impressions of `date` with the pieces of their true logit."""
-    w = sim._get_world(cfg)
     parts = []
     for s in surfaces.names:
         imp, _ = sim.simulate_day_frames(cfg, surfaces, s, date)
         users, ads = imp["user_id"].to_numpy(), imp["ad_id"].to_numpy()
         parts.append({
-            "surface": np.full(imp.height, s), "user": users, "ad_topic": w.ad_topic[ads - 1],
+            "surface": np.full(imp.height, s), "user": users, "ad_topic": sim.topics_of(cfg, ads),
             "click": imp["click"].to_numpy().astype(np.float64), "logit": _logit(imp["p_click"].to_numpy()),
-            "propensity": w.user_propensity[users - 1],
+            "propensity": sim.user_propensity(cfg, users),
             "interest": sim._GAMMA * sim.interest_affinity(cfg, date, users, ads),
         })
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
-def _topic_counts(cfg, surfaces, date: dt.date) -> np.ndarray:
-    """(users, topics): how many organic items of each topic every user touched in the LOOKBACK days
-    before `date`, on every surface."""
-    w = sim._get_world(cfg)
-    counts = np.zeros((cfg.n_users, cfg.n_topics))
+def _topic_counts(cfg, surfaces, date: dt.date, users: np.ndarray) -> np.ndarray:
+    """(len(users), topics): how many organic items of each topic each user touched in the LOOKBACK
+    days before `date`, on every surface (ids churn: rows follow `users`)."""
+    uids = np.unique(users)
+    counts = np.zeros((len(uids), cfg.n_topics))
     for back in range(1, LOOKBACK + 1):
         for s in surfaces.names:
             _, org = sim.simulate_day_frames(cfg, surfaces, s, date - dt.timedelta(days=back))
-            topic = w.item_topic[org["item_id"].to_numpy() - cfg.n_ads - 1]
-            np.add.at(counts, (org["user_id"].to_numpy() - 1, topic), 1.0)
-    return counts
+            ids = org["user_id"].to_numpy()
+            pos = np.minimum(np.searchsorted(uids, ids), len(uids) - 1)
+            keep = uids[pos] == ids
+            topic = sim.topics_of(cfg, org["item_id"].to_numpy()[keep])
+            np.add.at(counts, (pos[keep], topic), 1.0)
+    return counts[np.searchsorted(uids, users)]
 
 
 def main() -> None:
@@ -102,7 +104,7 @@ def main() -> None:
     data = {}
     for role, date in days.items():
         d = _day(cfg, surfaces, date)
-        c = _topic_counts(cfg, surfaces, date)[d["user"] - 1]
+        c = _topic_counts(cfg, surfaces, date, d["user"])
         share = (c[np.arange(len(c)), d["ad_topic"]] + PRIOR) / (c.sum(1) + PRIOR * cfg.n_topics)
         d["history_topic"] = np.log(share)
         data[role] = d
