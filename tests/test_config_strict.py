@@ -1,0 +1,214 @@
+"""One strict config: every spec in assets/ goes through a loader that refuses unknown keys (naming the file
+and the key), every field of those models is read by code, and every GEM_* variable is in ENV_VARS."""
+
+from __future__ import annotations
+
+import re
+import types
+import typing
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from gem_model.config import (
+    ASSETS_DIR,
+    ENV_VARS,
+    REPO_ROOT,
+    CalendarConfig,
+    ConfigError,
+    FeaturesConfig,
+    SimulatorConfig,
+    SurfacesConfig,
+    env,
+    load_calendar,
+    load_features,
+    load_simulator,
+    load_surfaces,
+)
+from gem_model.distill.config import StudentsFile, _overlay, load_student_preset, load_students_file
+from gem_pipelines.catalog import CatalogConfig, load_catalog
+from gem_pipelines.k8s import KubernetesConfig, load_kubernetes
+from gem_pipelines.settings import QualityConfig, load_quality
+
+SHARED_STUDENTS = ASSETS_DIR / "models" / "students.yaml"
+
+
+def _students_overlay(path: Path) -> object:
+    return _overlay(load_students_file(SHARED_STUDENTS), path)
+
+
+# (file name pattern relative to assets/, loader); the first match wins.
+LOADERS: list[tuple[str, Callable[[Path], object]]] = [
+    (r"(sources/[a-z0-9_]+/)?surfaces\.yaml", load_surfaces),
+    (r"(sources/[a-z0-9_]+/)?calendar\.yaml", load_calendar),
+    (r"(sources/[a-z0-9_]+/)?features\.yaml", load_features),
+    (r"simulator(_[a-z0-9_]+)?\.yaml", load_simulator),
+    (r"quality\.yaml", load_quality),
+    (r"kubernetes\.yaml", load_kubernetes),
+    (r"catalog\.yaml", load_catalog),
+    (r"models/students\.yaml", load_students_file),
+    (r"sources/[a-z0-9_]+/models/students\.yaml", _students_overlay),
+]
+# Specs whose loaders and tests live elsewhere (named there).
+OWNED_ELSEWHERE = [
+    r"sources/[a-z0-9_]+/source\.yaml",  # gem_pipelines/sources/common.py: SourceConfig, tests/sources/
+    r"(sources/[a-z0-9_]+/)?models/(?!students\.yaml)[a-z0-9_]+\.yaml",  # model/training presets: gem_model.train
+]
+
+
+def _loader(rel: str) -> Callable[[Path], object] | None:
+    return next((fn for pattern, fn in LOADERS if re.fullmatch(pattern, rel)), None)
+
+
+def _yaml_files() -> list[str]:
+    return sorted(p.relative_to(ASSETS_DIR).as_posix() for p in ASSETS_DIR.rglob("*.y*ml"))
+
+
+def test_every_yaml_in_assets_has_a_strict_loader_and_loads() -> None:
+    files = _yaml_files()
+    assert "surfaces.yaml" in files and "models/students.yaml" in files
+    loaded = []
+    for rel in files:
+        fn = _loader(rel)
+        if fn is None:
+            assert any(re.fullmatch(p, rel) for p in OWNED_ELSEWHERE), f"assets/{rel} has no loader in LOADERS"
+            continue
+        assert fn(ASSETS_DIR / rel) is not None, rel
+        loaded.append(rel)
+    assert {"calendar.yaml", "features.yaml", "simulator.yaml", "quality.yaml", "kubernetes.yaml",
+            "catalog.yaml", "models/students.yaml"} <= set(loaded)
+
+
+def _mappings(node: Any, path: tuple = ()) -> Iterator[tuple]:
+    """Every mapping inside a parsed YAML document, by its path (the root first)."""
+    if isinstance(node, dict):
+        yield path
+        for k, v in node.items():
+            yield from _mappings(v, (*path, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _mappings(v, (*path, i))
+
+
+def _typo_paths(raw: dict) -> list[tuple]:
+    """Where a typo can go: the root and the first mapping of each depth (fields, not free-form dicts)."""
+    free_form = ("freshness_hours", "node_selector", "tolerations", "owners", "kinds", "traffic_share")
+    out: dict[int, tuple] = {}
+    for path in _mappings(raw):
+        if any(k in free_form for k in path if isinstance(k, str)) or (path and path[-1] == "presets"):
+            continue
+        out.setdefault(len(path), path)
+    return list(out.values())
+
+
+@pytest.mark.parametrize("rel", [r for r in _yaml_files() if _loader(r)])
+def test_a_typo_key_raises_naming_the_file_and_the_key(rel: str, tmp_path: Path) -> None:
+    raw = yaml.safe_load((ASSETS_DIR / rel).read_text())
+    paths = _typo_paths(raw)
+    assert paths and paths[0] == ()
+    for depth, at in enumerate(paths):
+        doc = yaml.safe_load((ASSETS_DIR / rel).read_text())
+        node = doc
+        for k in at:
+            node = node[k]
+        node[f"typo_key_{depth}"] = 1
+        copy = tmp_path / f"d{depth}" / rel
+        copy.parent.mkdir(parents=True)
+        copy.write_text(yaml.safe_dump(doc))
+        with pytest.raises(ConfigError) as err:
+            _loader(rel)(copy)  # type: ignore[misc]
+        assert str(copy) in str(err.value) and f"typo_key_{depth}" in str(err.value), (rel, at, str(err.value))
+
+
+def test_students_overrides_and_unknown_overlay_presets_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"train\.max_stepz"):
+        load_student_preset("tiny", overrides={"train": {"max_stepz": 1}})
+    with pytest.raises(ConfigError, match="trian"):
+        load_student_preset("tiny", overrides={"trian": {"max_steps": 1}})
+    own = tmp_path / "students.yaml"
+    own.write_text("presets:\n  smal:\n    train:\n      epochs: 3\n")
+    with pytest.raises(ConfigError, match=r"presets\.smal") as err:
+        _students_overlay(own)
+    assert str(own) in str(err.value)
+    assert load_student_preset("tiny", overrides={"train": {"max_steps": 3}})["train"]["max_steps"] == 3
+
+
+def test_students_preset_is_the_yaml_verbatim() -> None:
+    raw = yaml.safe_load(SHARED_STUDENTS.read_text())["presets"]
+    for name, preset in raw.items():
+        assert {k: v for k, v in load_student_preset(name, SHARED_STUDENTS).items() if k != "preset"} == preset
+
+
+# ------------------------------------------------------------------------------------------------
+# Every field is read by code
+
+ROOT_MODELS = [SurfacesConfig, CalendarConfig, FeaturesConfig, SimulatorConfig, QualityConfig, KubernetesConfig,
+               CatalogConfig, StudentsFile]
+# Fields read without `.name` or "name" in the source, each with the reason.
+READ_OTHERWISE: dict[str, str] = {}
+
+
+def _models(model: type[BaseModel], seen: set[type[BaseModel]]) -> Iterator[type[BaseModel]]:
+    if model in seen:
+        return
+    seen.add(model)
+    yield model
+    for field in model.model_fields.values():
+        stack = [field.annotation]
+        while stack:
+            t = stack.pop()
+            if isinstance(t, type) and issubclass(t, BaseModel):
+                yield from _models(t, seen)
+            stack.extend(typing.get_args(t) if not isinstance(t, types.NoneType) else [])
+
+
+def _source_text() -> str:
+    return "\n".join(p.read_text() for d in ("gem_model", "gem_pipelines") for p in (REPO_ROOT / d).rglob("*.py"))
+
+
+def test_every_config_field_is_read_by_code() -> None:
+    text, seen, unread = _source_text(), set(), []
+    for root in ROOT_MODELS:
+        for model in _models(root, seen):
+            for name in model.model_fields:
+                key = f"{model.__name__}.{name}"
+                if key in READ_OTHERWISE:
+                    continue
+                if not re.search(rf"\.{name}\b|[\"']{name}[\"']", text):
+                    unread.append(key)
+    assert len(seen) >= 15
+    assert not unread, f"config fields no code reads (delete them, or justify in READ_OTHERWISE): {unread}"
+
+
+# ------------------------------------------------------------------------------------------------
+# Environment variables
+
+NOT_ENV = {"GEM_MODEL_LAYERS": "a tuple of tests/test_layout.py"}
+
+
+def test_every_gem_variable_in_the_tree_is_in_env_vars() -> None:
+    names: set[str] = set()
+    for d in ("gem_model", "gem_pipelines", "kernels", "bench", "tests", ".ci"):
+        for p in (REPO_ROOT / d).rglob("*"):
+            if p.is_file() and p.suffix in (".py", ".sh", ".yaml", ".toml", "") and "__pycache__" not in p.parts:
+                names |= set(re.findall(r"\bGEM_[A-Z0-9_]*[A-Z0-9]\b", p.read_text(errors="ignore")))
+    names |= set(re.findall(r"\bGEM_[A-Z0-9_]*[A-Z0-9]\b", (REPO_ROOT / "Makefile").read_text()))
+    assert {"GEM_HOME", "GEM_DATA", "GEM_KERNEL_BACKEND"} <= names
+    missing = sorted(names - set(ENV_VARS) - set(NOT_ENV))
+    assert not missing, f"GEM_* names missing from gem_model.config.ENV_VARS: {missing}"
+
+
+def test_env_gives_the_default_when_unset_or_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GEM_EXECUTOR", raising=False)
+    assert env("GEM_EXECUTOR") == ENV_VARS["GEM_EXECUTOR"].default == "default"
+    monkeypatch.setenv("GEM_EXECUTOR", "")
+    assert env("GEM_EXECUTOR") == "default"
+    monkeypatch.setenv("GEM_EXECUTOR", "k8s")
+    assert env("GEM_EXECUTOR") == "k8s"
+    with pytest.raises(KeyError):
+        env("GEM_" + "NOT_A_VARIABLE")  # spelt in two: the scan above would find it
+
