@@ -125,7 +125,7 @@ def test_shuffle_is_seeded(lake):
 
 
 def test_shuffle_buffer_is_bounded(lake, monkeypatch):
-    from gem_model.data.loader import loader as data_mod
+    from gem_model.data import loader as data_mod
 
     sizes: list[int] = []
     orig = data_mod.Chunk.concat
