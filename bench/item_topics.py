@@ -28,10 +28,11 @@ import torch  # noqa: E402
 from gem_model.data.vocab import hash_int64  # noqa: E402
 
 
-def topic_recovery(table: np.ndarray, ad_topic: np.ndarray, item_topic: np.ndarray) -> dict[str, float]:
-    """Ads are ids 1..A, organic items A+1..A+I (the simulator's id spaces), hashed as the Encoder does."""
+def topic_recovery(table: np.ndarray, ad_ids: np.ndarray, ad_topic: np.ndarray, item_ids: np.ndarray,
+                   item_topic: np.ndarray) -> dict[str, float]:  # fmt: skip
+    """Ads and organic items by id (the simulator's churn gives new ids every day), hashed as the Encoder does."""
     n_ads, n_topics = len(ad_topic), int(max(ad_topic.max(), item_topic.max())) + 1
-    rows = hash_int64(np.arange(1, n_ads + len(item_topic) + 1), table.shape[0])
+    rows = hash_int64(np.concatenate([ad_ids, item_ids]), table.shape[0])
     e = table[rows] / np.linalg.norm(table[rows], axis=1, keepdims=True).clip(1e-12)
     ads, items = e[:n_ads], e[n_ads:]
     cent = np.stack([items[item_topic == t].mean(0) for t in range(n_topics)])
@@ -70,11 +71,13 @@ def main() -> None:
     p.add_argument("models", nargs="*", help="model.pt files")
     p.add_argument("--svd", type=int, default=None, metavar="DIM", help="also the PPMI-SVD start of this width")
     a = p.parse_args()
-    from gem_model.config import load_simulator
+    from gem_model.config import load_calendar, load_simulator
     from gem_model.models.registry import load_model
-    from gem_pipelines.data.simulator import world_topics
+    from gem_pipelines.data.simulator import window_topics
 
-    ad_topic, item_topic = world_topics(load_simulator())
+    first, last = load_calendar().roles().teacher  # the ads and items alive on the teacher's days
+    days = [d for d in load_calendar().dates() if first <= d <= last]
+    truth = window_topics(load_simulator(), days)
     tables = {f"item_svd dim {a.svd} (the start)": svd_table(a.svd)} if a.svd else {}
     for path in a.models:
         model, _ = load_model(Path(path))
@@ -83,7 +86,7 @@ def main() -> None:
     print("| item table | ads with their topic | items with their topic | cos same topic | cos other topics |")
     print("|---|---|---|---|---|")
     for name, t in tables.items():
-        r = topic_recovery(t, ad_topic, item_topic)
+        r = topic_recovery(t, *truth)
         print(f"| {name} | {r['ads']:.1%} | {r['items']:.1%} | {r['cos_same']:.3f} | {r['cos_other']:.3f} |")
     print(f"\nchance: {r['chance']:.1%}" if tables else "nothing to look at: give model.pt files or --svd")
 

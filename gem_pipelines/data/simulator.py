@@ -49,11 +49,15 @@ from gem_model.store.atomic import write_bytes
 from gem_pipelines.data import formats as F
 
 __all__ = [
+    "Catalogue",
     "SimulatedPartition",
+    "active_catalogue",
     "simulate_partition",
     "simulate_day_frames",
     "user_interests",
-    "world_topics",
+    "topics_of",
+    "window_topics",
+    "user_propensity",
     "interest_affinity",
     "applicable_reasons",
 ]
@@ -498,14 +502,6 @@ def user_interests(cfg: SimulatorConfig, date: dt.date) -> np.ndarray:
     return _interests(cfg, _day_catalogue(cfg, _day_index(date)).user, date)
 
 
-def world_topics(cfg: SimulatorConfig) -> tuple[np.ndarray, np.ndarray]:
-    """(topic of ad id 1..n_ads, topic of organic item id n_ads+1..n_ads+n_items) of the static
-    catalogue (generation 0): the truth no model reads, for diagnostics (bench/item_topics.py).
-    Ids born by churn: `topics_of`."""
-    w = _get_world(cfg)
-    return w.ad_topic.copy(), w.item_topic.copy()
-
-
 def topics_of(cfg: SimulatorConfig, ids: np.ndarray) -> np.ndarray:
     """The true topic of ad or organic item ids (any generation), for diagnostics."""
     slot, gen = _slots(ids, cfg.n_ads + cfg.n_organic_items)
@@ -514,6 +510,17 @@ def topics_of(cfg: SimulatorConfig, ids: np.ndarray) -> np.ndarray:
     out[is_ad] = _ad_attrs(cfg, slot[is_ad], gen[is_ad])["topic"]
     out[~is_ad] = _item_attrs(cfg, slot[~is_ad] - cfg.n_ads, gen[~is_ad])["topic"]
     return out
+
+
+def window_topics(
+    cfg: SimulatorConfig, dates: list[dt.date]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(ad ids, their topics, organic item ids, their topics) of every ad and item alive on any of
+    `dates`, sorted by id: the truth no model reads, for diagnostics (bench/item_topics.py)."""
+    cats = [active_catalogue(cfg, d) for d in dates]
+    ads = np.unique(np.concatenate([c.ad_ids for c in cats]))
+    items = np.unique(np.concatenate([c.item_ids for c in cats]))
+    return ads, topics_of(cfg, ads), items, topics_of(cfg, items)
 
 
 def user_propensity(cfg: SimulatorConfig, user_ids: np.ndarray) -> np.ndarray:

@@ -473,6 +473,10 @@ def test_churn_zero_is_the_static_catalogue_every_day(seed, surfaces):
         for s in surfaces.names:
             assert np.array_equal(sim._surface_affinity(seed, s, cfg.n_users, 0.0, sim._day_index(date)),
                                   sim._surface_params(seed, s, cfg.n_users)[1])  # fmt: skip
+    ad_ids, ad_topic, item_ids, item_topic = sim.window_topics(cfg, DAYS)
+    assert np.array_equal(ad_ids, np.arange(1, cfg.n_ads + 1)) and np.array_equal(ad_topic, w.ad_topic)
+    assert np.array_equal(item_ids - cfg.n_ads, np.arange(1, cfg.n_organic_items + 1))
+    assert np.array_equal(item_topic, w.item_topic)
     imp, org = simulate_day_frames(cfg, surfaces, "feed", D1)
     assert imp["ad_id"].is_between(1, cfg.n_ads).all() and imp["user_id"].is_between(1, cfg.n_users).all()
     assert org["item_id"].is_between(cfg.n_ads + 1, cfg.n_ads + cfg.n_organic_items).all()
@@ -498,6 +502,11 @@ def test_churn_renews_its_share_every_day(default):
         assert stretches.max() == 1, f"{kind}: an id came back after it retired"
     for c in cats:
         assert not np.isin(c.ad_ids, c.item_ids).any()
+    ad_ids, ad_topic, item_ids, _ = sim.window_topics(default, DAYS)
+    assert set(ad_ids) == set(np.concatenate([c.ad_ids for c in cats])) and len(ad_ids) > 2 * default.n_ads
+    assert np.array_equal(ad_topic, sim.topics_of(default, ad_ids)) and set(ad_topic) == set(
+        range(default.n_topics)
+    )
 
 
 def test_new_ads_and_users_are_whole(default, surfaces):
