@@ -39,8 +39,9 @@ event_stream  (file `events.jsonl`; impression, click, conversion arrive as sepa
     An impression with no click event has click = 0; on a surface whose tasks include conversion,
     no conversion event means conversion = 0, otherwise conversion is null.
 
-Item ids: ads and organic items share one id space (ads 1..n_ads, organic items above), so an
-ad clicked in the past appears in histories with the same id it has as a candidate.
+Item ids: ads and organic items share one id space (in the static simulated world ads 1..n_ads,
+organic items above; churn adds new ids of both above that), so an ad clicked in the past appears
+in histories with the same id it has as a candidate.
 """
 
 from __future__ import annotations
