@@ -36,21 +36,23 @@ def gate(rows: list[dict[str, Any]], previous: list[dict[str, Any]] | None, cfg:
     model fails (nothing shows it is sane) unless `allow_ungated`: a per-surface model of a surface
     too small to reach `min_positives` on one day then passes, with a note saying it was not judged.
     """
-    prev = {(r["surface"], r["task"]): r["ne"] for r in previous or []}
+    prev_rows = {(r["surface"], r["task"]): r for r in previous or []}
     ref = {(r["surface"], r["task"]): r["ne"] for r in reference or []}
     pairs, failures = [], []
     for r in rows:
         if r.get("positives", 0) < cfg.min_positives:
             continue
         key = (r["surface"], r["task"])
+        new_ne, old_ne, compared = like_with_like(r, prev_rows.get(key))
         entry = {"surface": key[0], "task": key[1], "ne": r["ne"], "positives": r["positives"],
-                 "accepted_ne": prev.get(key), f"{reference_name}_ne": ref.get(key)}
+                 "accepted_ne": old_ne, "compared": compared, f"{reference_name}_ne": ref.get(key)}
         pairs.append(entry)
         ne = r["ne"]
         if not (isinstance(ne, float | int) and math.isfinite(ne) and ne < cfg.max_ne):
             failures.append({**entry, "why": f"NE {ne} >= {cfg.max_ne} (base rate)"})
-        elif key in prev and ne > prev[key] * (1 + cfg.max_regression):
-            failures.append({**entry, "why": f"NE {ne:.4f} regressed > {cfg.max_regression:.0%} vs {prev[key]:.4f}"})
+        elif old_ne is not None and new_ne > old_ne * (1 + cfg.max_regression):
+            failures.append({**entry, "why": f"{compared} NE {new_ne:.4f} regressed > {cfg.max_regression:.0%} vs "
+                                             f"{old_ne:.4f}"})
         elif key in ref and ne > ref[key] * (1 + cfg.max_vs_labels_only):
             failures.append({**entry, "why": f"NE {ne:.4f} worse than {reference_name} {ref[key]:.4f} "
                                              f"by > {cfg.max_vs_labels_only:.0%}"})
@@ -61,6 +63,16 @@ def gate(rows: list[dict[str, Any]], previous: list[dict[str, Any]] | None, cfg:
         "; accepted unjudged (see the evaluation table)" if allow_ungated else "")
     return {"passed": not failures and (bool(pairs) or allow_ungated), "judged": bool(pairs), "gated_pairs": pairs,
             "failures": failures, "note": note}
+
+
+def like_with_like(row: dict[str, Any], previous: dict[str, Any] | None) -> tuple[float, float | None, str]:
+    """(new NE, accepted NE, "calibrated" | "raw"): both through their own calibrators, or both raw
+    when the accepted version has none (saved before it carried one) and the new row has its raw NE."""
+    if previous is None:
+        return row["ne"], None, "calibrated"
+    if previous.get("calibration_raw") is None and row.get("ne_raw") is not None:
+        return row["ne_raw"], previous["ne"], "raw"
+    return row["ne"], previous["ne"], "calibrated"
 
 
 def accepted_rows(asset: str, evaluation_date: str, partition: str | None = None,

@@ -1,6 +1,11 @@
 """Domain foundation models: the teacher architecture, initialised from the foundation checkpoint,
 distilled from the foundation's `teacher_predictions` on the domain's surfaces over the student
-window (up to E-2). Their teacher name is "domain:<name>"."""
+window (up to E-2). Their teacher name is "domain:<name>".
+
+A domain model carries its own calibrator (gem_model.models.calibration), never the foundation's: its
+logits moved in training. It is fitted on E-1 (the day after its window), each surface's map shrunk
+toward the map pooled over the domain's surfaces, and saved with its weights, so its quality gate and
+the hierarchical path's distillation targets read its own calibrated probabilities."""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from gem_model.config import SurfacesConfig, load_calendar, load_surfaces
 from gem_model.data.loader import ExampleStream
 from gem_model.distill.config import load_student_preset
 from gem_model.distill.teacher import FOUNDATION, domain_teacher, read_teacher_predictions
+from gem_model.models.calibration import DEFAULT_CALIBRATION, Calibrator, fit_model_calibrator
 from gem_model.train.precision import autocast_dtype
 
 
@@ -57,6 +63,8 @@ def train_domain_model(
     log: Any | None = None,
     device: torch.device | str | None = None,
     precision: str = "auto",
+    calibration_day: dt.date | None = None,
+    calibrate: bool = True,
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Train the domain model of `domain` and return (model, info).
 
@@ -65,7 +73,9 @@ def train_domain_model(
     teacher_predictions: the foundation's predictions for `dates` (default: read the
     teacher_predictions table at `tp_uri`). dates: inclusive student window (default: calendar
     roles().student). uri: training_examples table (default: the lake's). device: where to train
-    (the accelerator resource's; default: the foundation's); precision: auto | bf16 | fp32 (autocast)."""
+    (the accelerator resource's; default: the foundation's); precision: auto | bf16 | fp32 (autocast).
+    calibration_day: the day its own calibrator is fitted on (default: the day after `dates`, E-1);
+    calibrate False: no calibrator (raw probabilities)."""
     surfaces_config = surfaces_config or load_surfaces()
     names = [s.name for s in surfaces_config.in_domain(domain)]
     if not names:
@@ -84,6 +94,7 @@ def train_domain_model(
     torch.manual_seed(seed)
     device = torch.device(device) if device is not None else next(foundation.parameters()).device
     model = copy.deepcopy(foundation).to(device).train()
+    model.calibrator = None  # the foundation's map is not this model's: it gets its own after training
     amp_dtype = autocast_dtype(precision, device)
     opt = torch.optim.Adam(model.parameters(), lr=float(hp["lr"]))
     stream = ExampleStream(dates[0], dates[1], names, batch_size=int(hp["batch_size"]), uri=uri,
@@ -114,6 +125,12 @@ def train_domain_model(
         if max_steps is not None and step >= int(max_steps):
             break
     model.eval()
+    calibrator = None
+    if calibrate:
+        day = calibration_day or dates[1] + dt.timedelta(days=1)
+        calibrator = fit_domain_calibrator(model, day, names, uri=uri, surfaces_config=surfaces_config,
+                                           batch_size=int(hp["batch_size"]), device=device)
+        model.calibrator = calibrator  # metrics.predict / predict_teacher apply it from here on
     info = {
         "domain": domain,
         "teacher": domain_teacher(domain),
@@ -124,15 +141,37 @@ def train_domain_model(
         "rows_without_teacher": missing,
         "train_seconds": time.perf_counter() - t0,
         "hyperparameters": hp,
+        "calibration": calibrator.metadata() if calibrator is not None else None,
     }
     return model, info
+
+
+def fit_domain_calibrator(model: torch.nn.Module, day: dt.date, surfaces: list[str], *, uri: str | None = None,
+                          surfaces_config: SurfacesConfig | None = None, batch_size: int = 2048,
+                          device: torch.device | str | None = None) -> Calibrator:
+    """The domain model's own Platt maps, from its raw predictions of `day` on `surfaces` (module doc)."""
+    from gem_model.eval.metrics import predict
+
+    saved, model.calibrator = getattr(model, "calibrator", None), None  # fitted on raw probabilities
+    try:
+        def predict_day(d: str) -> pl.DataFrame:
+            stream = ExampleStream(d, d, surfaces, batch_size=batch_size, uri=uri, surfaces_config=surfaces_config,
+                                   shuffle=False, max_len=getattr(model.cfg, "seq_len", None))
+            return predict(model, stream, device=device)
+
+        return fit_model_calibrator(predict_day, [day.isoformat()], list(model.cfg.surfaces),
+                                    min_positives=DEFAULT_CALIBRATION["min_positives"],
+                                    shrink_positives=DEFAULT_CALIBRATION["shrink_positives"])
+    finally:
+        model.calibrator = saved
 
 
 def save_domain_model(
     model: torch.nn.Module, info: dict[str, Any], *, version: str | None = None, root: str | Path | None = None
 ) -> Path:
     """Save in gem_model.train.loop's model.pt layout ({"model", "model_config", "config", "step",
-    "rows"}; weights_only-safe) + metrics.json under <root or $GEM_HOME/models/domain_models>/<domain>/<version>/.
+    "rows", "calibration" when the model has its calibrator}; weights_only-safe) + metrics.json under
+    <root or $GEM_HOME/models/domain_models>/<domain>/<version>/.
     Returns the model.pt path (what registry.load_model / run_distillation(teachers=...) take)."""
     from gem_model.store.paths import models_dir
     from gem_model.train.loop import MODEL, atomic_save, atomic_write_json
@@ -141,8 +180,10 @@ def save_domain_model(
     version = version or dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     d = (Path(root) / domain if root is not None else models_dir("domain_models", domain)) / version
     meta = {k: v for k, v in info.items() if k != "losses"}
+    cal = getattr(model, "calibrator", None)
     atomic_save({"model": model.state_dict(), "model_config": model.cfg.to_dict(), "config": meta,
-                 "step": int(info.get("steps", 0)), "rows": json.dumps(info.get("rows", []))}, d / MODEL)
+                 "step": int(info.get("steps", 0)), "rows": json.dumps(info.get("rows", [])),
+                 **({"calibration": cal.state()} if cal is not None else {})}, d / MODEL)
     atomic_write_json({**meta, "loss_curve": info.get("losses", []), "version": version}, d / "metrics.json")
     atomic_write_json(meta, d / "config.json")
     return d / MODEL

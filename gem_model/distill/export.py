@@ -3,7 +3,8 @@
     inputs : dense [B, m] float32, sparse [B, n] int64 (hashed ids, features.yaml order),
              hist_ids [B, hist_k] int64 (last hist_k history item ids, most recent first, 0 = pad;
              present when hist_k > 0), teacher_emb [B, E] float32 (representation students only)
-    output : probabilities [B, 2] (click, conversion) of the serving head
+    output : probabilities [B, 2] (click, conversion) of the serving head, through the student's own
+             calibrator when it carries one (sigmoid(a * logit + b); a, b in the sidecar too)
 
 A serving system loads the `.pt2` with `torch.export.load(path).module()` without our code; the
 input names and shapes are in the `<path>.json` sidecar.
@@ -26,6 +27,9 @@ class ServingStudent(nn.Module):
         self.student = student
         self.use_hist = student.hist_k > 0
         self.use_teacher = student.teacher_emb_dim > 0
+        cal = getattr(student, "calibrator", None)  # gem_model.distill.trainer.fit_student_calibrator
+        self.register_buffer("cal_a", cal.a[0].float().clone() if cal is not None else torch.ones(2))
+        self.register_buffer("cal_b", cal.b[0].float().clone() if cal is not None else torch.zeros(2))
 
     def forward(self, dense: torch.Tensor, sparse: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
         i = 0
@@ -34,7 +38,7 @@ class ServingStudent(nn.Module):
             hist, i = rest[i], i + 1
         if self.use_teacher:
             teacher = rest[i]
-        return torch.sigmoid(self.student(dense, sparse, hist, teacher))
+        return torch.sigmoid(self.cal_a * self.student(dense, sparse, hist, teacher) + self.cal_b)
 
 
 def example_inputs(student: Student, batch: int = 4) -> tuple[torch.Tensor, ...]:
@@ -74,6 +78,8 @@ def export_student(model: Student, path: str | Path) -> Path:
         ],
         "output": {"name": "probabilities", "shape": ["B", 2], "tasks": ["click", "conversion"]},
         "surface": model.cfg.get("surface"),
+        "calibration": {"a": wrapper.cal_a.tolist(), "b": wrapper.cal_b.tolist(),
+                        "fit_day": getattr(getattr(model, "calibrator", None), "fit_day", None)},
     }
     write_json(Path(str(path) + ".json"), meta)
     return path

@@ -37,7 +37,13 @@ from gem_model.distill.export import export_student
 from gem_model.distill.kd_intervals import N_BOOT, EvalPredictions, intervals_from_rows, kd_intervals
 from gem_model.distill.student import Student, student_config
 from gem_model.distill.teacher import FOUNDATION, path_applies, read_teacher_predictions, teacher_for
-from gem_model.distill.trainer import load_student, predict_student, save_student, train_student
+from gem_model.distill.trainer import (
+    fit_student_calibrator,
+    load_student,
+    predict_student,
+    save_student,
+    train_student,
+)
 from gem_model.distill.warm_start import NO_SOURCE, warm_start
 from gem_model.eval.metrics import metric_rows, read_oracle
 from gem_model.store import atomic
@@ -61,8 +67,8 @@ def _resolve_teacher(t: torch.nn.Module | str | Path) -> torch.nn.Module:
     return load_model(t)[0]
 
 
-def _preds_frame(data: StudentData, p: np.ndarray, surface: str) -> pl.DataFrame:
-    """The `gem_model.eval.metrics.predict` layout, for `metric_rows`."""
+def _preds_frame(data: StudentData, p: np.ndarray, surface: str, raw: np.ndarray | None = None) -> pl.DataFrame:
+    """The `gem_model.eval.metrics.predict` layout, for `metric_rows` (raw: before the student's calibrator)."""
     m = data.label_mask.numpy()
     return pl.DataFrame(
         {
@@ -74,6 +80,8 @@ def _preds_frame(data: StudentData, p: np.ndarray, surface: str) -> pl.DataFrame
             "conversion_mask": m[:, 1],
             "p_click": p[:, 0].astype(np.float64),
             "p_conversion": p[:, 1].astype(np.float64),
+            **({"p_click_raw": raw[:, 0].astype(np.float64), "p_conversion_raw": raw[:, 1].astype(np.float64)}
+               if raw is not None else {}),
         }
     )
 
@@ -176,6 +184,9 @@ def _iter_students(
                                          teacher_model=modules.get(teacher) if spec["share_tables"] else None, log=log,
                                          device=device, precision=precision)
                     info.update(start)
+                    if len(val):  # its own map on E-1 (trainer.fit_student_calibrator): applied from here on
+                        model.calibrator = fit_student_calibrator(model, val, roles.validation.isoformat())
+                        info["calibration"] = model.calibrator.metadata()
                     if adapter is not None:
                         info["adapter"] = adapter.to_dict()
                     info["dates"] = {"train": [d.isoformat() for d in train.date_set],
@@ -184,7 +195,8 @@ def _iter_students(
                     for split, part in (("validation", val), ("evaluation", ev)):
                         if len(part) == 0:
                             continue
-                        preds = _preds_frame(part, predict_student(model, part), surface)
+                        preds = _preds_frame(part, predict_student(model, part), surface,
+                                             predict_student(model, part, calibrated=False))
                         if split == "evaluation" and kept is not None and "click" in tasks:
                             e = preds.filter(pl.col("click_mask"))
                             kept.add(surface, arm, path, int(seed), e["request_id"].to_numpy(), e["click"].to_numpy(),
@@ -194,6 +206,7 @@ def _iter_students(
                                 continue
                             rows.append({"arm": arm, "path": path, "split": split, "surface": surface, "task": r["task"],
                                          "seed": int(seed), "ne": r["ne"], "auc": r["auc"], "calibration": r["calibration"],
+                                         "ne_raw": r["ne_raw"], "calibration_raw": r["calibration_raw"],
                                          "oracle_ne": r["oracle_ne"], "kd_effectiveness": None, "n": r["n"],
                                          "positives": r["positives"], "teacher": teacher})
                     if tracker is not None:
@@ -216,6 +229,7 @@ def not_applicable_rows(arms: Sequence[str], paths: Sequence[str], surfaces: Seq
                 for split in SPLITS:
                     out.append({"arm": arm, "path": path, "split": split, "surface": surface, "task": "click",
                                 "seed": None, "ne": None, "auc": None, "calibration": None, "oracle_ne": None,
+                                "ne_raw": None, "calibration_raw": None,
                                 "kd_effectiveness": None, "n": 0, "positives": 0, "teacher": None,
                                 "status": NOT_APPLICABLE})
     return out
@@ -446,7 +460,8 @@ def score_student(
             [day], [teacher], uri=tp_uri, embeddings=embeddings)
         data = attach_teacher(data, tp, teacher, embeddings=embeddings)
     oracle_df = read_oracle([day], [surface], uri=oracle_uri, missing_ok=True)
-    preds = _preds_frame(data, predict_student(model, data), surface)
+    raw = predict_student(model, data, calibrated=False) if getattr(model, "calibrator", None) is not None else None
+    preds = _preds_frame(data, predict_student(model, data), surface, raw)
     return [r for r in metric_rows(preds, oracle_df) if r["task"] in cfg.get("tasks", TASKS)]
 
 

@@ -1,5 +1,9 @@
 """Training one student: the per-arm losses, seeded minibatch SGD over in-memory tensors, epoch
-selection on the validation day (E-1) by click log loss (= click NE ordering on a fixed day)."""
+selection on the validation day (E-1) by click log loss (= click NE ordering on a fixed day).
+
+A trained student gets its own calibrator (`fit_student_calibrator`: a Platt map per task on its raw
+predictions of E-1, shrunk toward the identity by positives, gem_model.models.calibration), saved with
+its weights and applied by `predict_student`, so its gate compares calibrated with calibrated."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import torch.nn.functional as F
 from gem_model.distill.arms import arm_spec
 from gem_model.distill.dataset import StudentData
 from gem_model.distill.student import Student, share_tables
+from gem_model.models.calibration import DEFAULT_CALIBRATION, Calibrator, fit_calibrator
 from gem_model.store import atomic
 from gem_model.train.optim import RowWiseAdagrad
 from gem_model.train.precision import autocast_dtype
@@ -62,17 +67,41 @@ def arm_loss(
 
 
 @torch.no_grad()
-def predict_student(model: Student, data: StudentData, batch_size: int = 8192) -> np.ndarray:
-    """Serving probabilities [N, 2] (computed on the model's device)."""
+def predict_student(model: Student, data: StudentData, batch_size: int = 8192, *, calibrated: bool = True) -> np.ndarray:
+    """Serving probabilities [N, 2] (computed on the model's device): through the student's own
+    calibrator when it carries one (`model.calibrator`) and `calibrated`, else sigmoid(logits)."""
     was = model.training
     model.eval()
     device = next(model.parameters()).device
+    cal: Calibrator | None = getattr(model, "calibrator", None) if calibrated else None
     out = []
     for i in range(0, len(data), batch_size):
         part = data.take(np.arange(i, min(i + batch_size, len(data)))).to(device)
-        out.append(torch.sigmoid(model(*student_inputs(model, part)).float()).cpu().numpy())
+        logits = model(*student_inputs(model, part)).float()
+        p = cal.apply_logits(logits, torch.zeros(len(logits), dtype=torch.long, device=device)) if cal is not None \
+            else torch.sigmoid(logits)
+        out.append(p.cpu().numpy())
     model.train(was)
     return np.concatenate(out) if out else np.zeros((0, 2), np.float32)
+
+
+def fit_student_calibrator(model: Student, val: StudentData, fit_day: str | None = None, *,
+                           min_positives: int = DEFAULT_CALIBRATION["min_positives"],
+                           shrink_positives: float = DEFAULT_CALIBRATION["shrink_positives"]) -> Calibrator:
+    """The student's own Platt map per task from its raw predictions of `val` (E-1): one surface,
+    so each map is shrunk toward the identity (its targets were the teacher's calibrated
+    probabilities) with the weight positives / (positives + shrink_positives)."""
+    import polars as pl
+
+    surface = str(model.cfg["surface"])
+    p = predict_student(model, val, calibrated=False)
+    m = val.label_mask.numpy()
+    preds = pl.DataFrame({"surface": [surface] * len(val), "click": val.labels[:, 0].numpy().astype(np.float64),
+                          "conversion": val.labels[:, 1].numpy().astype(np.float64), "click_mask": m[:, 0],
+                          "conversion_mask": m[:, 1], "p_click": p[:, 0].astype(np.float64),
+                          "p_conversion": p[:, 1].astype(np.float64)})
+    return fit_calibrator(preds, [surface], min_positives=min_positives, fit_day=fit_day,
+                          shrink_positives=shrink_positives, prior="identity")
 
 
 def click_logloss(p: np.ndarray, data: StudentData) -> float:
@@ -134,6 +163,7 @@ def _train_student(
 ) -> dict[str, Any]:
     spec = arm_spec(arm)
     torch.manual_seed(seed)
+    model.calibrator = None  # a map fitted on other weights is stale: fit_student_calibrator after training
     info: dict[str, Any] = {"arm": arm, "seed": seed, "copied_tables": [], "losses": []}
     if spec["share_tables"]:
         if teacher_model is None:
@@ -181,7 +211,7 @@ def _train_student(
             if max_steps is not None and step >= int(max_steps):
                 break
         if val is not None and len(val):
-            ll = click_logloss(predict_student(model, val), val)
+            ll = click_logloss(predict_student(model, val, calibrated=False), val)
             if ll < best[0] or best[1] is None:
                 best = (ll, copy.deepcopy(model.state_dict()), epoch)
         if max_steps is not None and step >= int(max_steps):
@@ -200,10 +230,13 @@ def _train_student(
 
 def save_student(model: Student, directory: str | Path, metrics: dict[str, Any] | None = None,
                  extra: dict[str, Any] | None = None) -> Path:
-    """Atomically write model.pt ({"state_dict", "config"}), config.json and metrics.json."""
+    """Atomically write model.pt ({"state_dict", "config", "calibration" when the student has its
+    calibrator}; weights_only-safe), config.json and metrics.json."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    atomic.torch_save({"state_dict": model.state_dict(), "config": dict(model.cfg)}, d / "model.pt")
+    cal: Calibrator | None = getattr(model, "calibrator", None)
+    atomic.torch_save({"state_dict": model.state_dict(), "config": dict(model.cfg),
+                       **({"calibration": cal.state()} if cal is not None else {})}, d / "model.pt")
     atomic.write_json(d / "config.json", {"student": model.cfg, **(extra or {})})
     atomic.write_json(d / "metrics.json", metrics or {})
     return d
@@ -214,4 +247,6 @@ def load_student(directory_or_file: str | Path) -> Student:
     ckpt = torch.load(p / "model.pt" if p.is_dir() else p, map_location="cpu", weights_only=True)
     model = Student(ckpt["config"])
     model.load_state_dict(ckpt["state_dict"])
+    if ckpt.get("calibration"):  # its own map (fit_student_calibrator); predict_student applies it
+        model.calibrator = Calibrator.from_state(ckpt["calibration"])
     return model

@@ -1,16 +1,31 @@
-"""Post-hoc calibration of a GEM model: per (surface, task), p = sigmoid(a * z + b) on its logit z.
+"""Post-hoc calibration of a GEM model, a domain model or a student: per (surface, task),
+p = sigmoid(a * z + b) on its logit z.
 
 Why: a model selected on E-1 by NE can still be biased per surface (the evaluation world measured
 mean prediction / click rate of 0.92-1.06 on E). Two parameters per head (Platt scaling) move the
-mean without touching the ranking. They are fitted by minimising log loss on the predictions of the
-selected checkpoint on the validation day E-1 (never on E), stored in model.pt as plain tensors
+mean without touching the ranking. They are fitted by minimising log loss on the model's own
+predictions of days it never trained on and that are not E, stored with its weights as plain tensors
 (`torch.load(weights_only=True)` still loads it) and applied by the one function that turns logits
-into probabilities for scoring (`apply`, called by `metrics.predict` and `teacher.predict_teacher`).
-A head with fewer than `min_positives` positives on E-1 keeps the identity map (a=1, b=0).
+into probabilities for scoring (`apply`, called by `metrics.predict` and `teacher.predict_teacher`;
+students: `distill.trainer.predict_student`).
+
+One day's clicks (about 340 a surface in the evaluation world) make a noisy map, so two rules add clicks
+without touching a training day (`calibration_days`, `fit_calibrator`):
+- the fitting days are every day after the model's training window up to the validation day E-1: the
+  foundation (trained up to E-2-Δ) gets E-2 and E-1 together, domain models and students (trained up to
+  E-2) E-1 alone;
+- each surface's map is shrunk toward a pooled map fitted on every surface's rows of the same days
+  (the same task), with the weight positives / (positives + `shrink_positives`) on the surface's own
+  map: a surface with few clicks leans on the pooled map, one with many keeps its own. A student sees one
+  surface: its prior is the identity (its targets are the teacher's calibrated probabilities).
+A head with fewer than `min_positives` positives gets the pooled map alone (identity when the pooled
+rows have fewer too).
 """
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +37,10 @@ from gem_model.data.loader import TASKS
 
 DEFAULT_CALIBRATION: dict[str, Any] = {
     "enabled": True,
-    "min_positives": 30,  # fewer positives on E-1: identity (two parameters from a handful of clicks would overfit)
+    "min_positives": 30,  # fewer positives: no own map (two parameters from a handful of clicks would overfit)
+    # a surface's own map weighs positives / (positives + this) against the pooled one: about one day's
+    # clicks of a surface in the evaluation world, so one day's map counts half
+    "shrink_positives": 300,
 }
 _EPS = 1e-7
 
@@ -74,9 +92,12 @@ class Calibrator:
     b: torch.Tensor
     fitted: torch.Tensor  # bool [S, T]
     positives: torch.Tensor  # long [S, T]: positives on the fitting day
-    fit_day: str | None = None
+    fit_day: str | None = None  # the fitting days, comma-separated
     min_positives: int = DEFAULT_CALIBRATION["min_positives"]
     info: dict[str, Any] = field(default_factory=dict)
+    shrink_positives: float = 0.0  # 0: each head's own map alone (the rule before pooling)
+    prior: str = "identity"  # what each surface's map is shrunk toward: "pooled" | "identity"
+    weight: torch.Tensor | None = None  # float64 [S, T]: the weight of the surface's own map
 
     @classmethod
     def identity(cls, surfaces: list[str]) -> Calibrator:
@@ -93,43 +114,89 @@ class Calibrator:
     def state(self) -> dict[str, Any]:
         """Plain tensors, strings and ints: what model.pt carries (weights_only-safe)."""
         return {"surfaces": list(self.surfaces), "a": self.a.clone(), "b": self.b.clone(), "fitted": self.fitted.clone(),
-                "positives": self.positives.clone(), "fit_day": self.fit_day or "", "min_positives": int(self.min_positives)}
+                "positives": self.positives.clone(), "fit_day": self.fit_day or "", "min_positives": int(self.min_positives),
+                "shrink_positives": float(self.shrink_positives), "prior": self.prior,
+                **({"weight": self.weight.clone()} if self.weight is not None else {})}
 
     @classmethod
     def from_state(cls, st: dict[str, Any]) -> Calibrator:
         return cls(list(st["surfaces"]), st["a"].double(), st["b"].double(), st["fitted"].bool(), st["positives"].long(),
-                   st.get("fit_day") or None, int(st.get("min_positives", DEFAULT_CALIBRATION["min_positives"])))
+                   st.get("fit_day") or None, int(st.get("min_positives", DEFAULT_CALIBRATION["min_positives"])),
+                   shrink_positives=float(st.get("shrink_positives", 0.0)), prior=str(st.get("prior", "identity")),
+                   weight=st["weight"].double() if st.get("weight") is not None else None)
 
     def metadata(self) -> dict[str, Any]:
         """{surface: {task: {a, b, fitted, positives}}}: what the asset metadata shows."""
-        out: dict[str, Any] = {"fit_day": self.fit_day, "min_positives": self.min_positives, "heads": {}}
+        out: dict[str, Any] = {"fit_day": self.fit_day, "min_positives": self.min_positives,
+                               "shrink_positives": self.shrink_positives, "prior": self.prior, "heads": {}}
         for i, s in enumerate(self.surfaces):
             out["heads"][s] = {t: {"a": float(self.a[i, j]), "b": float(self.b[i, j]), "fitted": bool(self.fitted[i, j]),
                                    "positives": int(self.positives[i, j]),
+                                   **({"own_weight": float(self.weight[i, j])} if self.weight is not None else {}),
                                    **({} if self.fitted[i, j] else {"why": f"identity: {int(self.positives[i, j])} "
                                                                           f"positives < {self.min_positives}"})}
                                for j, t in enumerate(TASKS)}
         return out
 
 
-def fit_calibrator(preds: pl.DataFrame, surfaces: list[str], *, min_positives: int, fit_day: str | None = None) -> Calibrator:
-    """A Calibrator from `metrics.predict` output of the validation day (raw probabilities: the
-    p_<task>_raw columns when present). Heads with < min_positives positives keep the identity."""
+def calibration_days(train_end: Any, valid: Any) -> list[str]:
+    """The days a model's map is fitted on: every day after its training window up to the validation
+    day (inclusive): never a training day, never E. ISO strings."""
+    first = dt.date.fromisoformat(str(train_end)) + dt.timedelta(days=1)
+    last = dt.date.fromisoformat(str(valid))
+    days = [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
+    return [d.isoformat() for d in days] or [last.isoformat()]
+
+
+def fit_calibrator(preds: pl.DataFrame, surfaces: list[str], *, min_positives: int, fit_day: str | None = None,
+                   shrink_positives: float = 0.0, prior: str = "pooled") -> Calibrator:
+    """A Calibrator from `metrics.predict` output of the fitting days (raw probabilities: the
+    p_<task>_raw columns when present); see the module doc for the rule.
+
+    shrink_positives: 0 fits each head on its own rows alone (no pooling). prior: "pooled" (a map
+    fitted on every surface's rows of `preds`, per task) or "identity" (a one-surface model)."""
+    if prior not in ("pooled", "identity"):
+        raise ValueError(f"calibration prior must be 'pooled' or 'identity', not {prior!r}")
+    if shrink_positives < 0:
+        raise ValueError(f"calibration shrink_positives must be >= 0, not {shrink_positives}")
     cal = Calibrator.identity(surfaces)
     cal.fit_day, cal.min_positives = fit_day, int(min_positives)
-    for i, s in enumerate(surfaces):
-        sub = preds.filter(pl.col("surface") == s)
-        for j, t in enumerate(TASKS):
-            rows = sub.filter(pl.col(f"{t}_mask"))
-            col = f"p_{t}_raw" if f"p_{t}_raw" in rows.columns else f"p_{t}"
-            y = rows[t].to_numpy().astype(np.float64)
+    cal.shrink_positives, cal.prior = float(shrink_positives), prior
+    cal.weight = torch.zeros(len(surfaces), len(TASKS), dtype=torch.float64)
+    pooled_on = shrink_positives > 0 and prior == "pooled"
+    for j, t in enumerate(TASKS):
+        col = f"p_{t}_raw" if f"p_{t}_raw" in preds.columns else f"p_{t}"
+        rows = preds.filter(pl.col(f"{t}_mask") & pl.col("surface").is_in(list(surfaces)))
+        pooled, pooled_fitted = (1.0, 0.0), False
+        y_all = rows[t].to_numpy().astype(np.float64)
+        if pooled_on and min_positives <= y_all.sum() < len(y_all):
+            pooled, pooled_fitted = fit_platt(logit(rows[col].to_numpy()), y_all), True
+        for i, s in enumerate(surfaces):
+            sub = rows.filter(pl.col("surface") == s)
+            y = sub[t].to_numpy().astype(np.float64)
             pos = int(y.sum())
             cal.positives[i, j] = pos
-            if pos < min_positives or pos == len(y):
+            if len(y) == 0:  # a surface the model is not scored on (a domain model's other domains)
                 continue
-            a, b = fit_platt(logit(rows[col].to_numpy()), y)
-            cal.a[i, j], cal.b[i, j], cal.fitted[i, j] = a, b, True
+            own_ok = min_positives <= pos < len(y)
+            if not own_ok and not pooled_fitted:
+                continue
+            own = fit_platt(logit(sub[col].to_numpy()), y) if own_ok else pooled
+            w = 1.0 if shrink_positives == 0 else (pos / (pos + shrink_positives) if own_ok else 0.0)
+            cal.a[i, j] = w * own[0] + (1 - w) * pooled[0]
+            cal.b[i, j] = w * own[1] + (1 - w) * pooled[1]
+            cal.fitted[i, j], cal.weight[i, j] = True, w
     return cal
+
+
+def fit_model_calibrator(predict_day: Callable[[str], pl.DataFrame], days: list[str], surfaces: list[str], *,
+                         min_positives: int, shrink_positives: float = DEFAULT_CALIBRATION["shrink_positives"],
+                         prior: str = "pooled") -> Calibrator:
+    """`fit_calibrator` on the raw predictions of every day of `days` (`predict_day(day)`: the
+    model's `metrics.predict` output of that day, with no calibrator applied or with p_*_raw)."""
+    preds = pl.concat([predict_day(d) for d in days], how="diagonal_relaxed")
+    return fit_calibrator(preds, surfaces, min_positives=min_positives, fit_day=",".join(days),
+                          shrink_positives=shrink_positives, prior=prior)
 
 
 def apply(model: torch.nn.Module, logits: torch.Tensor, surface_idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -61,7 +61,7 @@ from gem_model.data.normalization import base_rates, dense_stats
 from gem_model.data.vocab import collision_rates
 from gem_model.eval.metrics import metric_rows, predict, read_oracle
 from gem_model.models import GEM, GEMConfig
-from gem_model.models.calibration import DEFAULT_CALIBRATION, Calibrator, fit_calibrator
+from gem_model.models.calibration import DEFAULT_CALIBRATION, Calibrator, calibration_days, fit_model_calibrator
 from gem_model.store import atomic
 from gem_model.store.paths import gem_home, storage_options, table_uri
 from gem_model.train.distributed import resume_step
@@ -564,12 +564,15 @@ def train(
         layout.load_model_state(core, torch.load(out / BEST, map_location="cpu", weights_only=True)["model"])
     calibrator: Calibrator | None = None
     if (rank == 0 or layout.collective) and dcfg["valid"] and tcfg["calibrate"]:
-        # post-hoc Platt map per (surface, task), fitted on the selected model's E-1 predictions only
-        valid_preds = predict(core, eval_stream(dcfg["valid"]), device=device, amp_dtype=amp_dtype)
-        calibrator = fit_calibrator(valid_preds, list(core.cfg.surfaces), min_positives=int(tcfg["calibration_min_positives"]),
-                                    fit_day=dcfg["valid"])
+        # post-hoc Platt map per (surface, task) on the selected model's predictions of every day after its
+        # window up to E-1, each surface's map shrunk toward the pooled one (gem_model.models.calibration)
+        calibrator = fit_model_calibrator(
+            lambda day: predict(core, eval_stream(day), device=device, amp_dtype=amp_dtype),
+            calibration_days(dcfg["train"][1], dcfg["valid"]), list(core.cfg.surfaces),
+            min_positives=int(tcfg["calibration_min_positives"]),
+            shrink_positives=float(tcfg.get("calibration_shrink_positives", DEFAULT_CALIBRATION["shrink_positives"])))
         core.calibrator = calibrator  # metrics.predict applies it from here on
-        _say(rank, f"calibrator fitted on {dcfg['valid']}: {int(calibrator.fitted.sum())} of "
+        _say(rank, f"calibrator fitted on {calibrator.fit_day}: {int(calibrator.fitted.sum())} of "
                    f"{calibrator.fitted.numel()} heads (others: identity, < {tcfg['calibration_min_positives']} positives)")
     rows: list[dict[str, Any]] = []
     if (rank == 0 or layout.collective) and dcfg["eval"]:  # sharded: every rank takes part in the forward

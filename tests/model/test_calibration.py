@@ -1,6 +1,7 @@
 """Post-hoc calibration (gem_model.models.calibration): the Platt map fixes a miscalibrated model on held-out
-rows, is fitted on E-1 only, round-trips through weights_only checkpoints, and keeps the identity
-for heads with too few positives."""
+rows, is fitted on the days after the training window up to E-1 (never E), each surface's map shrunk
+toward the pooled one, round-trips through weights_only checkpoints, and keeps the identity for heads
+with too few positives."""
 
 from __future__ import annotations
 
@@ -141,3 +142,113 @@ def test_calibration_interval_reflects_the_click_count_of_the_day():
         lo, hi = interval(bootstrap_calibration(y, {"m": p}, n_boot=400)["m"])
         assert lo <= calibration(y, p) <= hi
         assert (hi - lo) == pytest.approx(2 * 1.96 / np.sqrt(y.sum()), rel=0.25)
+
+
+def test_each_surface_map_is_shrunk_toward_the_pooled_map_by_its_positives():
+    """shrink_positives k: a surface's own map weighs pos / (pos + k) against the map pooled over every
+    surface's rows; a surface below min_positives takes the pooled map; prior "identity" pulls toward (1, 0)."""
+    from gem_model.models.calibration import fit_platt, logit
+
+    df = pl.concat([_world(20000, 5, {"feed": 1.0, "shops": 1.0}, {"feed": 0.6, "shops": 0.6}).filter(pl.col("surface") == "feed"),
+                    _world(1500, 6, {"feed": 1.0, "shops": 1.0}, {"feed": 0.6, "shops": 0.6}).filter(pl.col("surface") == "shops")])
+    k = 300.0
+    cal = fit_calibrator(df, SURFACES, min_positives=30, shrink_positives=k)
+    pooled = fit_platt(logit(df["p_click"].to_numpy()), df["click"].to_numpy())
+    for i, s in enumerate(SURFACES):
+        sub = df.filter(pl.col("surface") == s)
+        pos = int(sub["click"].sum())
+        own = fit_platt(logit(sub["p_click"].to_numpy()), sub["click"].to_numpy())
+        w = pos / (pos + k)
+        assert float(cal.weight[i, 0]) == pytest.approx(w)
+        assert float(cal.a[i, 0]) == pytest.approx(w * own[0] + (1 - w) * pooled[0], rel=1e-9)
+        assert float(cal.b[i, 0]) == pytest.approx(w * own[1] + (1 - w) * pooled[1], rel=1e-9)
+    assert float(cal.weight[0, 0]) > 0.8 > float(cal.weight[1, 0])  # feed has the clicks, shops leans on the pool
+    assert not cal.fitted[:, 1].any()  # no conversion rows: identity
+    # below min_positives: the pooled map alone
+    few = int(df.filter(pl.col("surface") == "shops")["click"].sum())
+    cal = fit_calibrator(df, SURFACES, min_positives=few + 1, shrink_positives=k)
+    assert bool(cal.fitted[1, 0]) and float(cal.weight[1, 0]) == 0.0
+    assert (float(cal.a[1, 0]), float(cal.b[1, 0])) == pytest.approx(pooled)
+    # one surface (a student): shrunk toward the identity
+    one = df.filter(pl.col("surface") == "shops")
+    cal = fit_calibrator(one, ["shops"], min_positives=30, shrink_positives=k, prior="identity")
+    own = fit_platt(logit(one["p_click"].to_numpy()), one["click"].to_numpy())
+    w = few / (few + k)
+    assert float(cal.b[0, 0]) == pytest.approx(w * own[1]) and float(cal.a[0, 0]) == pytest.approx(w * own[0] + 1 - w)
+    with pytest.raises(ValueError, match="prior"):
+        fit_calibrator(df, SURFACES, min_positives=30, prior="other")
+
+
+def test_calibration_days_are_the_days_after_the_window_up_to_validation():
+    from gem_model.models.calibration import calibration_days
+
+    assert calibration_days("2026-11-03", "2026-11-05") == ["2026-11-04", "2026-11-05"]  # the foundation, delta 1
+    assert calibration_days("2026-11-04", "2026-11-05") == ["2026-11-05"]  # delta 0
+    assert calibration_days("2026-11-05", "2026-11-05") == ["2026-11-05"]  # a window reaching E-1: E-1 alone
+
+
+def test_a_model_with_logits_shifted_by_one_is_calibrated_on_held_out_rows(tmp_path):
+    """A known miscalibration: labels drawn from a model's probabilities, scored by the same model with
+    every head's logit + 1 (it over-predicts about 2.5x). The map fitted on two 'days' brings the mean
+    prediction to the mean true probability on held-out rows, and it round-trips through the registry."""
+    from gem_model.models.calibration import fit_model_calibrator
+
+    torch.manual_seed(0)
+    cfg = tiny_model_config()
+    truth_model = GEM(cfg).eval()
+    g = torch.Generator().manual_seed(11)
+
+    def day(seed: int, n: int = 6) -> list:
+        out = []
+        for b in range(n):
+            batch = make_batch(cfg, [4, 0, 7, 2, 9, 1, 3, 5] * 256, seed=seed * 100 + b)
+            with torch.no_grad():
+                p = torch.sigmoid(truth_model(batch).float())
+            batch.labels = (torch.rand(p.shape, generator=g) < p).float()
+            batch.true_p = p
+            out.append(batch)
+        return out
+
+    days = {"2026-11-05": day(1), "2026-11-06": day(2)}
+    held = day(3)
+    shifted = GEM(cfg).eval()
+    shifted.load_state_dict(truth_model.state_dict())
+    with torch.no_grad():
+        for s in shifted.head_b:
+            shifted.head_b[s] += 1.0
+    cal = fit_model_calibrator(lambda d: predict(shifted, days[d]), list(days), list(cfg.surfaces), min_positives=30)
+    assert cal.fit_day == "2026-11-05,2026-11-06" and bool(cal.fitted[:, 0].all())
+    torch.save({"model": shifted.state_dict(), "model_config": cfg.to_dict(), "config": {}, "calibration": cal.state()},
+               tmp_path / "model.pt")
+    loaded, _ = load_model(tmp_path / "model.pt")  # weights_only=True
+    assert torch.equal(loaded.calibrator.a, cal.a) and torch.equal(loaded.calibrator.weight, cal.weight)
+    out = predict(loaded, held)
+    truth = torch.cat([b.true_p[:, 0] for b in held]).double().numpy()
+    surf = torch.cat([b.surface_idx for b in held]).numpy()
+    for i, s in enumerate(cfg.surfaces):
+        m = (surf == i) & out["click_mask"].to_numpy()
+        raw = out["p_click_raw"].to_numpy()[m].mean() / truth[m].mean()
+        fixed = out["p_click"].to_numpy()[m].mean() / truth[m].mean()
+        assert raw > 1.5, (s, raw)  # miscalibrated to begin with
+        assert abs(fixed - 1) < 0.08, (s, fixed)
+
+
+def test_train_fits_the_map_on_every_day_after_its_window(lake, tmp_path):
+    """A window ending two days before E-1 (the foundation's with delta 1): the map is fitted on E-2 and
+    E-1 together (E-2's labels move it), never on E."""
+    from gem_model.train.loop import train
+
+    def run(name: str) -> dict:
+        cfg = tiny_config(tmp_path / name, max_steps=4, calibration_min_positives=5)
+        cfg["data"]["train"] = ["2026-11-02", "2026-11-02"]
+        train(cfg)
+        return torch.load(tmp_path / name / "model.pt", weights_only=True)["calibration"]
+
+    first = run("a")
+    assert first["fit_day"] == "2026-11-03,2026-11-04" and first["shrink_positives"] == 300.0
+    _flip_labels(lake, DAYS[4])  # E
+    same = run("b")
+    torch.testing.assert_close(first["b"], same["b"])
+    _flip_labels(lake, DAYS[2])  # E-2: not a training day, one of the fitting days
+    moved = run("c")
+    assert not torch.allclose(first["b"], moved["b"])

@@ -165,8 +165,12 @@ def test_production_student_saved_loaded_exported(world, tmp_path):  # noqa: F81
     student = load_student(d).eval()
     served = torch.export.load(str(d / "student.pt2")).module()
     args = example_inputs(student, 9)
+    cal = student.calibrator  # its own map, fitted on E-1 and saved with it: serving applies it too
+    assert cal.fit_day == world.roles.validation.isoformat() and cal.surfaces == ["shops"]
     with torch.no_grad():
-        torch.testing.assert_close(served(*args), torch.sigmoid(student(*args)))
+        torch.testing.assert_close(served(*args), cal.apply_logits(student(*args), torch.zeros(9, dtype=torch.long)))
+    sidecar = json.loads((d / "student.pt2.json").read_text())["calibration"]
+    assert sidecar["a"] == pytest.approx(cal.a[0].tolist()) and sidecar["b"] == pytest.approx(cal.b[0].tolist())
     assert export_student  # the same function wrote it
     # the gate re-scores an ACCEPTED student on a day: the same rows as its own evaluation
     rescored = score_student(d, world.roles.evaluation, teacher_predictions=all_predictions(world), uri=world.te_uri,

@@ -1,0 +1,77 @@
+"""Every model stores and applies its own calibrator: a domain model fits its map on E-1 after
+training (never the foundation's, which it was copied from), saves it, and what its gate scores in
+memory equals what a re-score of the saved version gives; the gate compares like with like."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from gem_model.config import load_surfaces
+from gem_model.data.loader import ExampleStream
+from gem_model.distill.domain import save_domain_model, train_domain_model
+from gem_model.distill.teacher import FOUNDATION, predict_teacher, read_teacher_predictions
+from gem_model.eval.metrics import evaluate_day, predict
+from gem_model.models.calibration import Calibrator
+from gem_model.models.registry import load_model
+
+from .distill_fixtures import TINY, world  # noqa: F401
+
+
+def test_domain_model_fits_saves_and_applies_its_own_calibrator(world, tmp_path):  # noqa: F811
+    foundation = copy.deepcopy(world.foundation)
+    names = [s.name for s in load_surfaces().in_domain("commerce")]
+    odd = Calibrator.identity(list(foundation.cfg.surfaces))
+    odd.a[:] = 0.2  # a map no fit would give: if the domain model kept it, it would show
+    foundation.calibrator = odd
+    tp = read_teacher_predictions(uri=world.tp_uri)
+    model, info = train_domain_model("commerce", foundation, teacher_predictions=tp.filter(tp["teacher"] == FOUNDATION),
+                                     dates=world.roles.student, preset="tiny", overrides=TINY, uri=world.te_uri)
+    cal = model.calibrator
+    assert cal is not odd and cal.fit_day == world.roles.validation.isoformat()
+    assert foundation.calibrator is odd  # the foundation is left as it was
+    i = {s: k for k, s in enumerate(cal.surfaces)}
+    assert all(bool(cal.fitted[i[s], 0]) for s in names)
+    others = [s for s in cal.surfaces if s not in names]
+    assert others and not any(bool(cal.fitted[i[s]].any()) for s in others)  # never scored there: identity
+    assert info["calibration"]["fit_day"] == cal.fit_day
+
+    path = save_domain_model(model, info, version="v1", root=tmp_path)
+    assert torch.load(path, weights_only=True)["calibration"]["fit_day"] == cal.fit_day
+    loaded, _ = load_model(path)
+    torch.testing.assert_close(loaded.calibrator.a, cal.a)
+    # the gate's rows in memory and a re-score of the saved version: the same calibrated model
+    day = world.roles.evaluation
+    kw = dict(uri=world.te_uri, oracle_uri=f"{world.lake}/oracle")
+    fresh = {(r["surface"], r["task"]): r for r in evaluate_day(model, day, names, **kw)}
+    again = {(r["surface"], r["task"]): r for r in evaluate_day(loaded, day, names, **kw)}
+    assert fresh.keys() == again.keys()
+    for k, r in fresh.items():
+        assert r["calibration_raw"] is not None  # scored through its calibrator
+        assert again[k]["ne"] == pytest.approx(r["ne"], rel=1e-5)
+    # the hierarchical path's targets are its calibrated probabilities
+    targets = predict_teacher(loaded, [world.roles.validation], "domain:commerce", "v1", surfaces=names, uri=world.te_uri)
+    d = world.roles.validation
+    preds = predict(loaded, ExampleStream(d, d, names, batch_size=4096, uri=world.te_uri, shuffle=False,
+                                          max_len=loaded.cfg.seq_len))
+    joined = targets.select("request_id", "p_click").join(preds.select("request_id", "p_click", "p_click_raw"),
+                                                          on="request_id")
+    assert joined.height == preds.height
+    assert (joined["p_click"] - joined["p_click_right"]).abs().max() < 1e-5
+    assert (joined["p_click"] - joined["p_click_raw"]).abs().max() > 1e-4
+
+
+def test_gate_compares_a_calibrated_model_with_an_uncalibrated_accepted_one_on_raw_ne():
+    from gem_pipelines.quality_gate import gate
+    from gem_pipelines.settings import ModelGate
+
+    cfg = ModelGate(min_positives=10, max_ne=1.0, max_regression=0.01, max_vs_labels_only=0.05)
+    new = [{"surface": "feed", "task": "click", "ne": 0.90, "ne_raw": 0.95, "calibration_raw": 1.2, "positives": 50}]
+    raw_prev = [{"surface": "feed", "task": "click", "ne": 0.925, "ne_raw": None, "calibration_raw": None, "positives": 50}]
+    v = gate(new, raw_prev, cfg)  # 0.95 raw vs 0.925 raw: a regression the calibrated 0.90 would hide
+    assert not v["passed"] and v["gated_pairs"][0]["compared"] == "raw"
+    cal_prev = [{"surface": "feed", "task": "click", "ne": 0.905, "ne_raw": 0.92, "calibration_raw": 1.1, "positives": 50}]
+    v = gate(new, cal_prev, cfg)
+    assert v["passed"] and v["gated_pairs"][0]["compared"] == "calibrated"
