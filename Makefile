@@ -19,7 +19,7 @@ export WANDB_SILENT := true
 # pytest's "no tests collected" exit code (5) is a failure here, not a pass.
 PYTEST_ARGS ?=
 
-.PHONY: demo next-day test ui bench eval lint clean
+.PHONY: demo next-day week test ui bench eval lint clean
 
 .venv: pyproject.toml
 	python3 -m venv .venv
@@ -30,9 +30,18 @@ PYTEST_ARGS ?=
 demo: .venv
 	$(PY) -m gem_pipelines.demo
 
-# One more simulated day, handled by the automation alone (stop `make ui` first: its daemon would too).
+# One more simulated day (DAYS more), handled by the automation alone (stop `make ui` first: its daemon
+# would too); each day's report: $(GEM_HOME)/reports/days_in_the_life.md and .png.
+DAYS ?= 1
+ifneq ($(shell printf '%s' '$(DAYS)' | grep -xE '[1-9][0-9]*'),$(DAYS))
+$(error DAYS must be a positive integer, got '$(DAYS)')
+endif
 next-day: .venv
-	$(PY) -m gem_pipelines.next_day
+	$(PY) -m gem_pipelines.next_day --days $(DAYS)
+
+# A week in the life: seven simulated days through the automation, after `make demo`.
+week: .venv
+	$(MAKE) next-day DAYS=7
 
 test: .venv
 	@$(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \

@@ -44,6 +44,22 @@ single_asset_jobs = [
 ]
 
 
+# The job each automation-targeted asset runs in: `make next-day` launches what the automation requests
+# under these names (an asset subset of the job), so the job pages list the automation's runs beside
+# the demo's instead of the hidden asset job's jobless materializations.
+AUTOMATION_JOB_OF = {
+    member: job.name
+    for job, asset in zip(single_asset_jobs, _SINGLE_ASSET_JOBS, strict=True)
+    for member in (*_WITH.get(asset, ()), asset)
+}
+
+
+def automation_job_for(asset_keys: list[dg.AssetKey]) -> str | None:
+    """The one job that holds every asset of an automation request (None: no single job does)."""
+    jobs = {AUTOMATION_JOB_OF.get(k.to_user_string()) for k in asset_keys}
+    return jobs.pop() if len(jobs) == 1 and None not in jobs else None
+
+
 class MaintenanceConfig(dg.Config):
     retention_hours: int = 168
 

@@ -6,6 +6,12 @@ the daily schedule lands and ingests the new day, the landing sensor looks for r
 ingested, and the automation conditions are evaluated (`dg.evaluate_automation_conditions`) until
 they request nothing more; every requested run is a real run of the code location, executed here.
 
+Each day ends with a report (gem_pipelines/day_report.py: $GEM_HOME/reports/days_in_the_life.md and
+.png, linked from each `students` partition's page); `--days 7` (`make week`) runs seven days.
+Requested runs are launched under the job that holds their assets (gem_pipelines.jobs), so the job
+pages list them; asset partitions left older than an input (a model waiting for its cadence) are
+marked stale (gem_pipelines.staleness).
+
 Run it with the UI stopped (or its automation sensor off): a running daemon would evaluate the same
 conditions on its own cursor and launch the same runs a second time.
 """
@@ -16,12 +22,13 @@ import argparse
 import datetime as dt
 import json
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import dagster as dg
 from dagster_shared.serdes import deserialize_value, serialize_value
 
-from gem_model.store.paths import gem_home
+from gem_model.store.paths import gem_home, reports_dir
 
 if TYPE_CHECKING:
     from dagster._core.definitions.asset_daemon_cursor import AssetDaemonCursor
@@ -79,8 +86,12 @@ def automation_requests(result: dg.EvaluateAutomationConditionsResult, defs: dg.
             defs_seen.append(pdef)
         for pk in sorted(result.get_requested_partitions(key), key=str):
             groups.setdefault((defs_seen.index(pdef), pk), []).append(key)
+    from gem_pipelines.jobs import automation_job_for
+
+    # under the job that holds the assets (an asset subset of it): the job pages list the run
     return [
-        dg.RunRequest(asset_selection=keys, partition_key=pk, tags={"gem/trigger": "automation"})
+        dg.RunRequest(asset_selection=keys, partition_key=pk, job_name=automation_job_for(keys),
+                      tags={"gem/trigger": "automation"})
         for (_, pk), keys in groups.items()
     ]
 
@@ -123,7 +134,7 @@ def seed_automation_cursor(instance: dg.DagsterInstance) -> None:
 
 def _describe(request: dg.RunRequest) -> str:
     assets = ",".join(k.to_user_string() for k in request.asset_selection or [])
-    return f"{request.job_name or assets}[{request.partition_key or ''}]"
+    return f"{assets or request.job_name}[{request.partition_key or ''}]"
 
 
 def _refuse_if_daemon_runs(instance: dg.DagsterInstance) -> None:
@@ -140,6 +151,49 @@ def _sensor_cursor(location: CodeLocation, name: str) -> tuple[object | None, st
     return state, (state.instigator_data.cursor if state and state.instigator_data else None)
 
 
+class _Launcher:
+    """Executes requested runs one after another, logging each and keeping the failed run ids."""
+
+    def __init__(self, location: CodeLocation, log=print):
+        self.location, self.log, self.failed = location, log, []
+
+    def __call__(self, trigger: str, requests: list[dg.RunRequest], job_name: str | None = None) -> list[str]:
+        names = []
+        for request in requests:
+            run = self.location.launch_request(request, job_name=job_name)
+            ok = run.status == dg.DagsterRunStatus.SUCCESS
+            names.append(_describe(request) if request.asset_selection else f"{job_name}[{request.partition_key}]")
+            self.log(f"  {trigger:<10} {names[-1]:<60} {'ok' if ok else 'FAILED ' + run.run_id}")
+            if not ok:
+                self.failed.append(run.run_id)
+        return names
+
+
+def run_automation(location: CodeLocation, hour: int, launch: _Launcher) -> dict[str, list]:
+    """Evaluate the automation conditions (one evaluation a minute from `hour`:00 of the simulated
+    today) and run what they request, parents before children, until they request nothing more.
+    Returns the waves of runs, the requests left waiting below a failed run, and the asset partitions
+    then older than one of their inputs (each marked stale in the UI)."""
+    cursor = _load_cursor()
+    waves: list[list[str]] = []
+    pending: dict[tuple, dg.RunRequest] = {}  # requested, waiting for their ancestors' runs
+    for wave in range(MAX_WAVES):
+        requests, cursor = evaluate(location.instance, at(hour, wave), cursor)
+        _save_cursor(cursor)
+        pending.update({_request_key(r): r for r in requests})
+        ready = frontier(list(pending.values()), _defs())
+        if not ready:
+            break
+        for request in ready:
+            del pending[_request_key(request)]
+        waves.append(launch("automation", ready))
+    from gem_pipelines.staleness import mark_stale
+
+    # what waits on purpose (a model on its cadence) says so on its page instead of looking current
+    stale = mark_stale(location.instance, _defs())
+    return {"automation": waves, "not_run": [_describe(r) for r in pending.values()], "stale": sorted(stale)}
+
+
 def run_day(location: CodeLocation, log=print) -> dict[str, object]:
     """The automation of one simulated day; returns what each trigger requested, in order."""
     from gem_pipelines.schedules import daily_ingest_schedule
@@ -147,18 +201,8 @@ def run_day(location: CodeLocation, log=print) -> dict[str, object]:
 
     instance = location.instance
     _refuse_if_daemon_runs(instance)
-    summary: dict[str, object] = {"today": simulated_today().isoformat(), "failed": []}
-
-    def launch(trigger: str, requests: list[dg.RunRequest], job_name: str | None = None) -> list[str]:
-        names = []
-        for request in requests:
-            run = location.launch_request(request, job_name=job_name)
-            ok = run.status == dg.DagsterRunStatus.SUCCESS
-            names.append(_describe(request) if request.asset_selection else f"{job_name}[{request.partition_key}]")
-            log(f"  {trigger:<10} {names[-1]:<60} {'ok' if ok else 'FAILED ' + run.run_id}")
-            if not ok:
-                summary["failed"].append(run.run_id)  # type: ignore[union-attr]
-        return names
+    summary: dict[str, object] = {"today": simulated_today().isoformat()}
+    launch = _Launcher(location, log)
 
     # The window grew by a day, so the time-partitioned assets' conditions start afresh (Dagster keeps
     # no condition state across a changed partitions definition): evaluate once before the new day
@@ -181,42 +225,67 @@ def run_day(location: CodeLocation, log=print) -> dict[str, object]:
     requests = [] if isinstance(result, dg.SkipReason) else list(result)
     summary["sensor"] = launch("sensor", requests, landing_sensor.job_name)
 
-    waves: list[list[str]] = []
-    pending: dict[tuple, dg.RunRequest] = {}  # requested, waiting for their ancestors' runs
-    for wave in range(MAX_WAVES):
-        requests, cursor_ = evaluate(instance, at(5, wave), cursor_)
-        _save_cursor(cursor_)
-        pending.update({_request_key(r): r for r in requests})
-        ready = frontier(list(pending.values()), _defs())
-        if not ready:
-            break
-        for request in ready:
-            del pending[_request_key(request)]
-        waves.append(launch("automation", ready))
-    summary["automation"] = waves
-    summary["not_run"] = [_describe(r) for r in pending.values()]  # below a failed run
+    summary.update(run_automation(location, 5, launch))
+    summary["failed"] = launch.failed
     return summary
+
+
+def _several_days(days: int, summary_path: str | None) -> None:
+    """`make week`: one day after another, each in a fresh process (the code location's partitions and
+    day roles are read at import, from the clock)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from gem_pipelines import day_report
+
+    summaries = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(days):
+            out = f"{tmp}/day{i}.json"
+            proc = subprocess.run([sys.executable, "-m", "gem_pipelines.next_day", "--summary", out], check=False)
+            if Path(out).exists():
+                summaries.append(json.loads(Path(out).read_text()))
+            if proc.returncode != 0:
+                raise SystemExit(f"day {i + 1} of {days} failed (exit {proc.returncode}): the days after it were not run")
+    if summary_path:
+        Path(summary_path).write_text(json.dumps(summaries, indent=2))
+    print(f"{days} days done: {reports_dir() / (day_report.REPORT + '.md')}")
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--summary", help="also write what each trigger requested to this JSON file")
+    parser.add_argument("--days", type=int, default=1, help="simulate this many days, one after another "
+                        "(`make week`: 7)")
+    parser.add_argument("--summary", help="also write what each trigger requested to this JSON file "
+                        "(with --days > 1: a list, one entry per day)")
     args = parser.parse_args(argv)
+    if args.days < 1:
+        parser.error("--days must be at least 1")
+    if args.days > 1:
+        return _several_days(args.days, args.summary)
     from gem_model import clock
+    from gem_pipelines import day_report
     from gem_pipelines.instance import get_instance
 
     start = time.time()
     instance = get_instance()
     _refuse_if_daemon_runs(instance)
+    before = day_report.accepted_versions()
     clock.advance(1)  # before the code location loads: its partitions and day roles include the new day
     from gem_pipelines.code_location import CodeLocation
 
-    print(f"GEM next day: the simulator's today is {simulated_today()}, E = {simulated_today() - dt.timedelta(days=1)}")
+    evaluation_day = simulated_today() - dt.timedelta(days=1)
+    print(f"GEM next day: the simulator's today is {simulated_today()}, E = {evaluation_day}")
     summary = run_day(CodeLocation(instance))
+    summary["wall_s"] = round(time.time() - start, 1)
+    summary["retrained"] = day_report.retrained(before, day_report.accepted_versions())
+    day_report.write_day(evaluation_day, summary, summary["retrained"], summary["wall_s"])  # type: ignore[arg-type]
+    report = day_report.render(instance)
     if args.summary:
         with open(args.summary, "w") as f:
             json.dump(summary, f, indent=2)
-    print(f"Done in {time.time() - start:.0f}s; reload definitions in `make ui` to see the new day.")
+    print(f"Done in {time.time() - start:.0f}s; report: {report}; reload definitions in `make ui` to see the new day.")
     if summary["failed"]:
         raise SystemExit(f"{len(summary['failed'])} run(s) failed: {summary['failed']}")
 

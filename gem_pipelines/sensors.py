@@ -77,6 +77,10 @@ def landing_sensor(context: dg.SensorEvaluationContext):
 automation_sensor = dg.AutomationConditionSensorDefinition(
     "automation_sensor",
     target=dg.AssetSelection.all(),
+    # A tick's several partitions of one asset go to the backfill daemon, which runs parents before
+    # children (separate runs would start together and read the parents' old data); every partition
+    # mapping names only partitions that exist, or the daemon refuses the backfill (test_automation.py).
+    emit_backfills=True,
     default_status=dg.DefaultSensorStatus.STOPPED,
     description="Evaluates every asset's automation condition: features and models follow new data, the "
     "foundation model retrains on its cadence, each waiting for its upstream blocking checks.",

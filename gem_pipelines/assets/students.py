@@ -47,6 +47,19 @@ def _on_change_ignoring_checks_of(dep: str, *, every_day: bool = False) -> dg.Au
     return eager & dg.AutomationCondition.all_deps_blocking_checks_passed().ignore(dg.AssetSelection.assets(dep))
 
 
+# Between date- and domain-partitioned assets every partition reads every partition of the other. Left
+# implicit, Dagster 1.13 infers the identity mapping, so teacher_predictions[2026-11-05] "depends on"
+# domain_models[2026-11-05], a key the domain side lacks: the backfill daemon then refuses the run
+# ("depends on non-existent partitions") and the partition stays green although its inputs changed.
+EVERY_PARTITION = dg.AllPartitionMapping()
+# A domain model follows its teacher, not each new day of examples (the teacher's cadence decides when
+# the window's data is learnt): training_examples is lineage here, not a trigger.
+DOMAIN_MODELS_CONDITION = (
+    dg.AutomationCondition.eager().ignore(dg.AssetSelection.assets("training_examples"))
+    & dg.AutomationCondition.all_deps_blocking_checks_passed().ignore(dg.AssetSelection.assets("training_examples"))
+)
+
+
 def version_for(context: dg.AssetExecutionContext) -> str:
     """<UTC time>-<run id prefix>, as DESIGN.md §2 names model versions."""
     return f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{context.run_id[:6]}"
@@ -126,10 +139,10 @@ def _gate_spec(asset: str, partitions_def: dg.PartitionsDefinition, extra: str =
 @dg.asset(
     partitions_def=domain_partitions_def,
     group_name=GROUP_FOUNDATION,
-    deps=[FOUNDATION_ASSET, "training_examples"],
+    deps=[FOUNDATION_ASSET, dg.AssetDep("training_examples", partition_mapping=EVERY_PARTITION)],
     op_tags=GPU_TAGS,
     pool="gpu",
-    automation_condition=_on_change_ignoring_checks_of("training_examples"),
+    automation_condition=DOMAIN_MODELS_CONDITION,
     check_specs=[_gate_spec("domain_models", domain_partitions_def)],
 )
 def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, accelerator: AcceleratorResource,
@@ -198,7 +211,8 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
 @dg.asset(
     partitions_def=role_date_partitions_def,
     group_name=GROUP_FOUNDATION,
-    deps=[FOUNDATION_ASSET, "domain_models", dg.AssetDep("training_examples")],
+    deps=[FOUNDATION_ASSET, dg.AssetDep("domain_models", partition_mapping=EVERY_PARTITION),
+          dg.AssetDep("training_examples")],
     op_tags=GPU_TAGS,
     pool="gpu",
     # every day's predictions follow a new teacher, not only the latest day's

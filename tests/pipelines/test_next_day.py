@@ -1,17 +1,20 @@
-"""Two days in the life of the demo world (`make next-day` twice, on a copy of the session's demo):
-the automation alone (schedule and sensor through their own evaluation contexts, automation
-conditions through `dg.evaluate_automation_conditions`; no daemon, no sleeps) lands and ingests each
-new day, rebuilds its features, its teacher predictions, the distillation report and the students,
-and on its cadence (Mondays) retrains the foundation model, then the domain models and every day's
-teacher predictions; nothing else moves."""
+"""Three days in the life of the demo world (`make next-day`, then `make next-day DAYS=2` as `make week`
+runs its days, on a copy of the session's demo): the automation alone (schedule and sensor through
+their own evaluation contexts, automation conditions through `dg.evaluate_automation_conditions`; no
+daemon, no sleeps) lands and ingests each new day, rebuilds its features, its teacher predictions,
+the distillation report and the students, and on its cadence (Mondays) retrains the foundation
+model, then the domain models and every day's teacher predictions; nothing else moves. Every
+automation run is listed under its job, and each day adds its rows to the days-in-the-life report."""
 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
+import dagster as dg
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
@@ -40,10 +43,11 @@ def _accepted(home: Path) -> dict[str, str]:
             for p in sorted((home / "models").rglob("ACCEPTED"))}
 
 
-def _next_day(env: dict[str, str], tmp: Path) -> dict:
+def _next_day(env: dict[str, str], tmp: Path, days: int = 1):
+    """`make next-day DAYS=<days>`: the day's summary (a list of them for several days)."""
     out = tmp / "summary.json"
-    proc = subprocess.run([sys.executable, "-m", "gem_pipelines.next_day", "--summary", str(out)], env=env,
-                          capture_output=True, text=True, timeout=1500)
+    proc = subprocess.run([sys.executable, "-m", "gem_pipelines.next_day", "--days", str(days), "--summary", str(out)],
+                          env=env, capture_output=True, text=True, timeout=1500 * days)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return json.loads(out.read_text())
 
@@ -96,8 +100,8 @@ def _day(table_day: str, predicted_days: list[str]) -> set[tuple[str, str]]:
     return new | {("teacher_predictions", d) for d in predicted_days}
 
 
-@pytest.mark.timeout(3600)
-def test_two_days_in_the_life(demo_copy: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.timeout(5400)
+def test_three_days_in_the_life(demo_copy: dict[str, str], tmp_path: Path) -> None:
     env = demo_copy
     home = Path(env["GEM_HOME"])
     parts0, acc0 = _partitions(home), _accepted(home)
@@ -138,5 +142,62 @@ def test_two_days_in_the_life(demo_copy: dict[str, str], tmp_path: Path) -> None
     parts2, acc2 = _partitions(home), _accepted(home)
     assert _changed(parts1, parts2) == _day("2026-11-08", [f"2026-11-{d:02d}" for d in range(3, 9)])
     assert {k for k in acc2 if acc2[k] != acc1[k]} == set(acc2)  # every model moved, the teacher included
-    assert warm + _warm_starts(home, acc1, acc2) >= 1  # the students refresh by warm start
-    assert json.loads((home / "clock.json").read_text()) == {"extra_days": 2}
+    warm += _warm_starts(home, acc1, acc2)
+
+    # day 3: E = 2026-11-09, today Tuesday: the new day only, the teachers kept
+    day3 = _next_day(env, tmp_path)
+    assert day3["today"] == "2026-11-10" and day3["failed"] == [] and day3["not_run"] == []
+    assert _waves(day3) == [
+        {"activity_by_day,training_examples[2026-11-09]"},
+        {"teacher_predictions[2026-11-09]"},
+        {"distillation_report[]"},
+        {f"students[{s}]" for s in SURFACES},
+    ]
+    parts3, acc3 = _partitions(home), _accepted(home)
+    assert _changed(parts2, parts3) == _day("2026-11-09", ["2026-11-09"])
+    assert {k for k in acc3 if acc3[k] != acc2[k]} == students
+    assert warm + _warm_starts(home, acc2, acc3) >= 1  # the students refresh by warm start
+    assert json.loads((home / "clock.json").read_text()) == {"extra_days": 3}
+    # the teacher waits for its cadence: after a day without retraining it is older than the new
+    # day's examples, and marked so
+    assert "foundation_model[]" in day3["stale"] and "foundation_model[]" not in day2["stale"]
+
+    # every automation run is listed under its job (not the hidden asset job)
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        runs = [r for r in instance.get_runs() if r.tags.get("gem/trigger") == "automation"]
+        assert len(runs) == sum(len(w) for d in (day1, day2, day3) for w in d["automation"])
+        assert {r.job_name for r in runs} == {"features_job", "foundation_job", "domain_models_job",
+                                              "teacher_predictions_job", "distillation_report_job", "students_job"}
+        assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
+        # the report is linked from each student's page
+        for s in SURFACES:
+            (obs,) = instance.fetch_observations(
+                dg.AssetRecordsFilter(asset_key=dg.AssetKey("students"), asset_partitions=[s]), limit=1).records
+            meta = obs.asset_observation.metadata
+            assert meta["report_path"].value == "reports/days_in_the_life.md"
+            assert meta["days"].value.count(f"| {s} |") == 3
+    _check_report(home, [day1, day2, day3], acc1)
+
+
+def _check_report(home: Path, summaries: list[dict], acc1: dict[str, str]) -> None:
+    """One record per day: per surface the foundation's NE against the oracle, the share of the gap
+    it closes, its calibration against the truth and its NE on new ads; the models each day retrained
+    (warm or cold) and the day's wall time; rendered as a markdown table and a plot."""
+    days = [json.loads(p.read_text()) for p in sorted((home / "reports" / "next_day").glob("*.json"))]
+    assert [d["day"] for d in days] == ["2026-11-07", "2026-11-08", "2026-11-09"]
+    for d, summary in zip(days, summaries, strict=True):
+        assert d["wall_s"] == summary["wall_s"] > 0 and d["failed"] == []
+        assert {r["surface"] for r in d["surfaces"]} == set(SURFACES)
+        for r in d["surfaces"]:
+            assert 0 < r["oracle_ne"] < 1 and math.isfinite(r["ne"]) and r["impressions"] > 0
+            assert r["gap_closed"] == pytest.approx((1 - r["ne"]) / (1 - r["oracle_ne"]))
+            assert 0.2 < r["calibration"] < 5
+            assert r["new_ad_impressions"] >= 0 and (r["new_ad_clicks"] == 0 or math.isfinite(r["new_ad_ne"]))
+            assert r["student_ne"] is not None  # the students retrain every day: gated on this E
+    assert {m["model"] for m in days[0]["retrained"]} == {f"students/{s}" for s in SURFACES}
+    second = {m["model"]: m["start"] for m in days[1]["retrained"]}
+    assert set(second) == set(acc1) and second["foundation_model"] == "warm"  # the weekly retrain warm-starts
+    assert all(m["start"] in ("warm", "cold") for m in days[2]["retrained"])
+    md = (home / "reports" / "days_in_the_life.md").read_text()
+    assert md.count("| 2026-11-0") == 3 + 3 * len(SURFACES)  # a row per day, and per day and surface
+    assert (home / "reports" / "days_in_the_life.png").read_bytes()[:4] == b"\x89PNG"

@@ -1,0 +1,222 @@
+"""The report of the simulated days (`make next-day`, `make week`): per day and surface, how the
+models did on that day's E, which models retrained, and how long the day took.
+
+Each day writes `reports/next_day/<E>.json`; `render` turns every day so far into
+`reports/days_in_the_life.md` (tables) and `.png` (plots), and records an observation on each
+`students` partition with its surface's table and links to both (the asset's page in the UI).
+
+Measured on E from the lake alone (no model is loaded): the foundation's predictions are the
+`teacher_predictions` rows of teacher `foundation` on E, joined with `events` (clicks) and `oracle`
+(the true probabilities). Columns:
+- `ne`: the foundation's click NE; `oracle_ne`: the oracle's on the same rows (the floor);
+- `gap_closed`: (1 - ne) / (1 - oracle_ne), the share of the gap between the base rate and the
+  oracle that the model closes;
+- `calibration`: mean prediction / mean oracle probability (against the truth, not the day's clicks);
+- `new_ad_ne`: NE on impressions of ads first seen on E (first date the ad_id is in `events`), with
+  their impressions and clicks (gem_model.eval.ad_age);
+- `student_ne`, `student_gap_closed`: the surface's ACCEPTED student on E (its quality gate's rows).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import numpy as np
+import polars as pl
+
+from gem_model.store.paths import models_dir, reports_dir, table_uri
+
+DAYS_DIR = "next_day"
+REPORT = "days_in_the_life"
+MODELS = ("foundation_model", "domain_models", "students")
+
+
+def accepted_versions(home: Path | None = None) -> dict[str, str]:
+    """'asset[/partition]' -> ACCEPTED version, for every model."""
+    out = {}
+    for asset in MODELS:
+        for f in sorted(models_dir(asset, home=home).glob("**/ACCEPTED")):
+            rel = f.parent.relative_to(models_dir(asset, home=home)).as_posix()
+            out[asset if rel == "." else f"{asset}/{rel}"] = f.read_text().strip()
+    return out
+
+
+def _start(name: str, version: str) -> str:
+    """How a new version began: warm (from the version it replaces) or cold, from its metrics.json."""
+    asset, _, partition = name.partition("/")
+    path = models_dir(asset, partition or None) / version / "metrics.json"
+    if asset == "domain_models":
+        return "from the teacher"  # a domain model starts as a copy of the ACCEPTED foundation
+    if not path.is_file():
+        return "?"
+    doc = json.loads(path.read_text())
+    warm = doc.get("train", {}).get("warm_start") if asset == "students" else doc.get("warm_start")
+    if isinstance(warm, str):
+        return "warm" if warm == "warm" else "cold"
+    return "warm" if warm else "cold"
+
+
+def retrained(before: dict[str, str], after: dict[str, str]) -> list[dict[str, str]]:
+    """The models whose ACCEPTED version changed, and how each new version started."""
+    return [{"model": name, "start": _start(name, v)} for name, v in sorted(after.items()) if before.get(name) != v]
+
+
+def _ne(y: np.ndarray, p: np.ndarray) -> float:
+    from gem_model.eval.metrics import normalized_entropy
+
+    return normalized_entropy(y, p) if len(y) and 0 < y.sum() < len(y) else float("nan")
+
+
+def surface_rows(day: dt.date, lake: str | None = None) -> list[dict[str, Any]]:
+    """Per surface: the foundation's NE, share of the oracle gap, calibration against the truth and
+    new-ad NE on `day`, with the ACCEPTED student's NE (empty when `day` has no foundation predictions)."""
+    from gem_model.eval.ad_age import ad_ages, read_events
+    from gem_model.eval.metrics import read_oracle
+    from gem_model.store.paths import storage_options
+
+    tp_uri, ev_uri = table_uri("teacher_predictions", lake), table_uri("events", lake)
+    preds = (pl.scan_delta(tp_uri, storage_options=storage_options(tp_uri))
+             .filter((pl.col("date") == day) & (pl.col("teacher") == "foundation"))
+             .select("request_id", "surface", "p_click").collect())
+    if preds.height == 0:
+        return []
+    clicks = (pl.scan_delta(ev_uri, storage_options=storage_options(ev_uri)).filter(pl.col("date") == day)
+              .select("request_id", pl.col("click").cast(pl.Float64)).collect())
+    df = preds.join(clicks, on="request_id", how="inner")
+    oracle = read_oracle([day], uri=table_uri("oracle", lake), missing_ok=True)
+    if oracle is not None:
+        df = df.join(oracle.select("request_id", pl.col("p_click").alias("oracle_p")), on="request_id", how="left")
+    df = df.join(ad_ages(read_events(day, ev_uri), day), on="request_id", how="left")
+    rows = []
+    for surface in sorted(df["surface"].unique().to_list()):
+        s = df.filter(pl.col("surface") == surface)
+        y, p = s["click"].to_numpy(), s["p_click"].to_numpy()
+        row: dict[str, Any] = {"day": day.isoformat(), "surface": surface, "impressions": s.height,
+                               "clicks": int(y.sum()), "ne": _ne(y, p), "oracle_ne": None, "gap_closed": None,
+                               "calibration": None}
+        if "oracle_p" in s.columns and s["oracle_p"].null_count() == 0:
+            q = s["oracle_p"].to_numpy()
+            row["oracle_ne"] = _ne(y, q)
+            row["gap_closed"] = (1 - row["ne"]) / (1 - row["oracle_ne"]) if row["oracle_ne"] < 1 else None
+            row["calibration"] = float(p.mean() / q.mean())
+        new = s.filter(pl.col("ad_age") == "new")
+        row.update(new_ad_impressions=new.height, new_ad_clicks=int(new["click"].sum()),
+                   new_ad_ne=_ne(new["click"].to_numpy(), new["p_click"].to_numpy()))
+        row.update(_student(surface, day))
+        rows.append(row)
+    return rows
+
+
+def _student(surface: str, day: dt.date) -> dict[str, Any]:
+    from gem_model.models.registry import read_accepted
+
+    version_dir = read_accepted("students", surface)
+    gate = version_dir / "gate.json" if version_dir else None
+    if gate is None or not gate.is_file():
+        return {"student_ne": None, "student_gap_closed": None}
+    doc = json.loads(gate.read_text())
+    rows = [r for r in doc["rows"] if r.get("task") == "click" and r.get("surface") == surface]
+    if doc.get("evaluation_date") != day.isoformat() or not rows:
+        return {"student_ne": None, "student_gap_closed": None}
+    ne, o = rows[0]["ne"], rows[0].get("oracle_ne")
+    return {"student_ne": ne, "student_gap_closed": (1 - ne) / (1 - o) if o is not None and o < 1 else None}
+
+
+def write_day(day: dt.date, summary: dict[str, Any], models: list[dict[str, str]], wall_s: float,
+              lake: str | None = None) -> Path:
+    """Keep one simulated day's record (what `render` reads)."""
+    from gem_model.store.atomic import write_json
+
+    path = reports_dir() / DAYS_DIR / f"{day.isoformat()}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, {"day": day.isoformat(), "wall_s": round(wall_s, 1), "retrained": models,
+                      "failed": summary.get("failed", []), "stale": summary.get("stale", []),
+                      "surfaces": surface_rows(day, lake)})
+    return path
+
+
+def load_days() -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted((reports_dir() / DAYS_DIR).glob("*.json"))]
+
+
+def _f(v: Any, digits: int = 4) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return ""
+    return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+
+
+SURFACE_COLS = ("day", "surface", "ne", "oracle_ne", "gap_closed", "calibration", "new_ad_ne",
+                "new_ad_impressions", "new_ad_clicks", "student_ne", "student_gap_closed")
+
+
+def surface_table(days: list[dict[str, Any]], surface: str | None = None) -> str:
+    lines = ["| " + " | ".join(SURFACE_COLS) + " |", "|" + "---|" * len(SURFACE_COLS)]
+    for d in days:
+        for r in d["surfaces"]:
+            if surface is None or r["surface"] == surface:
+                lines.append("| " + " | ".join(_f(r.get(c)) for c in SURFACE_COLS) + " |")
+    return "\n".join(lines)
+
+
+def day_table(days: list[dict[str, Any]]) -> str:
+    lines = ["| day (E) | wall time (s) | retrained (start) | failed runs |", "|---|---|---|---|"]
+    for d in days:
+        models = ", ".join(f"{m['model']} ({m['start']})" for m in d["retrained"]) or "none"
+        lines.append(f"| {d['day']} | {d['wall_s']:.0f} | {models} | {len(d['failed'])} |")
+    return "\n".join(lines)
+
+
+def plot(days: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = (("ne", "foundation NE (dashed: oracle)"), ("gap_closed", "share of the oracle gap closed"),
+              ("calibration", "mean prediction / mean oracle p"), ("new_ad_ne", "NE on ads first seen on E"))
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    surfaces = sorted({r["surface"] for d in days for r in d["surfaces"]})
+    for ax, (col, title) in zip(axes.flat, panels, strict=True):
+        for i, surface in enumerate(surfaces):
+            pts = [(r["day"][5:], r.get(col)) for d in days for r in d["surfaces"] if r["surface"] == surface]
+            xs, ys = [x for x, _ in pts], [np.nan if v is None else v for _, v in pts]
+            ax.plot(xs, ys, marker="o", color=f"C{i}", label=surface)
+            if col == "ne":
+                ax.plot(xs, [np.nan if r.get("oracle_ne") is None else r["oracle_ne"] for d in days
+                             for r in d["surfaces"] if r["surface"] == surface], ls="--", marker="x", color=f"C{i}")
+        if col == "calibration":
+            ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_title(title, fontsize=10)
+        ax.tick_params(labelsize=8)
+    axes.flat[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def render(instance: dg.DagsterInstance | None = None) -> Path:
+    """Write the markdown report and its plot from every recorded day; with an instance, link them
+    from each `students` partition's page (an observation carrying that surface's table)."""
+    from gem_pipelines.reports import report_links
+
+    days = load_days()
+    out = reports_dir() / f"{REPORT}.md"
+    png = out.with_suffix(".png")
+    if days:
+        plot(days, png)
+    out.write_text(f"# Days in the life\n\nOne row per simulated day (E: the window's last day, every model's "
+                   f"evaluation day). Columns: gem_pipelines/day_report.py.\n\n{day_table(days)}\n\n"
+                   f"## Per surface on E\n\n{surface_table(days)}\n\n![plots]({png.name})\n")
+    if instance is not None and days:
+        links = {f"report_{k}": v for k, v in report_links(out).items()}
+        links.update({f"plot_{k}": v for k, v in report_links(png).items()})
+        for surface in sorted({r["surface"] for r in days[-1]["surfaces"]}):
+            instance.report_runless_asset_event(dg.AssetObservation(
+                "students", partition=surface, description=f"days in the life up to E = {days[-1]['day']}",
+                metadata={"days": dg.MetadataValue.md(surface_table(days, surface)), **links}))
+    return out
