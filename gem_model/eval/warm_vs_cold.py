@@ -1,0 +1,140 @@
+"""A warm-started retrain against a cold one on the same window, on the same rows of E (issue 24).
+
+Per seed: an old model trained on an earlier window (what the ACCEPTED version was), then on the new
+window a warm retrain from it (`train(init_from=old)`, which folds the window's new ids into the old
+item basis, gem_model.train.item_svd) and a cold one (same seed, same config). Per surface, one
+Poisson bootstrap over E's clickable rows (the same resamples for every model and seed: paired) gives
+the interval of the seed-mean NE difference warm - cold ("warm no worse" when its upper end is <= 0
+or the interval holds 0 with a point estimate <= `tolerance`). Pooled over surfaces too.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from gem_model.eval.metrics import bootstrap_ne, interval, normalized_entropy, paired_difference, read_oracle
+
+PREDICTIONS = "eval_predictions.parquet"  # written by gem_model.train.loop.train for data.eval
+
+
+def _with_window(config: dict[str, Any], train: tuple[str, str], valid: str | None, eval_day: str | None,
+                 seed: int) -> dict[str, Any]:
+    cfg = copy.deepcopy(config)
+    cfg["data"] = {**(cfg.get("data") or {}), "train": list(train), "valid": valid, "eval": eval_day}
+    cfg["seed"] = int(seed)
+    return cfg
+
+
+def warm_vs_cold(
+    config: dict[str, Any],
+    *,
+    old_train: tuple[str, str],
+    old_valid: str | None,
+    new_train: tuple[str, str],
+    new_valid: str | None,
+    evaluation: str,
+    seeds: list[int] | tuple[int, ...] = (0, 1, 2),
+    out_root: str | Path,
+    n_boot: int = 1000,
+    tolerance: float = 0.005,
+    oracle_uri: str | None = None,
+) -> dict[str, Any]:
+    """Train old, warm and cold per seed under `out_root`/s<seed>/ and compare warm with cold on
+    `evaluation`. config: a `train()` config (preset, model, train, data.lake, device...); its data
+    dates are replaced. oracle_uri: the oracle table, for the oracle's NE and the share of the gap
+    closed (None: the lake's when `data.oracle` is on; skipped where there is none).
+    Returns {"surfaces": {surface | "all": {n, positives, warm_ne, cold_ne, diff, lo, hi, verdict,
+    warm_no_worse, oracle_ne, warm_gap_closed, cold_gap_closed}}, "seeds", "seconds": {...}, "runs": [...]}."""
+    from gem_model.train.loop import train
+
+    out_root = Path(out_root)
+    seconds = {"old": 0.0, "warm": 0.0, "cold": 0.0}
+    preds: dict[str, pl.DataFrame] = {}
+    runs = []
+    for seed in seeds:
+        base = out_root / f"s{seed}"
+        t = time.perf_counter()
+        train(_with_window(config, old_train, old_valid, None, seed), out_dir=base / "old")
+        seconds["old"] += time.perf_counter() - t
+        t = time.perf_counter()
+        warm = train(_with_window(config, new_train, new_valid, evaluation, seed), out_dir=base / "warm",
+                     init_from=base / "old")
+        seconds["warm"] += time.perf_counter() - t
+        t = time.perf_counter()
+        train(_with_window(config, new_train, new_valid, evaluation, seed), out_dir=base / "cold")
+        seconds["cold"] += time.perf_counter() - t
+        runs.append({"seed": int(seed), "warm_start": warm["warm_start"]})
+        for kind in ("warm", "cold"):
+            preds[f"{kind}|{seed}"] = pl.read_parquet(base / kind / PREDICTIONS).select(
+                "request_id", "surface", "click", pl.col("p_click").alias(f"{kind}|{seed}"))
+    first = f"warm|{seeds[0]}"
+    joined = preds[first].select("request_id", "surface", "click", first)
+    for k, df in preds.items():
+        if k != first:
+            joined = joined.join(df.select("request_id", k), on="request_id", how="inner")
+    oracle = _oracle(config, evaluation, oracle_uri)
+    if oracle is not None:
+        joined = joined.join(oracle, on="request_id", how="left")
+    out: dict[str, Any] = {"surfaces": {}, "seeds": [int(s) for s in seeds], "n_boot": n_boot, "tolerance": tolerance,
+                           "evaluation": evaluation, "new_train": list(new_train), "old_train": list(old_train),
+                           "seconds": seconds, "runs": runs}
+    groups = [(s, joined.filter(pl.col("surface") == s)) for s in sorted(joined["surface"].unique().to_list())]
+    for name, sub in [*groups, ("all", joined)]:
+        out["surfaces"][name] = _compare(sub, list(seeds), n_boot, tolerance)
+    return out
+
+
+def _oracle(config: dict[str, Any], day: str, uri: str | None) -> pl.DataFrame | None:
+    from gem_model.store.paths import storage_options, table_uri
+
+    if uri is None and not (config.get("data") or {}).get("oracle", True):
+        return None
+    lake = (config.get("data") or {}).get("lake")
+    uri = uri or table_uri("oracle", lake)
+    df = read_oracle([dt.date.fromisoformat(day)], uri=uri, storage_options=storage_options(uri), missing_ok=True)
+    return None if df is None else df.select("request_id", pl.col("p_click").alias("oracle"))
+
+
+def _compare(sub: pl.DataFrame, seeds: list[int], n_boot: int, tolerance: float) -> dict[str, Any]:
+    y = sub["click"].to_numpy().astype(np.float64)
+    cols = {c: sub[c].to_numpy() for c in sub.columns if "|" in c}
+    has_oracle = "oracle" in sub.columns and sub["oracle"].null_count() == 0 and sub.height > 0
+    if has_oracle:
+        cols["oracle"] = sub["oracle"].to_numpy()
+    boot = bootstrap_ne(y, cols, n_boot=n_boot, seed=0)
+    mean = {k: np.mean([boot[f"{k}|{s}"] for s in seeds], axis=0) for k in ("warm", "cold")}
+    point = {k: float(np.mean([normalized_entropy(y, cols[f"{k}|{s}"]) for s in seeds])) for k in ("warm", "cold")}
+    diff = paired_difference(mean["warm"], mean["cold"], point["warm"] - point["cold"])
+    row: dict[str, Any] = {"n": int(len(y)), "positives": int(y.sum()), "warm_ne": point["warm"], "cold_ne": point["cold"],
+                           **diff, "warm_no_worse": bool(diff["hi"] <= 0 or (diff["lo"] <= 0 and diff["diff"] <= tolerance)),
+                           "oracle_ne": None, "warm_gap_closed": None, "cold_gap_closed": None}
+    if has_oracle:
+        o = normalized_entropy(y, cols["oracle"])
+        row["oracle_ne"] = o
+        if o < 1:
+            row["warm_gap_closed"] = (1 - point["warm"]) / (1 - o)
+            row["cold_gap_closed"] = (1 - point["cold"]) / (1 - o)
+            row["warm_gap_closed_ci"] = list(interval((1 - mean["warm"]) / (1 - boot["oracle"])))
+    return row
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The comparison as a table."""
+    lines = [f"warm vs cold retrain on {result['new_train'][0]}..{result['new_train'][1]}, evaluated on "
+             f"{result['evaluation']} ({len(result['seeds'])} seeds, {result['n_boot']} paired bootstrap resamples)", "",
+             "| surface | rows | clicks | warm NE | cold NE | warm - cold [95% CI] | warm no worse | gap closed warm / cold |",
+             "|---|---|---|---|---|---|---|---|"]
+    for s, r in result["surfaces"].items():
+        gap = f"{r['warm_gap_closed']:.3f} / {r['cold_gap_closed']:.3f}" if r["warm_gap_closed"] is not None else "n/a"
+        lines.append(f"| {s} | {r['n']} | {r['positives']} | {r['warm_ne']:.4f} | {r['cold_ne']:.4f} | "
+                     f"{r['diff']:+.4f} [{r['lo']:+.4f}, {r['hi']:+.4f}] | {'yes' if r['warm_no_worse'] else 'no'} | {gap} |")
+    sec = result["seconds"]
+    lines += ["", f"train seconds (all seeds): old {sec['old']:.0f}, warm {sec['warm']:.0f}, cold {sec['cold']:.0f}"]
+    return "\n".join(lines) + "\n"
