@@ -7,23 +7,21 @@ Two suite parameters are supplied on every run, so that adding a surface to `ass
 needs no suite edit: `{"$PARAMETER": "surfaces"}` (surface names) and `{"$PARAMETER": "domains"}`.
 
 GX has no polars support: a partition is validated as `df.to_pandas()` (`_to_pandas`), or as a seeded
-random sample of `max_rows` rows when it is larger (`sampled=True`). Every row is checked in GX's
-BOOLEAN_ONLY format; failures are re-run in SUMMARY for their unexpected values (`_run_suite`).
-Each run is stored and rendered into a local Data Docs site (default `$GEM_HOME/reports/data_docs`):
-one page per validation run (`SuiteResult.page`, the partition's own page), rendered once per ingest run for all its suites
-(`build_docs`), not once per suite; the suites and the JSON validation results behind the site are
-kept in `<docs_dir>/_stores/`, so the site keeps the history of every process that wrote to it.
-The index (`<docs_dir>/index.html`) is rendered here as plain HTML: GX's own index draws its table
-with jQuery and bootstrap-table loaded from a CDN, so offline it shows nothing. The GX context itself
-is ephemeral: no `gx/` folder, no network, no analytics, no progress bars. GX is imported lazily
-(about 3 s).
+random sample of `max_rows` rows when it is larger (`sampled=True`), through GX's public API (an ephemeral
+context, a pandas data source, `Batch.validate`) in the BASIC result format: each expectation's observed
+value or unexpected count, and five unexpected values. GX internals are touched only in `gx_memo.py`.
+Each result is kept as JSON in `<docs_dir>/_stores/validations/` and rendered into a local Data Docs site
+(default `$GEM_HOME/reports/data_docs`) by `docs_view.py`: one self-contained page per validation run
+(`SuiteResult.page`, the partition's own page), a page per suite, and an index, all readable offline (GX's
+own pages load their scripts and styles from public CDNs). Pages are written once per ingest run for all its
+suites (`build_docs`). GX is imported lazily (about 3 s).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import html
+import datetime as dt
 import json
 import logging
 import os
@@ -35,8 +33,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
-from urllib.request import url2pathname
 
 from gem_model.config import ASSETS_DIR, ConfigError, load_surfaces, spec_path, validate_name
 from gem_model.store.paths import reports_dir
@@ -46,24 +42,15 @@ if TYPE_CHECKING:
 
 EXPECTATIONS_DIR = ASSETS_DIR / "expectations"
 DATASOURCE = "gem_lake"
-SITE_NAME = "gem_data_docs"
 STORES_SUBDIR = "_stores"
 INDEX_RESULTS_LIMIT = 1000  # the index lists at most this many (newest) validation runs
 MANIFEST = "index.json"  # in _stores/: one entry per rendered page, what the index lists
 KEEP_RUNS_PER_PARTITION = 5  # older runs of the same table partition are deleted from the site
-_MAX_OBSERVED = 200  # characters of the `observed` text of a failed expectation
-# Every row is validated in BOOLEAN_ONLY: GX then computes only what decides success (an unexpected count,
-# an observed aggregate) and skips the unexpected-value lists and value counts that SUMMARY builds for every
-# expectation, passing or not (about half of a suite's time, `bench/ingest.py`). The expectations that
-# failed, and the few whose observed value the Data Docs page shows (GX's page renderer needs the table's
-# columns), are then run again on the same rows in DETAIL_FORMAT, so a failure still reports its unexpected
-# values, counts and observed value (check metadata and the Data Docs page).
-PASS_FORMAT: dict[str, Any] = {"result_format": "BOOLEAN_ONLY"}
-DETAIL_TYPES = frozenset({"expect_table_columns_to_match_ordered_list", "expect_table_row_count_to_be_between",
-                          "expect_column_mean_to_be_between"})
-DETAIL_FORMAT: dict[str, Any] = {"result_format": "SUMMARY", "partial_unexpected_count": 5}
-_CACHED_VIEW = {"module_name": "gem_pipelines.data.docs_view", "class_name": "CachedJinjaPageView"}
-_SITE_BUILDER = {"module_name": "gem_pipelines.data.docs_view", "class_name": "StaticOnceSiteBuilder"}
+# BASIC: what decides success (an unexpected count, an observed aggregate) plus five unexpected values, for
+# every expectation, so the page shows each one's observed value. It costs about 3% more than BOOLEAN_ONLY
+# (which reports nothing of a passing expectation); SUMMARY's value counts cost about half a suite's time.
+PASS_FORMAT: dict[str, Any] = {"result_format": "BASIC", "partial_unexpected_count": 5}
+DETAIL_FORMAT: dict[str, Any] = {"result_format": "SUMMARY", "partial_unexpected_count": 5}  # bench/ingest.py's
 _RUN_NAME_RE = re.compile(r"[^A-Za-z0-9_.=-]+")
 
 
@@ -83,11 +70,11 @@ class SuiteResult:
     partition_key: str = ""
     page: str | None = None  # path of this run's own Data Docs page (written by build_docs)
     run_time: str = ""
-    identifier: Any = field(default=None, repr=False, compare=False)  # GX's ValidationResultIdentifier
+    gx_result: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # GX's result, as JSON
 
     def to_metadata(self) -> dict[str, Any]:
         """A plain JSON-able summary (Dagster metadata accepts it as is)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "identifier"}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "gx_result"}
         out["failed"] = self.evaluated - self.successful
         return json.loads(json.dumps(out, default=str))
 
@@ -154,69 +141,20 @@ def suite_parameters() -> dict[str, list[str]]:
 
 
 class _Gx:
-    """An ephemeral GX context whose suite and result stores and Data Docs site live in docs_dir."""
+    """An ephemeral GX context with one pandas data source; suites are built from their spec files."""
 
-    def __init__(self, docs_dir: Path) -> None:
+    def __init__(self) -> None:
         import great_expectations as gx
-        from great_expectations.data_context.types.base import (
-            DataContextConfig,
-            InMemoryStoreBackendDefaults,
-            ProgressBarsConfig,
-        )
 
-        self.docs_dir = docs_dir
-        stores_dir = docs_dir / STORES_SUBDIR
-        stores_dir.mkdir(parents=True, exist_ok=True)
-        defaults = InMemoryStoreBackendDefaults(init_temp_docs_sites=False)
-        stores = copy.deepcopy(defaults.stores)
-        for name, sub in (
-            (defaults.expectations_store_name, "expectations"),
-            (defaults.validation_results_store_name, "validations"),
-        ):
-            stores[name]["store_backend"] = {
-                "class_name": "TupleFilesystemStoreBackend",
-                "base_directory": str(stores_dir / sub),
-            }
-        config = DataContextConfig(
-            store_backend_defaults=defaults,
-            stores=stores,
-            data_docs_sites={
-                SITE_NAME: {
-                    **_SITE_BUILDER,
-                    "show_how_to_buttons": False,
-                    "store_backend": {
-                        "class_name": "TupleFilesystemStoreBackend",
-                        "base_directory": str(docs_dir),
-                    },
-                    "site_section_builders": {
-                        "profiling": "None",
-                        "validations": {"view": _CACHED_VIEW},
-                        "expectations": {"view": _CACHED_VIEW},
-                    },
-                }
-            },
-            analytics_enabled=False,
-            progress_bars=ProgressBarsConfig(globally=False, metric_calculations=False),
-        )
-        self.context = gx.get_context(mode="ephemeral", project_config=config)
+        self.context = gx.get_context(mode="ephemeral")
+        self.context.variables.progress_bars = {"globally": False, "metric_calculations": False}
         self.datasource = self.context.data_sources.add_pandas(name=DATASOURCE)
         self.lock = threading.Lock()
-        self._site_builder: Any = None
         self._targets: dict[str, tuple[str, Any, Any]] = {}  # table -> (suite json, suite, batch definition)
-        self.rendered_suites: dict[str, str] = {}  # table -> suite json of its page last rendered here
-
-    @property
-    def site_builder(self) -> Any:
-        """The Data Docs SiteBuilder of SITE_NAME, built once: GX's `build_data_docs` and `get_docs_sites_urls`
-        instantiate a new one (its section builders, renderers and views) on every call."""
-        if self._site_builder is None:
-            self._site_builder = self.context._init_site_builder_for_data_docs_site_creation(
-                site_name=SITE_NAME, site_config=self.context.variables.data_docs_sites[SITE_NAME])
-        return self._site_builder
 
     def target(self, table: str, spec: dict[str, Any]) -> tuple[Any, Any]:
-        """The stored suite of `table` and its whole-dataframe batch definition, rebuilt only when the
-        suite file changed since the last call (building them costs more than validating a small table)."""
+        """The suite of `table` and its whole-dataframe batch definition, rebuilt only when the suite file
+        changed since the last call (building them costs more than validating a small table)."""
         key = json.dumps(spec, sort_keys=True)
         cached = self._targets.get(table)
         if cached is not None and cached[0] == key:
@@ -224,13 +162,8 @@ class _Gx:
 
         import great_expectations as gx
 
-        suite = gx.ExpectationSuite(
-            name=table,
-            expectations=_build_expectations(table, spec),
-            meta=spec.get("meta"),
-            notes=spec.get("notes"),
-        )
-        suite = self.context.suites.add_or_update(suite)  # the Data Docs suite page reads the store
+        suite = gx.ExpectationSuite(name=table, expectations=_build_expectations(table, spec),
+                                    meta=spec.get("meta"), notes=spec.get("notes"))
         try:
             asset = self.datasource.get_asset(table)
         except LookupError:
@@ -244,23 +177,28 @@ class _Gx:
 
 
 def _build_expectations(table: str, spec: dict[str, Any]) -> list[Any]:
-    """Expectation objects of a suite spec. ExpectationSuite(expectations=[dict]) silently drops an
-    invalid one (it only logs), so each is built here and a bad one is a ConfigError naming the file."""
-    from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
+    """Expectation objects of a suite spec, each built from its public class in `gx.expectations` (the type
+    in CamelCase), so that a bad one is a ConfigError naming the file: ExpectationSuite(expectations=[dict])
+    silently drops an invalid one (it only logs)."""
+    import great_expectations as gx
 
     path = suite_path(table)
     out = []
     for i, e in enumerate(spec["expectations"]):
-        e = {k: v for k, v in e.items() if k not in ("id", "rendered_content")}
+        name = "".join(w.capitalize() for w in e["type"].split("_"))
+        cls = getattr(gx.expectations, name, None)
+        extra = {k: e[k] for k in ("meta", "notes", "description", "severity") if e.get(k) is not None}
         try:
-            out.append(ExpectationConfiguration(**e).to_domain_obj())
-        except Exception as err:  # GX raises several unrelated types for a bad configuration
+            if not (isinstance(cls, type) and issubclass(cls, gx.expectations.Expectation)):
+                raise ValueError(f"no expectation type {e['type']!r} in great_expectations.expectations")
+            out.append(cls(**e["kwargs"], **extra))
+        except Exception as err:  # GX raises pydantic's and its own errors for a bad configuration
             raise ConfigError(f"{path}: field 'expectations[{i}]' ({e.get('type')}): {err}") from err
     return out
 
 
-_CONTEXTS: dict[Path, _Gx] = {}
-_CONTEXTS_LOCK = threading.Lock()
+_GX: _Gx | None = None
+_GX_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -277,13 +215,14 @@ def _quiet() -> Iterator[None]:
         gx_logger.setLevel(level)
 
 
-def _gx_for(docs_dir: Path) -> _Gx:
+def _gx() -> _Gx:
+    """The process's GX context (no gx/ folder, no analytics, no progress bars)."""
+    global _GX
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    with _CONTEXTS_LOCK:
-        gx_ctx = _CONTEXTS.get(docs_dir)
-        if gx_ctx is None:
-            gx_ctx = _CONTEXTS[docs_dir] = _Gx(docs_dir)
-        return gx_ctx
+    with _GX_LOCK:
+        if _GX is None:
+            _GX = _Gx()
+        return _GX
 
 
 @contextlib.contextmanager
@@ -295,6 +234,7 @@ def _site_lock(docs_dir: Path) -> Iterator[None]:
     except ImportError:  # Windows: no cross-process lock
         yield
         return
+    (docs_dir / STORES_SUBDIR).mkdir(parents=True, exist_ok=True)
     with open(docs_dir / STORES_SUBDIR / ".lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
@@ -304,40 +244,6 @@ def _site_lock(docs_dir: Path) -> Iterator[None]:
 
 
 # --- results -------------------------------------------------------------------------------------------
-
-
-def _column_of(kwargs: dict[str, Any]) -> str | None:
-    if "column" in kwargs:
-        return kwargs["column"]
-    if "column_A" in kwargs:
-        return f"{kwargs['column_A']},{kwargs['column_B']}"
-    return None  # table-level expectation
-
-
-def _short(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= _MAX_OBSERVED else text[: _MAX_OBSERVED - 3] + "..."
-
-
-def _observed(r: Any) -> str:
-    info = r.exception_info or {}
-    if info.get("raised_exception"):
-        return _short(f"error: {info.get('exception_message')}")
-    res = r.result or {}
-    if "unexpected_count" in res and res.get("unexpected_count") is not None:
-        text = f"{res['unexpected_count']} unexpected ({res.get('unexpected_percent') or 0:.3g}%)"
-        sample = res.get("partial_unexpected_list")
-        if sample:
-            text += f", e.g. {json.dumps(sample[:5], default=str)}"
-        return _short(text)
-    if "observed_value" in res:
-        details = res.get("details") or {}
-        mismatch = details.get("mismatched")
-        return _short(
-            f"observed {json.dumps(res['observed_value'], default=str)}"
-            + (f"; mismatched {json.dumps(mismatch, default=str)}" if mismatch else "")
-        )
-    return _short(res) if res else "failed"
 
 
 def _to_pandas(df: pl.DataFrame) -> Any:
@@ -351,37 +257,11 @@ def _to_pandas(df: pl.DataFrame) -> Any:
     return df.with_columns(narrow.cast(pl.Int64)).to_pandas()
 
 
-def _run_suite(suite: Any, batch_definition: Any, pdf: Any, params: dict[str, Any], run_id: Any) -> Any:
-    """Validate every row of `pdf` against `suite` in PASS_FORMAT, then re-run the failed expectations and
-    those of DETAIL_TYPES on the same rows in DETAIL_FORMAT and put their results in place.
+def _run_suite(suite: Any, batch_definition: Any, pdf: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """Validate every row of `pdf` against `suite` in PASS_FORMAT; the result as JSON (`gx_memo.validate`)."""
+    from gem_pipelines.data.gx_memo import validate
 
-    GX's own Validator, without the Checkpoint and ValidationDefinition around it: those re-serialise and
-    compare the suite with its stored copy on every run (`is_fresh`, a third of a small partition's
-    validation time) and store the result once more. The result carries the same meta as theirs."""
-    import great_expectations as gx
-    from great_expectations.constants import DATAFRAME_REPLACEMENT_STR
-    from great_expectations.validator.v1_validator import Validator
-
-    from gem_pipelines.data.gx_memo import memoised
-
-    validator = Validator(batch_definition, result_format=PASS_FORMAT, batch_parameters={"dataframe": pdf})
-    with memoised():
-        vr = validator.validate_expectation_suite(suite, params)
-    redo = [i for i, r in enumerate(vr.results) if not r.success or r.expectation_config.type in DETAIL_TYPES]
-    if redo and PASS_FORMAT != DETAIL_FORMAT:
-        again = gx.ExpectationSuite(
-            name=suite.name, expectations=[copy.copy(vr.results[i].expectation_config.to_domain_obj()) for i in redo]
-        )
-        validator.result_format = DETAIL_FORMAT
-        with memoised():
-            detail = validator.validate_expectation_suite(again, params).results
-        for i, r in zip(redo, detail, strict=True):
-            if r.success != vr.results[i].success:  # cannot happen on the same rows; never let a failure pass
-                raise RuntimeError(f"{suite.name}: {r.expectation_config.type} gave success={vr.results[i].success}, "
-                                   f"then {r.success} on the same rows")
-            vr.results[i] = r
-    vr.meta.update(run_id=run_id, validation_time=run_id.run_time, batch_parameters={"dataframe": DATAFRAME_REPLACEMENT_STR})
-    return vr
+    return validate(suite, batch_definition, pdf, params, PASS_FORMAT).to_json_dict()
 
 
 def _prune_old_runs(docs_dir: Path, table: str, run_name: str, keep: int) -> None:
@@ -409,8 +289,11 @@ def validate_frame(
     seed: int = 0,
     build: bool = True,
 ) -> SuiteResult:
-    """Run the suite of `table` on one partition; with `build`, render its Data Docs page and the
-    index now (an ingest run validates several tables and calls `build_docs` once instead)."""
+    """Run the suite of `table` on one partition and store its result; with `build`, render its Data Docs page
+    and the index now (an ingest run validates several tables and calls `build_docs` once instead)."""
+    from gem_model.store.atomic import write_json
+    from gem_pipelines.data.docs_view import column_of, observed
+
     spec = load_suite_spec(table)
     if max_rows < 1:
         raise ValueError(f"max_rows must be >= 1, got {max_rows}")
@@ -421,53 +304,35 @@ def validate_frame(
     pdf = _to_pandas(df)
     params = suite_parameters()
     docs_dir = Path(docs_dir if docs_dir is not None else reports_dir() / "data_docs").expanduser().resolve()
-
+    run_name = _run_name(table, partition_key)
     with _quiet():
-        gx_ctx = _gx_for(docs_dir)
-        from great_expectations.core.run_identifier import RunIdentifier
-        from great_expectations.data_context.types.resource_identifiers import (
-            ExpectationSuiteIdentifier,
-            ValidationResultIdentifier,
-        )
-
-        run_name = _run_name(table, partition_key)
-        with gx_ctx.lock, _site_lock(docs_dir):
-            _prune_old_runs(docs_dir, table, run_name, keep=KEEP_RUNS_PER_PARTITION - 1)
+        gx_ctx = _gx()
+        with gx_ctx.lock:
             suite, batch_definition = gx_ctx.target(table, spec)
-            vr = _run_suite(suite, batch_definition, pdf, params, RunIdentifier(run_name=run_name))
-            identifier = ValidationResultIdentifier(
-                expectation_suite_identifier=ExpectationSuiteIdentifier(name=table),
-                run_id=vr.meta["run_id"],
-                batch_identifier=vr.batch_id,
-            )
-            gx_ctx.context.validation_results_store.set(identifier, vr)
-    failed = [
-        {
-            "expectation": r.expectation_config.type,
-            "column": _column_of(r.expectation_config.kwargs),
-            "observed": _observed(r),
-        }
-        for r in vr.results
-        if not r.success
-    ]
+            vr = _run_suite(suite, batch_definition, pdf, params)
+    now = dt.datetime.now(dt.UTC)
+    rel = Path(table, run_name, now.strftime("%Y%m%dT%H%M%S.%fZ"), table)  # newest sorts last, as text
+    with _site_lock(docs_dir):
+        _prune_old_runs(docs_dir, table, run_name, keep=KEEP_RUNS_PER_PARTITION - 1)
+        write_json(docs_dir / STORES_SUBDIR / "validations" / rel.with_suffix(".json"), vr)
+    stats = vr["statistics"]
     index = docs_dir / "index.html"
-    stats = vr.statistics
-    with gx_ctx.lock:
-        site_url = gx_ctx.site_builder.get_resource_url(resource_identifier=identifier, only_if_exists=False)
     result = SuiteResult(
         table=table,
-        success=bool(vr.success),
+        success=bool(vr["success"]),
         evaluated=int(stats["evaluated_expectations"]),
         successful=int(stats["successful_expectations"]),
-        failed_expectations=failed,
+        failed_expectations=[{"expectation": r["expectation_config"]["type"],
+                              "column": column_of(r["expectation_config"]["kwargs"]), "observed": observed(r)}
+                             for r in vr["results"] if not r["success"]],
         rows_validated=len(pdf),
         sampled=sampled,
         docs_index=str(index) if index.exists() else None,
         rows_total=rows_total,
         partition_key=partition_key,
-        page=str(Path(url2pathname(urlparse(site_url).path))),
-        run_time=str(identifier.run_id.run_time),
-        identifier=identifier,
+        page=str(docs_dir / "validations" / rel.with_suffix(".html")),
+        run_time=now.isoformat(sep=" "),
+        gx_result=vr,
     )
     if build:
         build_docs([result], docs_dir)
@@ -476,30 +341,33 @@ def validate_frame(
 
 
 def build_docs(results: list[SuiteResult], docs_dir: Path | None = None) -> None:
-    """Render the pages of `results` and the index, once for all of them (one ingest run)."""
+    """Write the pages of `results`, their suites' pages and the index, once for all of them (one ingest run)."""
+    from gem_model.store.atomic import write_text
+    from gem_pipelines.data.docs_view import suite_page, validation_page
+
     docs_dir = Path(docs_dir if docs_dir is not None else reports_dir() / "data_docs").expanduser().resolve()
-    results = [r for r in results if r.identifier is not None]
+    results = [r for r in results if r.gx_result is not None and r.page]
     if not results:
         return
-    with _quiet():
-        from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
-
-        gx_ctx = _gx_for(docs_dir)
-        with gx_ctx.lock, _site_lock(docs_dir):
-            # a suite's page is rendered again only when its suite changed since this process last rendered it
-            # (or the page is gone): rendering it costs as much as a validation page, and it is the same page
-            stale = {t: gx_ctx._targets[t][0] for t in sorted({r.table for r in results})
-                     if t in gx_ctx._targets and (gx_ctx.rendered_suites.get(t) != gx_ctx._targets[t][0]
-                                                  or not (docs_dir / "expectations" / f"{t}.html").exists())}
-            gx_ctx.site_builder.build(resource_identifiers=[r.identifier for r in results]
-                                      + [ExpectationSuiteIdentifier(name=t) for t in stale], build_index=False)
-            gx_ctx.rendered_suites.update(stale)
-            _write_index(docs_dir, results)
+    with _site_lock(docs_dir):
+        for r in results:
+            page = Path(r.page)
+            up = "../" * (len(page.relative_to(docs_dir).parts) - 1)
+            stored = docs_dir / STORES_SUBDIR / page.relative_to(docs_dir).with_suffix(".json")
+            links = {"all validation runs": f"{up}index.html", f"suite {r.table}": f"{up}expectations/{r.table}.html",
+                     "this result as JSON": Path(os.path.relpath(stored, page.parent)).as_posix()}
+            write_text(page, validation_page(r.gx_result, table_name=r.table, partition=r.partition_key,
+                                             run_time=r.run_time, rows=r.rows_validated, sampled=r.sampled,
+                                             links=links))
+        for table in sorted({r.table for r in results}):
+            write_text(docs_dir / "expectations" / f"{table}.html", suite_page(load_suite_spec(table)))
+        _write_index(docs_dir, results)
 
 
 def _write_index(docs_dir: Path, new: list[SuiteResult]) -> None:
-    """Add `new` to the manifest, drop pruned pages, and render index.html as plain HTML (no scripts)."""
+    """Add `new` to the manifest, drop pruned pages, and render index.html."""
     from gem_model.store.atomic import write_json, write_text
+    from gem_pipelines.data.docs_view import index_page
 
     manifest_path = docs_dir / STORES_SUBDIR / MANIFEST
     entries = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
@@ -511,36 +379,5 @@ def _write_index(docs_dir: Path, new: list[SuiteResult]) -> None:
     entries = {k: v for k, v in entries.items() if (docs_dir / k).exists()}
     newest = sorted(entries.items(), key=lambda kv: kv[1]["run_time"], reverse=True)[:INDEX_RESULTS_LIMIT]
     write_json(manifest_path, dict(newest))
-    rows = "\n".join(
-        f'<tr class="{"ok" if e["success"] else "failed"}"><td>{html.escape(e["table"])}</td>'
-        f'<td><a href="{html.escape(k)}">{html.escape(e["partition"])}</a></td><td>{html.escape(e["run_time"])}</td>'
-        f'<td>{"passed" if e["success"] else "FAILED"}</td><td>{e["successful"]}/{e["evaluated"]}</td>'
-        f'<td>{e["rows"]}{" (sample)" if e["sampled"] else ""}</td></tr>'
-        for k, e in newest
-    )
-    suites = "".join(f'<li><a href="expectations/{html.escape(p.name)}">{html.escape(p.stem)}</a></li>'
-                     for p in sorted((docs_dir / "expectations").glob("*.html")))
-    write_text(docs_dir / "index.html", _INDEX_HTML.format(rows=rows, suites=suites, n=len(newest)))
-
-
-_INDEX_HTML = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>GEM Data Docs</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 2em; }}
-table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: 4px 10px; text-align: left; }}
-tr.failed td {{ background: #fde2e2; }} tr.ok td:nth-child(4) {{ color: #176b2c; }}
-</style></head>
-<body>
-<h1>GEM Data Docs</h1>
-<p>Great Expectations validation runs of the lake partitions, newest first ({n} runs). Each partition's page
-shows every expectation with its observed value. Rendered without scripts, so it reads offline.</p>
-<h2>Validation runs</h2>
-<table id="validations"><thead><tr><th>table</th><th>partition</th><th>run time (UTC)</th><th>status</th>
-<th>expectations met</th><th>rows validated</th></tr></thead>
-<tbody>
-{rows}
-</tbody></table>
-<h2>Expectation suites</h2>
-<ul>{suites}</ul>
-</body></html>
-"""
+    suites = sorted(p.stem for p in (docs_dir / "expectations").glob("*.html"))
+    write_text(docs_dir / "index.html", index_page(newest, suites))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 
 import numpy as np
 import polars as pl
@@ -348,7 +349,6 @@ def test_old_runs_of_a_partition_are_pruned(tmp_path, clean_frames, monkeypatch)
 
 
 def test_index_is_plain_html_linking_each_partition_page(tmp_path, clean_frames):
-    import re
     from pathlib import Path
 
     docs = tmp_path / "docs"
@@ -365,8 +365,8 @@ def test_index_is_plain_html_linking_each_partition_page(tmp_path, clean_frames)
 
 
 def test_failure_keeps_its_unexpected_values_and_counts(tmp_path, clean_frames):
-    """Suites run in BOOLEAN_ONLY (the fast pass); a failed expectation is re-run on the same rows in
-    DETAIL_FORMAT, so its unexpected count and values reach the check metadata and the stored result."""
+    """Suites run in BASIC: a failed expectation's unexpected count and values reach the check metadata, the
+    stored result and the page; a passing one keeps its count (0) for the page."""
     from pathlib import Path
 
     docs = tmp_path / "docs"
@@ -381,7 +381,7 @@ def test_failure_keeps_its_unexpected_values_and_counts(tmp_path, clean_frames):
     detail = by_type[("expect_column_values_to_be_in_set", "click")]["result"]
     assert not by_type[("expect_column_values_to_be_in_set", "click")]["success"]
     assert detail["unexpected_count"] == 3 and detail["partial_unexpected_list"] == [7, 7, 7]
-    assert by_type[("expect_column_values_to_not_be_null", "request_id")]["result"] == {}  # passed: fast pass only
+    assert by_type[("expect_column_values_to_not_be_null", "request_id")]["result"]["unexpected_count"] == 0
     assert stored["statistics"]["unsuccessful_expectations"] == result.evaluated - result.successful == 1
     assert "7" in Path(result.page).read_text()  # the page renders the detailed result
 
@@ -409,3 +409,68 @@ def test_memoised_gx_gives_the_results_of_plain_gx(clean_frames, docs_dir, monke
     plain = run()
     assert memoised == plain
     assert memoised[0][0] and not memoised[1][0] and len(memoised[1][3]) >= 3
+
+
+_EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", re.I)
+
+
+def test_data_docs_pages_read_offline_and_show_every_observed_value(tmp_path, clean_frames):
+    """Every written page (partition, suite, index) is self-contained: no script and no src/href to another
+    host. A partition's page shows every expectation with its status and observed value."""
+    import html as H
+    from pathlib import Path
+
+    from gem_pipelines.data.docs_view import FAILED, PASSED, observed
+
+    docs = tmp_path / "docs"
+    bad = clean_frames["events"].with_columns(click=pl.lit(7, pl.Int8), device=pl.lit("toaster"))
+    ok = V.validate_frame("oracle", clean_frames["oracle"], partition_key="2026-01-05|shops", docs_dir=docs)
+    failed = V.validate_frame("events", bad, partition_key="2026-01-05|feed", docs_dir=docs)
+    pages = list(docs.rglob("*.html"))
+    assert len(pages) == 5  # two partition pages, two suite pages, the index
+    for page in pages:
+        text = page.read_text()
+        assert "<script" not in text and not _EXTERNAL.search(text), page
+        assert all((page.parent / link).exists() for link in re.findall(r'href="([^"#]+)"', text)), page
+    for r in (ok, failed):
+        text = Path(r.page).read_text()
+        results = r.gx_result["results"]
+        assert text.count(PASSED) == r.successful + (1 if r.success else 0)  # each row, and the summary line
+        assert text.count(FAILED) == r.evaluated - r.successful + (0 if r.success else 1)
+        for res in results:
+            assert H.escape(observed(res, 2000)) in text, res["expectation_config"]
+        assert all(observed(res) not in ("passed", "failed") for res in results)  # a value, not just a verdict
+    text = Path(failed.page).read_text()
+    assert "2000 unexpected (100%), e.g. [7, 7, 7, 7, 7]" in text
+    assert "&quot;toaster&quot;" in text
+
+
+def test_gx_internals_that_gx_memo_relies_on():
+    """gx_memo.py is the one module using Great Expectations internals, written against the version pinned in
+    pyproject.toml. It fails here, not silently, when an upgrade moves or reshapes what it wraps."""
+    import inspect
+    import tomllib
+    from importlib.metadata import version
+    from pathlib import Path
+
+    from gem_pipelines.data import gx_memo
+
+    pins = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
+    assert f"great-expectations=={gx_memo.GX_VERSION}" in pins["dependencies"]
+    assert version("great-expectations") == gx_memo.GX_VERSION
+    for (module, qualname), params in gx_memo.RELIED_ON.items():
+        obj = __import__(module, fromlist=["_"])
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+        fn = obj.fget if isinstance(obj, property) else obj
+        assert list(inspect.signature(fn).parameters) == params, (module, qualname)
+
+
+def test_gx_still_calls_what_gx_memo_wraps(clean_frames, docs_dir):
+    """Inside `memoised()` every wrapped GX call is reached during one suite run: else the memo would quietly
+    stop memoising after an upgrade (the results stay GX's own either way)."""
+    from gem_pipelines.data import gx_memo
+
+    gx_memo.hits.clear()
+    V.validate_frame("events", clean_frames["events"], partition_key="p", build=False, docs_dir=docs_dir)
+    assert set(gx_memo.hits) == gx_memo.WRAPPED, gx_memo.hits
