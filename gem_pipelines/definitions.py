@@ -14,7 +14,7 @@ from gem_pipelines.jobs import ingest_job, lake_maintenance_job, land_and_ingest
 from gem_pipelines.k8s import executor_for
 from gem_pipelines.resources import resources_for
 from gem_pipelines.schedules import daily_ingest_schedule, weekly_maintenance_schedule
-from gem_pipelines.sensors import automation_sensor, landing_sensor
+from gem_pipelines.sensors import automation_sensor, landing_sensor, stale_sensor
 
 defs = dg.Definitions(
     assets=annotate([raw_logs, ingest, activity_by_day, training_examples, foundation_model, domain_models,
@@ -22,7 +22,7 @@ defs = dg.Definitions(
     asset_checks=freshness_checks,
     jobs=[land_and_ingest_job, ingest_job, *single_asset_jobs, lake_maintenance_job],
     schedules=[daily_ingest_schedule, weekly_maintenance_schedule],
-    sensors=[landing_sensor, freshness_sensor, automation_sensor],
+    sensors=[landing_sensor, freshness_sensor, automation_sensor, stale_sensor],
     resources=resources_for(),
     executor=executor_for(),  # GEM_EXECUTOR=k8s: one pod per step (docs/deploy_kubernetes.md)
 )

@@ -190,7 +190,7 @@ def run_automation(location: CodeLocation, hour: int, launch: _Launcher) -> dict
     from gem_pipelines.staleness import mark_stale
 
     # what waits on purpose (a model on its cadence) says so on its page instead of looking current
-    stale = mark_stale(location.instance, _defs())
+    stale = mark_stale(location.instance, _defs().resolve_asset_graph())
     return {"automation": waves, "not_run": [_describe(r) for r in pending.values()], "stale": sorted(stale)}
 
 

@@ -85,3 +85,16 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
     description="Evaluates every asset's automation condition: features and models follow new data, the "
     "foundation model retrains on its cadence, each waiting for its upstream blocking checks.",
 )
+
+
+@dg.sensor(minimum_interval_seconds=300, default_status=dg.DefaultSensorStatus.STOPPED,
+           description="Marks every asset partition older than one of its inputs as stale (an observation naming "
+           "the newer inputs), e.g. the foundation model after a re-ingest until its weekly retrain.")
+def stale_sensor(context: dg.SensorEvaluationContext):
+    """Mark asset partitions that are older than an input (once per set of newer inputs)."""
+    from gem_pipelines.staleness import stale_marks
+
+    stale, marks = stale_marks(context.instance, context.repository_def.asset_graph)
+    if not marks:
+        return dg.SkipReason(f"{len(stale)} stale partition(s), each already marked")
+    return dg.SensorResult(asset_events=marks)

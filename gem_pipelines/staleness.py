@@ -37,10 +37,9 @@ def _parent_partitions(graph, child: dg.AssetKey, pk: str | None, parent: dg.Ass
     return [str(k) for k in result.partitions_subset.get_partition_keys()]
 
 
-def stale_partitions(instance: dg.DagsterInstance, defs: dg.Definitions) -> dict[str, list[str]]:
+def stale_partitions(instance: dg.DagsterInstance, graph) -> dict[str, list[str]]:
     """'asset[partition]' -> the inputs ('parent[partition]') materialized after it, for every
-    materialized asset partition that has any."""
-    graph = defs.resolve_asset_graph()
+    materialized asset partition that has any (`graph`: the code location's asset graph)."""
     latest = latest_materializations(instance, graph)
     stale: dict[str, list[str]] = {}
     for (key, pk), storage_id in sorted(latest.items(), key=lambda kv: (kv[0][0].to_user_string(), kv[0][1] or "")):
@@ -56,13 +55,38 @@ def stale_partitions(instance: dg.DagsterInstance, defs: dg.Definitions) -> dict
     return stale
 
 
-def mark_stale(instance: dg.DagsterInstance, defs: dg.Definitions) -> dict[str, list[str]]:
-    """Record an observation with `stale` metadata on each stale asset partition; returns them."""
-    stale = stale_partitions(instance, defs)
+def _split(name: str) -> tuple[str, str | None]:
+    asset, pk = name[:-1].split("[", 1)
+    return asset, pk or None
+
+
+def marked_inputs(instance: dg.DagsterInstance, name: str) -> list[str] | None:
+    """The newer inputs the latest observation of 'asset[partition]' names, if it is a stale mark."""
+    asset, pk = _split(name)
+    records = instance.fetch_observations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[pk] if pk else None), limit=1).records
+    meta = records[0].asset_observation.metadata if records and records[0].asset_observation else {}
+    return meta["newer_inputs"].value if STALE_KEY in meta else None  # type: ignore[return-value]
+
+
+def stale_marks(instance: dg.DagsterInstance, graph) -> tuple[dict[str, list[str]], list[dg.AssetObservation]]:
+    """Every stale asset partition, and an observation for each one not yet marked with the same inputs."""
+    stale = stale_partitions(instance, graph)
+    marks = []
     for name, newer in stale.items():
-        asset, pk = name[:-1].split("[", 1)
+        if marked_inputs(instance, name) == newer:
+            continue  # already says so
+        asset, pk = _split(name)
         shown = ", ".join(newer[:6]) + (f" and {len(newer) - 6} more" if len(newer) > 6 else "")
-        instance.report_runless_asset_event(dg.AssetObservation(
-            asset, partition=pk or None, description=f"stale: built before {shown} changed",
+        marks.append(dg.AssetObservation(
+            asset, partition=pk, description=f"stale: built before {shown} changed",
             metadata={STALE_KEY: True, "newer_inputs": dg.MetadataValue.json(newer)}))
+    return stale, marks
+
+
+def mark_stale(instance: dg.DagsterInstance, graph) -> dict[str, list[str]]:
+    """Record the stale marks (`stale_marks`) in the instance; returns every stale partition."""
+    stale, marks = stale_marks(instance, graph)
+    for mark in marks:
+        instance.report_runless_asset_event(mark)
     return stale

@@ -62,13 +62,9 @@ def main(partition: str, out: str) -> None:
 
 def _stale_mark(instance: dg.DagsterInstance, name: str) -> list[str] | None:
     """The newer inputs the latest observation of 'asset[partition]' names (None: not marked stale)."""
-    from gem_pipelines.staleness import STALE_KEY
+    from gem_pipelines.staleness import marked_inputs
 
-    asset, pk = name[:-1].split("[", 1)
-    records = instance.fetch_observations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[pk] if pk else None), limit=1).records
-    meta = records[0].asset_observation.metadata if records else {}
-    return meta["newer_inputs"].value if STALE_KEY in meta else None
+    return marked_inputs(instance, name)
 
 
 if __name__ == "__main__":

@@ -107,3 +107,39 @@ def test_automation_requests_run_under_the_job_that_holds_their_assets() -> None
     assert automation_job_for([dg.AssetKey("teacher_predictions")]) == "teacher_predictions_job"
     assert automation_job_for([dg.AssetKey("students")]) == "students_job"
     assert automation_job_for([dg.AssetKey("students"), dg.AssetKey("training_examples")]) is None
+
+
+def test_partitions_older_than_an_input_are_marked_stale_once() -> None:
+    """A model trained on every day of examples (all-partition mapping) becomes stale when one day is
+    rebuilt; the mark names that day, and is not repeated while nothing else changes."""
+    from gem_pipelines.staleness import mark_stale, marked_inputs, stale_marks
+
+    days = dg.DailyPartitionsDefinition(start_date="2026-11-01", end_date="2026-11-04")
+    domains = dg.StaticPartitionsDefinition(["social", "commerce"])
+
+    @dg.asset(partitions_def=days)
+    def examples() -> None: ...
+
+    @dg.asset(partitions_def=domains, deps=[dg.AssetDep(examples, partition_mapping=dg.AllPartitionMapping())])
+    def model() -> None: ...
+
+    from gem_pipelines.sensors import stale_sensor
+
+    defs = dg.Definitions(assets=[examples, model], sensors=[stale_sensor])
+    graph = defs.resolve_asset_graph()
+    with dg.instance_for_test() as instance:
+        for day in days.get_partition_keys():
+            dg.materialize([examples], partition_key=day, instance=instance)
+        for domain in ("social", "commerce"):
+            dg.materialize([model], partition_key=domain, instance=instance, selection=[model])
+        assert mark_stale(instance, graph) == {}
+        dg.materialize([examples], partition_key="2026-11-02", instance=instance)
+        newer = ["examples[2026-11-02]"]
+        # the sensor `make ui` runs says so in the UI, as `make next-day` does
+        ctx = dg.build_sensor_context(instance=instance, repository_def=defs.get_repository_def())
+        assert sorted(e.partition for e in stale_sensor(ctx).asset_events) == ["commerce", "social"]
+        assert mark_stale(instance, graph) == {"model[commerce]": newer, "model[social]": newer}
+        assert marked_inputs(instance, "model[social]") == newer
+        assert stale_marks(instance, graph)[1] == []  # already marked: nothing new to say
+        dg.materialize([model], partition_key="social", instance=instance, selection=[model])
+        assert mark_stale(instance, graph) == {"model[commerce]": newer}
