@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 EXPECTED_RUNS = {"land_and_ingest_job": 20, "features_job": 5, "foundation_job": 1, "domain_models_job": 2,
                  "teacher_predictions_job": 4, "distillation_report_job": 1, "students_job": 4}
 README_NAMES = {"daily_ingest_schedule", "weekly_maintenance_schedule", "landing_sensor", "automation_sensor",
-                "freshness_checks_sensor"}
+                "freshness_checks_sensor", "stale_sensor"}
 
 
 def _status(env: dict[str, str]) -> dict:
