@@ -103,10 +103,10 @@ def _request_key(request: dg.RunRequest) -> tuple[tuple[str, ...], str | None]:
 def frontier(requests: list[dg.RunRequest], defs: dg.Definitions) -> list[dg.RunRequest]:
     """The requests none of whose assets has an ancestor among the other requests.
 
-    A daemon launches a tick's runs at once and a child waits for nothing; run one after another here,
-    a child next to its parent's run would read the old parent (and Dagster 1.13 does not always
-    request it again once the parent updates, e.g. daily predictions below domain-partitioned
-    models). So the others wait, still requested, until their ancestors have run.
+    Separate runs of one tick would start together (the daemon's backfills order them; see
+    sensors.automation_sensor): a child run next to its parent's would read the old parent, and
+    is not requested again once the parent updates. So the others wait, still requested, until their
+    ancestors have run.
     """
     graph = defs.resolve_asset_graph()
     out = []

@@ -36,11 +36,10 @@ ON_TEACHER_CHANGE = dg.AutomationCondition.eager() & dg.AutomationCondition.all_
 
 
 def _on_change_ignoring_checks_of(dep: str, *, every_day: bool = False) -> dg.AutomationCondition:
-    """ON_TEACHER_CHANGE, except for `dep`'s checks: Dagster 1.13 never finds them passed from a child
-    partitioned another way (daily training_examples -> domain models, domain models -> daily teacher
-    predictions). Nothing is lost: a training_examples partition that fails no_leakage is never written,
-    and downstream reads only the ACCEPTED version of a model. `every_day`: all partitions, not only
-    the latest, follow a change (a new teacher changes every day's predictions)."""
+    """ON_TEACHER_CHANGE, except for `dep`'s checks: a domain model whose gate failed keeps its last
+    ACCEPTED version, which is all that downstream reads, so every day's predictions need not wait for
+    it. `every_day`: all partitions, not only the latest, follow a change (a new teacher changes every
+    day's predictions)."""
     eager = dg.AutomationCondition.eager()
     if every_day:
         eager = eager.without(dg.AutomationCondition.in_latest_time_window())
