@@ -240,8 +240,8 @@ def read_spec(src: Path, cfg: SourceConfig, calendar: CalendarConfig | None) -> 
     if cfg.duplicates == "quarantine":
         # every copy of a line carries its first copy's id: the row rules file the later ones duplicate_record
         first = pl.col("request_id").first().over("raw")
-        notes["exact_duplicates"] = {k: int(n) for k, n in rows.filter(pl.col("request_id") != first)
-                                     .group_by("source_file").len().iter_rows()}
+        copies = rows.filter(pl.col("ok") & (pl.col("request_id") != first))  # of the declared surfaces
+        notes["exact_duplicates"] = {k: int(n) for k, n in copies.group_by("source_file").len().iter_rows()}
         rows = rows.with_columns(request_id=first)
     if cfg.time:
         rows, calendar, clamped = _timed(rows, cfg)

@@ -55,7 +55,7 @@ def test_every_row_is_imported_or_quarantined(imported, raw: pl.DataFrame) -> No
     q = pl.concat([p.quarantine for p in parts.values()])
     reasons = dict(q.group_by("reason").len().iter_rows())
     assert reasons == {"unknown_enum": raw.height - mapped.height, "duplicate_record": copies}
-    assert table["imported"] == mapped.height - copies
+    assert table["imported"] == mapped.height - copies and result.notes["exact_duplicates"] == {LOG: copies}
     # the other tabs land in tab 1's partitions (a small tab's quarantine rate stays its own)
     assert set(q.filter(pl.col("reason") == "unknown_enum")["surface"]) == {"tab_1"}
 
