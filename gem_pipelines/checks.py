@@ -1,4 +1,10 @@
-"""Freshness checks (and the sensor that runs them); suites and gates live beside their assets."""
+"""Freshness checks (and the sensor that runs them); suites and gates live beside their assets.
+
+Dagster (1.13.27, the pin in pyproject.toml; DAGSTER_VERSION) has no public way to describe a check that its
+freshness factory built: `_with_description` rebuilds the definition from `get_attributes_dict()` through the
+public `dg.AssetChecksDefinition` class, as Dagster's own repository loader does. tests/pipelines/test_checks.py
+fails when an upgrade changes what that rebuild keeps.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +12,10 @@ import datetime as dt
 import warnings
 
 import dagster as dg
-from dagster._core.definitions.asset_checks.asset_checks_definition import AssetChecksDefinition
 
 from gem_pipelines.settings import QUALITY
+
+DAGSTER_VERSION = "1.13.27"
 
 # What writes each asset: the freshness check's description says what a failure means.
 _WRITTEN_BY = {
@@ -38,7 +45,7 @@ def _with_description(checks_def: dg.AssetsDefinition, description: str) -> dg.A
     }
     with warnings.catch_warnings():  # the attributes name `execution_type`, a beta parameter
         warnings.simplefilter("ignore", dg.BetaWarning)
-        return AssetChecksDefinition(**attrs)  # as Dagster's own repository loader rebuilds check definitions
+        return dg.AssetChecksDefinition(**attrs)  # as Dagster's own repository loader rebuilds check definitions
 
 
 # Dagster 1.13 prefers FreshnessPolicy, which has no check results to show or gate on; we want checks.
