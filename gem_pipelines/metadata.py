@@ -53,28 +53,47 @@ def report_metadata(key: str, path: str | Path) -> dict[str, dg.MetadataValue]:
 
 def md_table(rows: list[dict[str, Any]], cols: list[str]) -> dg.MetadataValue:
     """Rows of dicts as a markdown table of `cols` (pipes escaped, floats to 4 places)."""
+    return md_grid(cols, [[r.get(c) for c in cols] for r in rows])
+
+
+def md_grid(cols: list[str], rows: list[list[Any]]) -> dg.MetadataValue:
+    """A header and rows of cells as a markdown table (pipes escaped, floats to 4 places)."""
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(_fmt(r.get(c)).replace("|", "\\|") for c in cols) + " |" for r in rows]
+    lines += ["| " + " | ".join(_fmt(v).replace("|", "\\|") for v in row) + " |" for row in rows]
     return dg.MetadataValue.md("\n".join(lines))
 
 
-def png_markdown(fig: Any) -> dg.MetadataValue:
-    """A matplotlib figure as an inline base64 PNG the Dagster UI renders."""
+def png(fig: Any) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    data = base64.b64encode(buf.getvalue()).decode()
-    return dg.MetadataValue.md(f"![plot](data:image/png;base64,{data})")
+    return buf.getvalue()
+
+
+# In every table: gap = NE minus the oracle's NE (0: as good as the true probabilities); gap closed = the share
+# of the base-rate-to-oracle gap closed, (1 - NE) / (1 - oracle NE) (NE of the base rate is 1).
+METRIC_COLS = ["model", "surface", "task", "seed", "ne", "oracle_ne", "gap", "gap closed", "auc", "calibration",
+               "calibration_raw", "n"]
+
+
+def gap(ne: float | None, oracle_ne: float | None) -> float | None:
+    return ne - oracle_ne if ne is not None and oracle_ne is not None else None
+
+
+def gap_closed(ne: float | None, oracle_ne: float | None) -> str:
+    ok = ne is not None and oracle_ne is not None and oracle_ne < 1
+    return f"{(1 - ne) / (1 - oracle_ne):.0%}" if ok else ""
+
+
+def metric_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
+    """Per-surface metric rows as cells of METRIC_COLS (real logs have no oracle: no gap)."""
+    extra = {"gap": lambda r: gap(r.get("ne"), r.get("oracle_ne")),
+             "gap closed": lambda r: gap_closed(r.get("ne"), r.get("oracle_ne"))}
+    return [[extra[c](r) if c in extra else r.get(c) for c in METRIC_COLS] for r in rows]
 
 
 def metric_table(rows: list[dict[str, Any]]) -> dg.MetadataValue:
-    """Per-surface metric rows as a markdown table, with the gap to the oracle floor."""
-    cols = ["model", "surface", "task", "seed", "ne", "oracle_ne", "gap", "auc", "calibration", "calibration_raw", "n"]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        gap = (r["ne"] / r["oracle_ne"] - 1) if r.get("oracle_ne") else None
-        vals = {**r, "gap": f"{gap:+.1%}" if gap is not None else ""}
-        lines.append("| " + " | ".join(_fmt(vals.get(c)) for c in cols) + " |")
-    return dg.MetadataValue.md("\n".join(lines))
+    """Per-surface metric rows as a markdown table, with the gap to the oracle."""
+    return md_grid(METRIC_COLS, metric_rows(rows))
 
 
 def _fmt(v: Any) -> str:
@@ -83,8 +102,48 @@ def _fmt(v: Any) -> str:
     return f"{v:.4f}" if isinstance(v, float) else str(v)
 
 
-def loss_curve_plot(curve: list[Any]) -> dg.MetadataValue:
-    """Training loss by step as an inline PNG. `curve` is [[step, loss], ...] or [{"step", "loss"}]."""
+CALIBRATOR_COLS = ["surface", "task", "fitted", "a", "b", "positives", "own_weight", "why"]
+
+
+def calibrator_rows(cal: dict[str, Any] | None) -> list[list[Any]]:
+    """The post-hoc map of each (surface, task) (`Calibrator.metadata()`): fitted or identity, and why."""
+    return [[surface, task, head.get("fitted"), head.get("a"), head.get("b"), head.get("positives"),
+             head.get("own_weight"), head.get("why", "")]
+            for surface, tasks in ((cal or {}).get("heads") or {}).items() for task, head in tasks.items()]
+
+
+def calibrator_table(cal: dict[str, Any] | None) -> dg.MetadataValue:
+    """The calibrator as a markdown table, after a line of its settings; a sentence when there is none."""
+    if not cal:
+        return dg.MetadataValue.md("No calibrator: the model's raw probabilities are served.")
+    settings = ", ".join(f"{k} {cal[k]}" for k in ("fit_day", "min_positives", "shrink_positives", "prior") if k in cal)
+    table = md_grid(CALIBRATOR_COLS, calibrator_rows(cal)).value
+    return dg.MetadataValue.md(f"Fitted on {settings}.\n\n{table}")
+
+
+SEED_COLS = ["seed", "model", "click ne (mean over surfaces)", "gap", "auc"]
+
+
+def seed_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
+    """Per (seed, model): the click task's NE, gap and AUC averaged over surfaces: how far seeds differ."""
+    import polars as pl
+
+    click = [r for r in rows if r.get("task") == "click" and r.get("ne") is not None]
+    if not click:
+        return []
+    df = (pl.DataFrame([{"seed": r["seed"], "model": r["model"], "ne": r["ne"], "auc": r.get("auc"),
+                         "gap": gap(r["ne"], r.get("oracle_ne"))} for r in click], infer_schema_length=None)
+          .group_by("seed", "model").agg(pl.col("ne").mean(), pl.col("gap").mean(), pl.col("auc").mean())
+          .sort("seed", "model"))
+    return [list(row) for row in df.iter_rows()]
+
+
+def seeds_table(rows: list[dict[str, Any]]) -> dg.MetadataValue:
+    return md_grid(SEED_COLS, seed_rows(rows))
+
+
+def loss_curve_png(curve: list[Any]) -> bytes:
+    """Training loss by step. `curve` is [[step, loss], ...] or [{"step", "loss"}]."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -97,17 +156,26 @@ def loss_curve_plot(curve: list[Any]) -> dg.MetadataValue:
     ax.set_xlabel("step")
     ax.set_ylabel("training loss")
     ax.grid(alpha=0.3)
-    value = png_markdown(fig)
+    data = png(fig)
     plt.close(fig)
-    return value
+    return data
 
 
-def distillation_table(rows: list[dict[str, Any]]) -> dg.MetadataValue:
-    """Click-task rows of the distillation report (seed means) as a markdown table."""
+def loss_curve_plot(curve: list[Any]) -> dg.MetadataValue:
+    return _png_md(loss_curve_png(curve))
+
+
+def _png_md(data: bytes) -> dg.MetadataValue:
+    """An inline base64 PNG the Dagster UI renders."""
+    return dg.MetadataValue.md(f"![plot](data:image/png;base64,{base64.b64encode(data).decode()})")
+
+
+def distillation_rows(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """Click-task rows of the distillation report, seed means per (arm, path, split, surface), with the gap."""
     import polars as pl
 
     if not rows:
-        return dg.MetadataValue.md("(no rows)")
+        return [], []
     frame = pl.DataFrame(rows, infer_schema_length=None)
     # on E: the gain over labels_only and the effectiveness with their paired bootstrap intervals
     # (gem_model.distill.kd_intervals; the same value on every seed's row, hence first())
@@ -117,16 +185,20 @@ def distillation_table(rows: list[dict[str, Any]]) -> dg.MetadataValue:
         frame.filter(pl.col("task") == "click")
         .group_by("arm", "path", "split", "surface")
         .agg(pl.col("ne").mean(), pl.col("ne").std().alias("ne_std"), pl.col("oracle_ne").mean(),
+             (pl.col("ne") - pl.col("oracle_ne")).mean().alias("gap"),
              pl.col("kd_effectiveness").mean(), *ci, pl.len().alias("seeds"))
         .sort("split", "surface", "arm", "path")
     )
-    cols = df.columns
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in df.iter_rows()]
-    return dg.MetadataValue.md("\n".join(lines))
+    return df.columns, [list(row) for row in df.iter_rows()]
 
 
-def distillation_plot(rows: list[dict[str, Any]]) -> dg.MetadataValue:
+def distillation_table(rows: list[dict[str, Any]]) -> dg.MetadataValue:
+    """Click-task rows of the distillation report (seed means) as a markdown table."""
+    cols, cells = distillation_rows(rows)
+    return md_grid(cols, cells) if cols else dg.MetadataValue.md("(no rows)")
+
+
+def distillation_png(rows: list[dict[str, Any]]) -> bytes:
     """Bar chart: evaluation-day click NE per surface for each (arm, path), with the oracle floor."""
     import matplotlib
 
@@ -159,9 +231,13 @@ def distillation_plot(rows: list[dict[str, Any]]) -> dg.MetadataValue:
         lo = min(v for v in (df["oracle_ne"].min(), df["ne"].min()) if v is not None)
         ax.set_ylim(lo - 0.02, max(df["ne"].max(), 1.0) + 0.01)
         ax.legend(fontsize=7, ncol=2)
-    value = png_markdown(fig)
+    data = png(fig)
     plt.close(fig)
-    return value
+    return data
+
+
+def distillation_plot(rows: list[dict[str, Any]]) -> dg.MetadataValue:
+    return _png_md(distillation_png(rows))
 
 
 class progress:  # noqa: N801  (used as a context manager, like contextlib's)

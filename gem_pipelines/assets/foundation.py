@@ -8,7 +8,15 @@ import dagster as dg
 from gem_model.store.paths import models_dir, reports_dir
 from gem_pipelines import quality_gate
 from gem_pipelines.k8s import GPU_POOL, gpu_step_tags, training_gpus
-from gem_pipelines.metadata import loss_curve_plot, metric_table, progress, report_metadata
+from gem_pipelines.metadata import (
+    calibrator_table,
+    loss_curve_plot,
+    metric_table,
+    progress,
+    report_metadata,
+    seeds_table,
+)
+from gem_pipelines.report_pages import foundation_page
 from gem_pipelines.resources import AcceleratorResource, LakeResource, WandbResource
 from gem_pipelines.settings import QUALITY
 
@@ -120,12 +128,13 @@ def foundation_model(
             "accepted": verdict["passed"],
             "warm_started_from": init_from.name if init_from else "none",
             "world_size": nproc,
-            "seeds": dg.MetadataValue.json(list(config.seeds)),
+            "seeds": seeds_table(rows),  # the click NE of each seed: how far seeds differ
             **({"pipes_progress_messages": result["progress_messages"]} if "progress_messages" in result else {}),
             "per_surface": metric_table(rows),  # calibration after the E-1 calibrator, calibration_raw before
-            "calibrator": dg.MetadataValue.json(result.get("calibration") or {}),
+            "calibrator": calibrator_table(result.get("calibration")),
             "samples_per_s": float(result["samples_per_s"]),
-            **report_metadata("report", report),  # a link the UI opens, and the path relative to GEM_HOME
+            # a link the UI opens (an HTML page of the JSON report), and the path relative to GEM_HOME
+            **report_metadata("report", foundation_page(report, result["loss_curve"], result.get("calibration"))),
             "loss_curve": loss_curve_plot(result["loss_curve"]),
             "models_dir": dg.MetadataValue.path(str(models_dir(ASSET))),
             **{f"wandb_{k}": str(v) for k, v in (result.get("wandb") or {}).items() if v},

@@ -27,6 +27,7 @@ from gem_pipelines.partitions import (
     role_date_partitions_def,
     surface_partitions_def,
 )
+from gem_pipelines.report_pages import distillation_page
 from gem_pipelines.resources import AcceleratorResource, LakeResource, WandbResource
 from gem_pipelines.settings import QUALITY
 
@@ -267,7 +268,7 @@ def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfi
     path = write_report(rows, reports_dir() / "distillation_report.json", incumbents=_accepted_student_pairs(),
                         keep_within=QUALITY.student_selection.keep_accepted_within)
     return dg.MaterializeResult(
-        metadata={**report_metadata("report", path), "rows": len(rows),
+        metadata={**report_metadata("report", distillation_page(path)), "rows": len(rows),
                   "table": distillation_table(rows), "click_ne_by_arm": distillation_plot(rows)}
     )
 

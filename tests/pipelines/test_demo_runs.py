@@ -97,7 +97,7 @@ def test_model_reports_are_tables_plots_and_links(demo_world, monkeypatch) -> No
         return isinstance(value, dg.MarkdownMetadataValue) and value.md_str.startswith("![plot](data:image/png;base64,")
 
     with dg.DagsterInstance.get() as instance:
-        for asset, file in (("foundation_model", "foundation_eval.json"), ("distillation_report", "distillation_report.json")):
+        for asset, file in (("foundation_model", "foundation_eval.html"), ("distillation_report", "distillation_report.html")):
             m = meta(asset)
             assert isinstance(m["report"], dg.UrlMetadataValue) and m["report"].url.endswith(f"/{file}"), asset
             assert m["report_path"].path == f"reports/{file}", asset  # relative to GEM_HOME: survives a move
