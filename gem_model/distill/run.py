@@ -175,7 +175,7 @@ def _iter_students(
                                          tasks=tasks, aux_head=spec["kd"] == "aux", teacher_emb_dim=emb_dim)
                     cfg.update(arm=arm, path=path, teacher=teacher, seed=int(seed))
                     model = Student(cfg)
-                    start = warm_start(model, init_from) if init_from is not None else {}
+                    start = warm_start(model, init_from, train) if init_from is not None else {}
                     key = {"surface": surface, "arm": arm, "path": path, "seed": int(seed), "teacher": teacher}
                     prefix = f"{surface}/{arm}/{path}/s{seed}"
                     log = (lambda d, step=None, _p=prefix: tracker.log({f"{_p}/{k}": v for k, v in d.items()})) if (

@@ -104,6 +104,21 @@ def fit_student_calibrator(model: Student, val: StudentData, fit_day: str | None
                           shrink_positives=shrink_positives, prior="identity")
 
 
+def table_rows(model: Student, data: StudentData) -> dict[str, torch.Tensor]:
+    """{table: sorted rows met in `data`} (the sparse columns and, with hist_k > 0, the history ids)."""
+    out: dict[str, list[torch.Tensor]] = {}
+    for j, (_, table) in enumerate(model.cfg["sparse_features"]):
+        out.setdefault(table, []).append(data.sparse[:, j].long())
+    if model.hist_k > 0:
+        out.setdefault(model.cfg["hist_table"], []).append(data.hist_ids.long().flatten())
+    return {t: torch.unique(torch.cat(v)) for t, v in out.items()}
+
+
+def merge_rows(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {t: torch.unique(torch.cat([a.get(t, torch.zeros(0, dtype=torch.long)), b.get(t, torch.zeros(0, dtype=torch.long))]))
+            for t in set(a) | set(b)}
+
+
 def click_logloss(p: np.ndarray, data: StudentData) -> float:
     m = data.label_mask[:, 0].numpy()
     y = data.labels[:, 0].numpy()[m]
@@ -219,6 +234,9 @@ def _train_student(
     if best[1] is not None:
         model.load_state_dict(best[1])
     model.to(home)
+    # the rows its data reached (with those of the student it warm-started from): the next warm start
+    # folds the rows it has never seen into them (warm_start.fold_in_student)
+    model.seen_rows = merge_rows(getattr(model, "seen_rows", None) or {}, table_rows(model, train))
     info.update(steps=step, epoch_kept=best[2], val_click_logloss=best[0] if best[1] is not None else None,
                 train_seconds=time.perf_counter() - t0)
     return info
@@ -231,12 +249,15 @@ def _train_student(
 def save_student(model: Student, directory: str | Path, metrics: dict[str, Any] | None = None,
                  extra: dict[str, Any] | None = None) -> Path:
     """Atomically write model.pt ({"state_dict", "config", "calibration" when the student has its
-    calibrator}; weights_only-safe), config.json and metrics.json."""
+    calibrator, "seen_rows" {table: rows its training data reached}}; weights_only-safe), config.json
+    and metrics.json."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     cal: Calibrator | None = getattr(model, "calibrator", None)
+    seen = getattr(model, "seen_rows", None)
     atomic.torch_save({"state_dict": model.state_dict(), "config": dict(model.cfg),
-                       **({"calibration": cal.state()} if cal is not None else {})}, d / "model.pt")
+                       **({"calibration": cal.state()} if cal is not None else {}),
+                       **({"seen_rows": dict(seen)} if seen else {})}, d / "model.pt")
     atomic.write_json(d / "config.json", {"student": model.cfg, **(extra or {})})
     atomic.write_json(d / "metrics.json", metrics or {})
     return d

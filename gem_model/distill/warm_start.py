@@ -9,6 +9,11 @@ aux-head arms add a head (`aux_head`), the representation arms an input (`teache
 differences start it cold. The parameter-sharing arm then copies the teacher's tables over the warm
 ones, as it does over a cold start. A cold start logs its reason and keeps it in the train info
 (`warm_start`), so metrics.json and the asset metadata say which it was.
+
+A warm start keeps the rows the old student's data reached (saved as `seen_rows`) and folds the
+item-table rows its new window meets for the first time (ads and items born since) into them, as the
+teacher's warm retrain does (gem_model.train.item_svd.fold_in_rows): each new row becomes the
+PPMI-weighted mean of the known rows it shares histories with, instead of a random start.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from typing import Any
 
 import torch
 
+from gem_model.distill.dataset import StudentData
 from gem_model.distill.student import Student
+from gem_model.train.item_svd import MAX_ROWS, bag_counts, fold_in_rows, ppmi
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +34,10 @@ IGNORED_KEYS = ("seed", "arm", "path", "teacher")  # config keys that may differ
 NO_SOURCE = {"warm_start_from": None, "warm_start": "cold: no ACCEPTED student to start from"}
 
 
-def warm_start(model: Student, source: str | Path | None) -> dict[str, Any]:
+def warm_start(model: Student, source: str | Path | None, data: StudentData | None = None) -> dict[str, Any]:
     """Load the weights of the saved student `source` (a version directory or its model.pt) into `model`
-    when compatible. Returns {"warm_start_from": source or None, "warm_start": "warm" | "cold: <reason>"}.
+    when compatible. Returns {"warm_start_from": source or None, "warm_start": "warm" | "cold: <reason>"}
+    (+ "folded_in": item rows of `data`, the new training window, folded into the old ones).
     An unreadable checkpoint is an error (ValueError naming it), not a silent cold start."""
     if source is None:
         return dict(NO_SOURCE)
@@ -46,7 +54,36 @@ def warm_start(model: Student, source: str | Path | None) -> dict[str, Any]:
                     model.cfg.get("path"), reason)
         return {"warm_start_from": None, "warm_start": f"cold: {reason}"}
     model.load_state_dict(state)
-    return {"warm_start_from": str(path), "warm_start": "warm"}
+    out: dict[str, Any] = {"warm_start_from": str(path), "warm_start": "warm"}
+    seen = saved.get("seen_rows")
+    if seen:
+        model.seen_rows = {t: v.long() for t, v in seen.items()}
+        if data is not None:
+            out["folded_in"] = fold_in_student(model, data, model.seen_rows)
+    return out
+
+
+@torch.no_grad()
+def fold_in_student(model: Student, data: StudentData, seen: dict[str, torch.Tensor], max_rows: int = MAX_ROWS) -> int:
+    """Fold the item-table rows of `data` absent from `seen` into the known ones (module doc): one bag
+    per row, its history ids and its candidate ids of that table. Returns the rows folded."""
+    table = model.cfg["hist_table"]
+    if model.hist_k <= 0 or table not in seen:
+        return 0  # no history: nothing co-occurs
+    cols = [j for j, (_, t) in enumerate(model.cfg["sparse_features"]) if t == table]
+    n = len(data)
+    items = torch.cat([data.hist_ids.long().flatten(), *[data.sparse[:, j].long() for j in cols]])
+    rows = torch.cat([torch.arange(n).repeat_interleave(data.hist_ids.shape[1]), *[torch.arange(n) for _ in cols]])
+    window, counts = bag_counts(rows, items, n, max_rows)
+    if len(window) == 0:
+        return 0
+    have = torch.isin(window, seen[table])
+    w = model.tables[table].weight
+    emb = w.detach()[window.to(w.device)].float().cpu()
+    scale = float(emb[have].norm(dim=1).mean()) if have.any() else float(w.detach().norm(dim=1).mean())
+    folded = fold_in_rows(ppmi(counts), have, [(emb, scale)])
+    w[window[folded].to(w.device)] = emb[folded].to(w.dtype).to(w.device)
+    return int(folded.sum())
 
 
 def _incompatible(cfg: dict[str, Any], state: dict[str, torch.Tensor], model: Student) -> str | None:

@@ -72,9 +72,18 @@ def _cooccurrence(model: GEM, batches: Iterable[Batch], max_rows: int) -> tuple[
         bags += len(ads)
     if not bag_rows:
         return torch.zeros(0, dtype=torch.long), torch.zeros(0, 0), 0
-    rows, items = torch.cat(bag_rows), torch.cat(bag_items)
+    seen, counts = bag_counts(torch.cat(bag_rows), torch.cat(bag_items), bags, max_rows)
+    return seen, counts, bags
+
+
+def bag_counts(rows: torch.Tensor, items: torch.Tensor, bags: int, max_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(seen table rows [n], co-occurrence counts [n, n], zero diagonal) of bags given as (bag index,
+    table row) pairs; row 0 (null / unknown) is left out, and only the `max_rows` rows met in the
+    most bags are kept (the count matrix is dense)."""
     keep = items != 0  # row 0: null / unknown id
     rows, items = rows[keep], items[keep]
+    if len(items) == 0:
+        return torch.zeros(0, dtype=torch.long), torch.zeros(0, 0)
     seen, compact = torch.unique(items, return_inverse=True)
     if len(seen) > max_rows:  # the rows met in the most bags
         top = torch.topk(torch.bincount(compact, minlength=len(seen)), max_rows).indices.sort().values
@@ -89,7 +98,7 @@ def _cooccurrence(model: GEM, batches: Iterable[Batch], max_rows: int) -> tuple[
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
         counts = torch.sparse.mm(h.t().coalesce(), h).to_dense()
     counts.fill_diagonal_(0.0)
-    return seen, counts, bags
+    return seen, counts
 
 
 @torch.no_grad()
@@ -143,32 +152,40 @@ def fold_in_item_svd(model: GEM, batches: Iterable[Batch], dim: int, max_rows: i
     seen, counts, bags = _cooccurrence(model, batches, max_rows)
     if len(seen) == 0:
         return {"rows": 0, "known": 0, "unreached": 0, "bags": bags}
-    p = ppmi(counts)
     have = known[seen].clone()  # [n]: has a direction (old, or folded on an earlier pass)
     n_known = int(have.sum())
     emb = w.detach()[seen.to(w.device)].float().cpu()
     topic = model.item_topic[seen.to(w.device)].float().cpu() if cfg.n_topic_stats else None
     scale = emb[have].norm(dim=1).mean() if have.any() else w.detach().norm(dim=1).mean().cpu()
-    folded = torch.zeros(len(seen), dtype=torch.bool)
-    for _ in range(FOLD_PASSES):
-        todo = (~have).nonzero().flatten()
-        if len(todo) == 0:
-            break
-        weights = p[todo][:, have]  # PPMI of each new id with each id that has a direction
-        reach = weights.sum(1) > 0
-        if not reach.any():
-            break
-        todo, weights = todo[reach], weights[reach]
-        emb[todo] = torch.nn.functional.normalize(weights @ emb[have], dim=1) * scale
-        if topic is not None:
-            topic[todo] = torch.nn.functional.normalize(weights @ topic[have], dim=1)
-        have[todo] = True
-        folded[todo] = True
+    folded = fold_in_rows(ppmi(counts), have, [(emb, float(scale))] + ([(topic, 1.0)] if topic is not None else []))
     rows = seen[folded].to(w.device)
     w[rows] = emb[folded].to(w.dtype).to(w.device)
     if topic is not None:
         model.item_topic[rows] = topic[folded].to(model.item_topic.dtype).to(model.item_topic.device)
-    return {"rows": int(folded.sum()), "known": n_known, "unreached": int((~have).sum()), "bags": bags}
+    return {"rows": int(folded.sum()), "known": n_known, "unreached": int((~(have | folded)).sum()), "bags": bags}
+
+
+def fold_in_rows(p: torch.Tensor, have: torch.Tensor, vectors: list[tuple[torch.Tensor, float]]) -> torch.Tensor:
+    """LSI-style folding-in over `FOLD_PASSES` passes: each row without a direction (~have) that
+    co-occurs (PPMI `p` [n, n] > 0) with rows that have one gets, in every tensor of `vectors`
+    ([n, d] each, changed in place), the PPMI-weighted mean of those rows, renormalised to the given
+    norm. Rows folded on a pass count as known on the next. Returns the bool [n] of rows folded."""
+    have = have.clone()
+    folded = torch.zeros(len(have), dtype=torch.bool)
+    for _ in range(FOLD_PASSES):
+        todo = (~have).nonzero().flatten()
+        if len(todo) == 0:
+            break
+        weights = p[todo][:, have]  # PPMI of each new row with each row that has a direction
+        reach = weights.sum(1) > 0
+        if not reach.any():
+            break
+        todo, weights = todo[reach], weights[reach]
+        for vec, norm in vectors:
+            vec[todo] = torch.nn.functional.normalize(weights @ vec[have], dim=1) * norm
+        have[todo] = True
+        folded[todo] = True
+    return folded
 
 
 def start_item_table(model: GEM, batches: Iterable[Batch], dim: int, max_rows: int = MAX_ROWS, *,

@@ -196,6 +196,7 @@ def test_production_student_warm_starts_from_the_accepted_one(world, tmp_path): 
                                     init_from=first["model_dir"], **kw)
     cold = train_production_student("shops", "labels_only", "none", version="v3", overrides=frozen, **kw)
     assert warm["train"]["warm_start"] == "warm" and warm["train"]["warm_start_from"] == first["model_dir"]
+    assert warm["train"]["folded_in"] == 0  # the same window: no item row the first student had not met
     assert cold["train"]["warm_start"] == "cold: no ACCEPTED student to start from"
     assert json.loads((tmp_path / "shops" / "v2" / "metrics.json").read_text())["train"]["warm_start"] == "warm"
     v1, v2, v3 = (load_student(tmp_path / "shops" / v).state_dict() for v in ("v1", "v2", "v3"))
