@@ -11,6 +11,7 @@ _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; } caption { text-align: left; font-weight: 600; }
 td, th { border: 1px solid #ccc; padding: 4px 10px; text-align: left; vertical-align: top; }
+td { overflow-wrap: anywhere; } th, td:nth-child(-n+3) { white-space: nowrap; overflow-wrap: normal; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.failed td { background: #fde2e2; } .ok { color: #176b2c; } .failed-text { color: #b00020; }
 code, .mono { font-family: ui-monospace, monospace; font-size: 0.9em; word-break: break-word; }

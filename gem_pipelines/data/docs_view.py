@@ -65,12 +65,12 @@ def observed(r: dict[str, Any], limit: int = _MAX_OBSERVED) -> str:
 
 def validation_page(result: dict[str, Any], *, table_name: str, partition: str, run_time: str, rows: int,
                     sampled: bool, links: dict[str, str]) -> str:
-    """One validation run of one partition: a summary line, then every expectation in suite order."""
+    """One validation run of one partition: a summary line, then every expectation, the failed ones first."""
     stats = result.get("statistics") or {}
     ok = bool(result.get("success"))
     cols = ["status", "expectation", "column", "rule", "observed", "unexpected"]
     body_rows, classes = [], []
-    for r in result.get("results", []):
+    for r in sorted(result.get("results", []), key=lambda r: bool(r.get("success"))):  # stable: suite order
         cfg = r.get("expectation_config") or {}
         kwargs = cfg.get("kwargs") or {}
         res = r.get("result") or {}
