@@ -19,7 +19,7 @@ export WANDB_SILENT := true
 # pytest's "no tests collected" exit code (5) is a failure here, not a pass.
 PYTEST_ARGS ?=
 
-.PHONY: demo next-day week test ui bench eval lint clean
+.PHONY: demo next-day week test chromium ui bench eval lint clean
 
 .venv: pyproject.toml
 	python3 -m venv .venv
@@ -43,9 +43,21 @@ next-day: .venv
 week: .venv
 	$(MAKE) next-day DAYS=7
 
-test: .venv
+test: .venv chromium
 	@$(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: treating as a failure"; exit 1; fi; exit $$rc
+
+# The browser test drives Debian's chromium (Playwright's own download needs the network): installed here when it
+# is missing and apt can (root); otherwise tests/pipelines/test_browser.py is reported as not run, naming
+# `apt-get install chromium`.
+CHROMIUM ?= /usr/bin/chromium
+chromium:
+	@if [ ! -x "$(CHROMIUM)" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's chromium for the browser test (apt-get install chromium, quietly)"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    { apt-get install -y -qq chromium || { apt-get update -qq && apt-get install -y -qq chromium; }; } \
+	        >/dev/null 2>&1 || echo "apt-get install chromium failed: the browser test will be reported as not run"; \
+	fi
 
 ui: .venv
 	$(PY) -c "from gem_pipelines.instance import dagster_home; dagster_home()"
