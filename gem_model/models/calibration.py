@@ -111,6 +111,15 @@ class Calibrator:
         b = self.b.to(logits.device, torch.float32)[surface_idx]
         return torch.sigmoid(a * logits.float() + b)
 
+    def apply_probs(self, p: np.ndarray, surfaces: list[str] | np.ndarray, task: str = "click") -> np.ndarray:
+        """Probabilities of any scorer (e.g. the oracle's, behind a map fitted the same way on the same
+        days) through this calibrator's `task` head of each row's surface (by name)."""
+        idx = np.array([self.surfaces.index(s) for s in surfaces], dtype=np.int64)
+        j = TASKS.index(task)
+        z = logit(p)
+        a, b = self.a[:, j].numpy()[idx], self.b[:, j].numpy()[idx]
+        return 1.0 / (1.0 + np.exp(-(a * z + b)))
+
     def state(self) -> dict[str, Any]:
         """Plain tensors, strings and ints: what model.pt carries (weights_only-safe)."""
         return {"surfaces": list(self.surfaces), "a": self.a.clone(), "b": self.b.clone(), "fitted": self.fitted.clone(),

@@ -252,3 +252,13 @@ def test_train_fits_the_map_on_every_day_after_its_window(lake, tmp_path):
     _flip_labels(lake, DAYS[2])  # E-2: not a training day, one of the fitting days
     moved = run("c")
     assert not torch.allclose(first["b"], moved["b"])
+
+
+def test_apply_probs_maps_any_scorer_through_the_heads_of_its_surfaces():
+    """Calibrator.apply_probs: what the week's report uses to put the oracle's probabilities behind a map
+    fitted the same way; it agrees with apply_logits on the same rows."""
+    scale, shift = {"feed": 0.6, "shops": 1.4}, {"feed": 0.5, "shops": -0.7}
+    df = _world(5000, 7, scale, shift)
+    cal = fit_calibrator(df, SURFACES, min_positives=30, shrink_positives=300)
+    out = cal.apply_probs(df["p_click"].to_numpy(), df["surface"].to_numpy())
+    np.testing.assert_allclose(out, _apply(cal, df), rtol=1e-4)
