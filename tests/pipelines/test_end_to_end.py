@@ -63,6 +63,10 @@ def test_demo_materializes_the_graph_with_green_checks(demo_world) -> None:
         (m, s) for m in ("foundation", "single_surface") for s in surfaces
     }
     assert all(r["oracle_ne"] is not None and r["n"] > 0 for r in report)
+    # E's NE by the ad's age (issue 24): churn gives E ads never seen before
+    by_age = json.loads((home / "reports" / "foundation_eval.json").read_text())["ne_by_ad_age"]
+    assert {(r["surface"], r["ad_age"]) for r in by_age} == {(s, a) for s in [*surfaces, "all"] for a in ("new", "recent", "older")}
+    assert next(r["n"] for r in by_age if r["surface"] == "all" and r["ad_age"] == "new") > 0
     # every teacher's predictions cached once, keyed by (request_id, teacher)
     tp = pl.read_delta(str(lake / "teacher_predictions"))
     assert {"foundation", "domain:social", "domain:commerce"} <= set(tp["teacher"])
