@@ -87,6 +87,8 @@ def test_launch_an_events_partition_from_the_ui_and_read_its_checks(tmp_path: Pa
         pytest.skip(f"not run: no {CHROMIUM}; apt-get install chromium (make test does, as root)")
     from playwright.sync_api import expect, sync_playwright
 
+    expect.set_options(timeout=60_000)  # as page.set_default_timeout below: on 2 busy cores the UI takes its time
+
     from gem_pipelines.reports import serve
 
     home, ui_port, reports_port = tmp_path / "gem", _free_port(), _free_port()
