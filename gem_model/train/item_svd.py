@@ -191,7 +191,10 @@ def fold_in_rows(p: torch.Tensor, have: torch.Tensor, vectors: list[tuple[torch.
 def start_item_table(model: GEM, batches: Iterable[Batch], dim: int, max_rows: int = MAX_ROWS, *,
                      warm: bool = False) -> dict[str, int]:
     """The training start-up's entry: a cold start fits the window's PPMI-SVD (`set_item_svd`), a
-    warm start (weights from an older checkpoint) folds the window's new ids into it (`fold_in_item_svd`)."""
+    warm start (weights from an older checkpoint) folds the window's new ids into it (`fold_in_item_svd`),
+    unless the old model has no topic directions at all (trained without item_svd): then it is fitted."""
+    if warm and model.cfg.n_topic_stats and not bool(model.item_topic.any()):
+        warm = False  # the old model never had an SVD start: there is no basis to fold into, fit one
     if warm:
         return {"warm": 1, **fold_in_item_svd(model, batches, dim, max_rows)}
     return set_item_svd(model, batches, dim, max_rows)

@@ -13,7 +13,7 @@ import torch
 
 from gem_model.models.gem import build_model
 from gem_model.models.synthetic_batches import config_from_assets, synthetic_batch
-from gem_model.train.item_svd import fold_in_item_svd, set_item_svd
+from gem_model.train.item_svd import fold_in_item_svd, set_item_svd, start_item_table
 
 N_TOPICS, PER_TOPIC = 4, 12
 FIRST_AD = 1 + N_TOPICS * PER_TOPIC
@@ -121,3 +121,16 @@ def test_an_ad_born_after_the_first_training_gets_a_topic_vector_on_the_warm_ret
     assert bool((warm.item_topic[born].norm(dim=1) > 0.99).all())
     old = first.item_topic.norm(dim=1) > 0
     assert int(old.sum()) > 100 and torch.equal(warm.item_topic[old], first.item_topic[old])  # the old basis kept
+
+
+def test_a_warm_start_from_a_model_without_directions_fits_them():
+    """An old checkpoint trained without item_svd has an all-zero topic buffer: nothing to fold into, so
+    the warm start fits the window's SVD as a cold one would; with directions it folds."""
+    torch.manual_seed(0)
+    cfg = dataclasses.replace(config_from_assets("tiny"), topic_dim=8)
+    model = build_model(cfg)
+    g = torch.Generator().manual_seed(3)
+    info = start_item_table(model, [_batch(cfg, g, FIRST_AD) for _ in range(4)], dim=8, warm=True)
+    assert "warm" not in info and info["rows"] == NEW_AD - 1 and bool(model.item_topic[1:NEW_AD].any(1).all())
+    info = start_item_table(model, [_batch(cfg, g, NEW_AD) for _ in range(4)], dim=8, warm=True)
+    assert info["warm"] == 1 and info["rows"] == N_TOPICS
