@@ -91,7 +91,10 @@ def test_demo_materializes_the_graph_with_green_checks(demo_world) -> None:
             )
             statuses = {r.status.value for r in records}
             assert "SUCCEEDED" in statuses, f"{asset}:{check} never passed"
-            assert "FAILED" not in statuses, f"{asset}:{check} failed: {statuses}"
+            # a model accepted unjudged (too few positives on E: the test world's shops) fails with WARN
+            failed = [r.event.dagster_event.event_specific_data for r in records if r.status.value == "FAILED"]
+            assert all(e.severity == dg.AssetCheckSeverity.WARN and e.metadata["judged"].value is False
+                       for e in failed), f"{asset}:{check} failed: {statuses}"
         runs = instance.get_run_records()
         assert runs and all(r.dagster_run.is_success for r in runs)
         # every model is gated, and every ACCEPTED file traces to a passing quality_gate check of its version
