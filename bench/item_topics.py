@@ -50,8 +50,8 @@ def svd_table(dim: int) -> np.ndarray:
     from gem_model.models.config import GEMConfig
     from gem_model.models.gem import build_model
     from gem_model.store.paths import table_uri
+    from gem_model.train.config import load_preset
     from gem_model.train.item_svd import set_item_svd
-    from gem_model.train.loop import load_preset
 
     features, surfaces = load_features(), load_surfaces()
     preset = load_preset("small")

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "tests" / "model"))  # make_batch: random batches 
 from gem_model.config import load_calendar, load_features, load_simulator  # noqa: E402
 from gem_model.models.config import GEMConfig  # noqa: E402
 from gem_model.models.gem import build_model  # noqa: E402
-from gem_model.train.loop import load_preset  # noqa: E402
+from gem_model.train.config import load_preset  # noqa: E402
 
 PRESETS = ("tiny", "small", "base", "large")
 GB = 1e9

@@ -70,7 +70,7 @@ def bench_jagged_vs_padded(steps: int, device: str) -> dict:
 
     from gem_model.data.loader import ExampleStream
     from gem_model.models import GEM, GEMConfig
-    from gem_model.train.loop import load_preset
+    from gem_model.train.config import load_preset
 
     dims = load_preset("small")["model"]
     cfg = GEMConfig.from_specs(dims)
@@ -118,7 +118,7 @@ import time, json, sys, torch
 t0 = time.perf_counter()
 from gem_model.data.loader import ExampleStream
 from gem_model.models import GEM, GEMConfig
-from gem_model.train.loop import load_preset
+from gem_model.train.config import load_preset
 cfg = GEMConfig.from_specs(load_preset("small")["model"])
 model = GEM(cfg).to(sys.argv[1]).compile_dense()  # what train() does with train.compile: true
 it = iter(ExampleStream("2026-11-02", "2026-11-02", batch_size=1024, max_len=cfg.seq_len))
@@ -226,7 +226,7 @@ def ops_only(preset: str = "tiny", batch_size: int = 256, compile_model: bool = 
     import torch
 
     from gem_model.models import GEM, GEMConfig
-    from gem_model.train.loop import load_preset
+    from gem_model.train.config import load_preset
     from tests.model.helpers import make_batch
 
     cfg = GEMConfig.from_specs(load_preset(preset)["model"])
@@ -244,7 +244,7 @@ def graph_breaks(preset: str = "tiny", batch_size: int = 64) -> dict:
     import torch
 
     from gem_model.models import GEM, GEMConfig
-    from gem_model.train.loop import load_preset
+    from gem_model.train.config import load_preset
     from tests.model.helpers import make_batch
 
     cfg = GEMConfig.from_specs(load_preset(preset)["model"])

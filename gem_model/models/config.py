@@ -17,6 +17,11 @@ RETIRED: dict[str, Any] = {"cooc_weight": 0.0, "cooc_pairs": None, "cooc_tempera
                            "history_click_share": False, "click_action_row": None}
 
 
+# filled by `GEMConfig.from_specs` from features.yaml and surfaces.yaml: never a preset's model key
+SPEC_FIELDS = frozenset({"dense_features", "sparse_features", "history_columns", "tables", "surfaces", "surface_tasks",
+                         "hist_max_len"})
+
+
 @dataclass
 class GEMConfig:
     # -- trunk dimensions -----------------------------------------------------------------------
@@ -116,8 +121,9 @@ class GEMConfig:
 
         features = features or load_features()
         surfaces = surfaces or load_surfaces()
-        known = {f.name for f in dataclasses.fields(cls)}
-        dims = {k: v for k, v in (dims or {}).items() if k in known}
+        dims = dict(dims or {})
+        if unknown := sorted(set(dims) - model_keys()):
+            raise ValueError(f"unknown model key(s) {unknown}")
         names = surfaces.names
         return cls(
             **{
@@ -153,3 +159,8 @@ class GEMConfig:
             raise ValueError(f"unknown GEMConfig fields {sorted(unknown)}")
         # checkpoints saved before the exact-match statistic existed carry no such key: same shapes
         return cls(**{"exact_match": False, **d})
+
+
+def model_keys() -> frozenset[str]:
+    """The keys a preset's `model:` mapping may set."""
+    return frozenset(f.name for f in dataclasses.fields(GEMConfig)) - SPEC_FIELDS

@@ -29,7 +29,7 @@ import torch
 from gem_model.config import ASSETS_DIR
 from gem_model.data.loader import TASKS, Batch
 from gem_model.models import GEM, GEMConfig
-from gem_model.train.loop import load_preset
+from gem_model.train.config import load_preset
 from gem_model.train.sharding import rows_per_rank
 
 FP32, BF16 = 4, 2

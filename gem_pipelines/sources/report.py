@@ -252,7 +252,7 @@ def trained_version(seed: int, preset: str) -> str | None:
     (the demo's, or an earlier --seeds run), with every baseline's predictions on E: the ACCEPTED one
     first, else the newest. None: train one."""
     from gem_model.store.paths import models_dir
-    from gem_model.train.loop import load_preset
+    from gem_model.train.config import load_preset
 
     spec = load_preset(preset)
     accepted = read_accepted(FOUNDATION)

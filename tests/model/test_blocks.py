@@ -19,7 +19,7 @@ from gem_model.models.layers import (
     segment_ids,
 )
 from gem_model.models.target_attention import N_STATS, DINTargetAttention
-from gem_model.train.loop import load_preset
+from gem_model.train.config import load_preset
 from tests.model.helpers import make_batch, tiny_model_config
 
 torch.manual_seed(0)

@@ -39,7 +39,7 @@ def test_warm_start_with_one_more_surface_keeps_the_other_heads():
         {"name": "stories", "domain": "social", "format": "parquet", "traffic_share": 0.1, "tasks": ["click"]},
     ]})
     from gem_model.models import GEMConfig
-    from gem_model.train.loop import load_preset
+    from gem_model.train.config import load_preset
 
     old = GEM(GEMConfig.from_specs(load_preset("tiny")["model"], surfaces=base))
     new = GEM(GEMConfig.from_specs(load_preset("tiny")["model"], surfaces=more))

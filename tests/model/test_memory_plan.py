@@ -7,7 +7,7 @@ import math
 import pytest
 
 from gem_model.models import GEMConfig
-from gem_model.train.loop import load_preset
+from gem_model.train.config import load_preset
 from gem_model.train.memory_plan import FP32, main, measured_activation_bytes, plan
 
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-import gem_model.train.loop as train_mod
+import gem_model.train.streams as streams_mod
 from gem_model.train.selection import score_variant, table_row
 
 pytestmark = pytest.mark.timeout(300)
@@ -14,13 +14,13 @@ pytestmark = pytest.mark.timeout(300)
 
 def test_score_variant_selects_on_the_validation_day_only(lake, monkeypatch) -> None:
     read: list[tuple[str, str]] = []
-    real = train_mod.ExampleStream
+    real = streams_mod.ExampleStream
 
     def recording(start, end, *a, **kw):
         read.append((str(start), str(end)))
         return real(start, end, *a, **kw)
 
-    monkeypatch.setattr(train_mod, "ExampleStream", recording)
+    monkeypatch.setattr(streams_mod, "ExampleStream", recording)
     over = {"train": {"max_steps": 4, "eval_every": 2, "patience": 5, "torch_threads": 1},
             "buckets": {"user_id": 512}}
     r = score_variant(over, preset="tiny", window=("2026-11-02", "2026-11-03"), valid="2026-11-04", lake=str(lake))

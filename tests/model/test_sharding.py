@@ -20,7 +20,7 @@ from gem_model.config import load_features, load_surfaces
 from gem_model.data.loader import Encoder
 from gem_model.data.synthetic import synthetic_day
 from gem_model.models import GEM, GEMConfig
-from gem_model.train.loop import load_preset
+from gem_model.train.config import load_preset
 from gem_model.train.optim import RowWiseAdagrad
 from gem_model.train.sharding import (
     RowShardedEmbedding,

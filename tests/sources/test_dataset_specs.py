@@ -15,7 +15,8 @@ import yaml
 from gem_model.config import ASSETS_DIR, SOURCES_DIR, load_features, load_surfaces
 from gem_model.data.normalization import base_rates
 from gem_model.models import GEM, GEMConfig
-from gem_model.train.loop import load_preset, set_head_bias
+from gem_model.train.config import load_preset
+from gem_model.train.startup import set_head_bias
 
 
 def test_dataset_preset_layers_on_the_named_preset(monkeypatch: pytest.MonkeyPatch) -> None:

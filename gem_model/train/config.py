@@ -1,0 +1,203 @@
+"""The training run's config, typed: a preset of assets/models/ (with the GEM_DATA dataset's adjustments on
+top) and a run's overrides, checked key by key. An unknown key raises ConfigError naming it, and the file
+when it comes from one; `resolve_config` gives the complete plain dict that config.json and checkpoints carry.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from gem_model.config import ASSETS_DIR, SOURCES_DIR, ConfigError, dataset_name
+from gem_model.models.calibration import DEFAULT_CALIBRATION
+from gem_model.models.config import model_keys
+from gem_model.train.item_svd import MAX_ROWS
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class WidePrior(_Strict):
+    """The per-id wide offsets of `features` start at an L2 logistic regression on the window's labels,
+    `passes` backfitting sweeps (gem_model.train.wide_prior.set_wide_prior)."""
+
+    features: list[str]
+    l2: float
+    passes: int = 1
+
+
+class DensePrior(_Strict):
+    """Each head's bias and wide weights of these dense features start at an L2 logistic regression on
+    the window (gem_model.train.wide_prior.set_dense_prior; meant for counters, which come from earlier days)."""
+
+    features: list[str]
+    l2: float = 1.0
+
+
+class ItemSvd(_Strict):
+    """The shared item table starts from the PPMI-SVD directions of the window's history-item / candidate
+    co-occurrence, the `max_rows` rows met most (gem_model.train.item_svd)."""
+
+    dim: int
+    max_rows: int = MAX_ROWS
+
+
+class TrainConfig(_Strict):
+    batch_size: int = 1024
+    eval_batch_size: int = 4096
+    lr: float = 0.004
+    emb_lr: float = 0.05
+    emb_weight_decay: float = 0.0  # row-wise Adagrad: L2 on the rows a batch touches
+    wide_weight_decay: float | None = None  # L2 on the per-id wide offsets (None: emb_weight_decay)
+    wide_lr: float | None = None  # row-wise Adagrad rate of the per-id wide offsets (None: emb_lr)
+    weight_decay: float = 0.0
+    epochs: int = 1
+    max_steps: int | None = None
+    warmup_steps: int = 20
+    min_lr_frac: float = 0.1
+    grad_clip: float = 1.0  # 0: no clipping
+    checkpoint_every: int = 100
+    log_every: int = 20
+    eval_every: int | None = None  # validate every N steps (None or 0: after each epoch)
+    patience: int = 1
+    shuffle_buffer: int = 65536
+    chunk_rows: int = 16384
+    compile: bool = False
+    # replicated, or row: tables row-wise across ranks, dense params FSDP2 (gem_model.train.sharding)
+    embedding_sharding: Literal["replicated", "row"] = "replicated"
+    precision: Literal["auto", "bf16", "fp32"] = "auto"  # auto: bf16 autocast on CUDA, fp32 elsewhere
+    torch_threads: int | None = None
+    # start-up fits on the training window before the first step (gem_model.train.startup); None: off
+    wide_prior: WidePrior | None = None
+    item_svd: ItemSvd | None = None
+    dense_prior: DensePrior | None = None
+    head_bias: Literal["fixed", "base_rate"] = "fixed"  # base_rate: logit of each head's training-window rate
+    fail_at_step: int | None = None  # tests: raise after this step (after its checkpoint, if any)
+    dump_rank_weights: bool = False  # tests: write rank<r>.pt with each rank's final weights
+    calibrate: bool = DEFAULT_CALIBRATION["enabled"]  # Platt map per (surface, task) fitted after selection
+    calibration_min_positives: int = DEFAULT_CALIBRATION["min_positives"]  # fewer: the pooled map alone
+    # a surface's own map weighs positives / (positives + this) against the pooled one (gem_model.models.calibration)
+    calibration_shrink_positives: float = DEFAULT_CALIBRATION["shrink_positives"]
+
+
+def _iso(d: Any) -> str | None:
+    return None if d is None else (d.isoformat() if isinstance(d, dt.date) else str(d))
+
+
+class DataConfig(_Strict):
+    train: list[str]  # [first_date, last_date], inclusive (one date: that day)
+    valid: str | None = None  # model selection / early stopping
+    eval: str | None = None  # final metrics, with the oracle when present
+    surfaces: list[str] | None = None  # None: every surface of surfaces.yaml
+    own_surface: bool = False  # one surface read as a model of it alone sees it (gem_model.data.own_surface)
+    lake: str | None = None  # lake root (default GEM_LAKE_URI or $GEM_HOME/lake)
+    oracle: bool = True
+
+    @field_validator("train", mode="before")
+    @classmethod
+    def _range(cls, v: Any) -> list[str | None]:
+        v = [v, v] if isinstance(v, str | dt.date) else list(v)
+        if len(v) != 2:
+            raise ValueError("data.train is [first_date, last_date] or one date")
+        return [_iso(d) for d in v]
+
+    @field_validator("valid", "eval", mode="before")
+    @classmethod
+    def _day(cls, v: Any) -> str | None:
+        return _iso(v)
+
+    @field_validator("surfaces", mode="before")
+    @classmethod
+    def _surfaces(cls, v: Any) -> list[str] | None:
+        return list(v) if v else None
+
+
+class TrackingConfig(_Strict):
+    project: str = "gem"
+    group: str | None = None
+    name: str | None = None
+    job_type: str = "train"
+
+
+class RunConfig(_Strict):
+    preset: str = "tiny"
+    model: dict[str, Any] = {}  # GEMConfig's dimensions (checked against its fields)
+    train: TrainConfig = TrainConfig()
+    data: DataConfig
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda
+    out_dir: str | None = None
+    tracking: TrackingConfig = TrackingConfig()
+
+    @field_validator("model")
+    @classmethod
+    def _model_keys(cls, v: dict[str, Any]) -> dict[str, Any]:
+        check_model_keys(v)
+        return v
+
+
+def check_model_keys(dims: dict[str, Any]) -> None:
+    if unknown := sorted(set(dims) - model_keys()):
+        raise ValueError(f"unknown model key(s) {unknown}")
+
+
+def _validate(model: type[BaseModel], raw: Any, where: str) -> BaseModel:
+    try:
+        return model.model_validate(raw)
+    except ValidationError as e:
+        problems = "; ".join(f"key '{'.'.join(str(p) for p in err['loc']) or '<root>'}': {err['msg']}" for err in e.errors())
+        raise ConfigError(f"{where}: {problems}") from e
+
+
+class _PresetFile(_Strict):
+    model: dict[str, Any] | None = None
+    train: dict[str, Any] | None = None
+
+
+def load_preset(preset: str | Path) -> dict[str, Any]:
+    """assets/models/<name>.yaml (or a path) -> {"model": {...}, "train": {...}}. A named preset
+    also takes the GEM_DATA dataset's adjustments, assets/sources/<dataset>/models/<name>.yaml, on
+    top (a real dataset's click rate and size are not the simulator's). Every file's keys are checked."""
+    path = Path(preset)
+    layers = [path]
+    if not path.suffix:
+        path = ASSETS_DIR / "models" / f"{preset}.yaml"
+        layers = [path, SOURCES_DIR / dataset_name() / "models" / f"{preset}.yaml"]
+    out: dict[str, Any] = {"model": {}, "train": {}}
+    for p in layers:
+        raw = (yaml.safe_load(p.read_text()) or {}) if p == path or p.is_file() else {}
+        _validate(_PresetFile, raw, str(p))
+        try:
+            check_model_keys(raw.get("model") or {})
+        except ValueError as e:
+            raise ConfigError(f"{p}: {e}") from e
+        _validate(TrainConfig, raw.get("train") or {}, f"{p}: train")
+        for k in out:
+            out[k].update(raw.get(k) or {})
+    return out
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """A run config (JSON or YAML), its keys checked here so that an error names the file."""
+    text = Path(path).read_text()
+    raw = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
+    _validate(RunConfig, raw, str(path))
+    return raw
+
+
+def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Preset + overrides -> the complete plain dict (what config.json and checkpoints carry)."""
+    if "train" not in (config.get("data") or {}):
+        raise ValueError("config.data.train = [first_date, last_date] is required")
+    preset = config.get("preset", "tiny")
+    layers = load_preset(preset) if preset else {}
+    run = {**config, "preset": str(preset),
+           "model": {**layers.get("model", {}), **(config.get("model") or {})},
+           "train": {**layers.get("train", {}), **(config.get("train") or {})}}
+    return _validate(RunConfig, run, "run config").model_dump()
