@@ -4,6 +4,7 @@ to: they read the same offline, from a file or from `python -m gem_pipelines.rep
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -11,8 +12,8 @@ _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; } caption { text-align: left; font-weight: 600; }
 td, th { border: 1px solid #ccc; padding: 4px 10px; text-align: left; vertical-align: top; }
-td { overflow-wrap: anywhere; } th, td:nth-child(-n+3) { white-space: nowrap; overflow-wrap: normal; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
+th { white-space: nowrap; } td { overflow-wrap: break-word; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tr.failed td { background: #fde2e2; } .ok { color: #176b2c; } .failed-text { color: #b00020; }
 code, .mono { font-family: ui-monospace, monospace; font-size: 0.9em; word-break: break-word; }
 .muted { color: #666; }
@@ -29,6 +30,12 @@ def page(title: str, body: str) -> str:
             f"<style>{_STYLE}</style></head>\n<body>\n<h1>{esc(title)}</h1>\n{body}\n</body></html>\n")
 
 
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return "n/a" if math.isnan(v) else f"{v:.4f}"  # NaN: no positives to score, say
+    return "" if v is None else str(v)
+
+
 def table(cols: Sequence[str], rows: Iterable[Sequence[Any]], *, caption: str = "", row_class: Sequence[str] = (),
           raw: frozenset[str] = frozenset(), table_id: str = "") -> str:
     """An HTML table; cells are escaped except in the columns named in `raw` (already HTML). Numbers are
@@ -39,7 +46,7 @@ def table(cols: Sequence[str], rows: Iterable[Sequence[Any]], *, caption: str = 
         cells = []
         for c, v in zip(cols, row, strict=True):
             num = isinstance(v, (int, float)) and not isinstance(v, bool)
-            text = v if c in raw else esc(f"{v:.4f}" if isinstance(v, float) else v)
+            text = v if c in raw else esc(_cell(v))
             cells.append(f'<td class="num">{text}</td>' if num else f"<td>{text}</td>")
         cls = f' class="{row_class[i]}"' if i < len(row_class) and row_class[i] else ""
         body.append(f"<tr{cls}>{''.join(cells)}</tr>")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +81,7 @@ def gap(ne: float | None, oracle_ne: float | None) -> float | None:
 
 
 def gap_closed(ne: float | None, oracle_ne: float | None) -> str:
-    ok = ne is not None and oracle_ne is not None and oracle_ne < 1
+    ok = ne is not None and oracle_ne is not None and oracle_ne < 1 and not math.isnan(ne)
     return f"{(1 - ne) / (1 - oracle_ne):.0%}" if ok else ""
 
 
@@ -99,7 +100,9 @@ def metric_table(rows: list[dict[str, Any]]) -> dg.MetadataValue:
 def _fmt(v: Any) -> str:
     if v is None:
         return ""
-    return f"{v:.4f}" if isinstance(v, float) else str(v)
+    if isinstance(v, float):
+        return "n/a" if math.isnan(v) else f"{v:.4f}"  # NaN: no positives to score, say
+    return str(v)
 
 
 CALIBRATOR_COLS = ["surface", "task", "fitted", "a", "b", "positives", "own_weight", "why"]

@@ -101,3 +101,5 @@ def test_calibrator_and_seeds_are_markdown_tables() -> None:
     assert seeds[2].startswith("| 0 | foundation | 0.9250 | 0.1000 |")  # mean of 0.90 and 0.95; gap where known
     header = metric_table(ROWS).value.splitlines()[0]
     assert " gap | gap closed " in header
+    no_positives = metric_table([_row("foundation", "shops", 0, float("nan"), 0.7)]).value.splitlines()[2]
+    assert no_positives.startswith("| foundation | shops | click | 0 | n/a | 0.7000 | n/a |  | 0.7000 |")
