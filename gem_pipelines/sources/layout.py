@@ -99,7 +99,7 @@ class Time(_Strict):
 
     column: str | None = None
     unit: Literal["s", "ms", "us"] | None = None  # epoch numbers
-    format: str | None = None  # or text times (strftime)
+    format: str | None = None  # or text times (strftime), read as the data's local time
     timezone: str = "UTC"  # IANA name (Asia/Shanghai) or a fixed offset (+08:00)
     # the row's day from its own column (the app's day): it wins over the time's day, and a time
     # outside that day is clamped into it (counted per file as `time_clamped`)
