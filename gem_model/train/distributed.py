@@ -38,7 +38,7 @@ def init_process_group(device: str = "auto") -> bool:
     Returns True when this call created it (the caller then destroys it)."""
     if int(os.environ.get("WORLD_SIZE", 1)) <= 1 or torch_dist.is_initialized():
         return False
-    cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     torch_dist.init_process_group("nccl" if cuda else "gloo")

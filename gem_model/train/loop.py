@@ -56,7 +56,7 @@ from gem_model.models.calibration import Calibrator, calibration_days, fit_model
 from gem_model.store import atomic
 from gem_model.store.paths import gem_home, table_uri
 from gem_model.train.config import load_config_file, resolve_config
-from gem_model.train.distributed import resume_step
+from gem_model.train.distributed import destroy_process_group, init_process_group, resume_step
 from gem_model.train.optim import RowWiseAdagrad
 from gem_model.train.precision import autocast_dtype
 from gem_model.train.sharding import ReplicatedLayout, RowShardedLayout, shard_model
@@ -220,10 +220,6 @@ def setup(cfg: dict[str, Any], *, init_from: str | Path | None, resume: bool, fe
     device = pick_device(cfg["device"], local_rank)
     if device.type == "cuda":  # TF32 for fp32 matmuls (cuBLAS and the Triton kernels' dots)
         torch.set_float32_matmul_precision("high")
-    if world > 1 and not torch_dist.is_initialized():
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        torch_dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     if tcfg["torch_threads"]:
         torch.set_num_threads(int(tcfg["torch_threads"]))
     elif world > 1 and device.type == "cpu":
@@ -488,7 +484,7 @@ def train(
     cfg = resolve_config({**config, **({"out_dir": str(out_dir)} if out_dir is not None else {})})
     if not cfg["out_dir"]:
         raise ValueError("out_dir is required (argument or config.out_dir)")
-    own_pg = dist_env()[1] > 1 and not torch_dist.is_initialized()
+    own_pg = init_process_group(cfg["device"])  # under torchrun; torch.distributed may be set up by the caller
     run, warm = setup(cfg, init_from=init_from, resume=resume, features=features or load_features(),
                       surfaces=surfaces or load_surfaces())
     tcfg, dcfg, core, stream = run.tcfg, run.dcfg, run.core, run.streams.train
@@ -551,8 +547,7 @@ def train(
     if own_tracker and tracker is not None:
         tracker.finish()
     if own_pg:
-        torch_dist.barrier()
-        torch_dist.destroy_process_group()
+        destroy_process_group()
     return summary
 
 
