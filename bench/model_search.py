@@ -35,10 +35,10 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
 from gem_model.config import dataset_name, load_calendar  # noqa: E402
-from gem_model.store.paths import lake_root  # noqa: E402
 from gem_model.train.selection import TABLE_HEAD, score_variant, table_row  # noqa: E402
 
 SYNTHETIC_WORLD = {"n_users": 400, "n_ads": 48, "n_items": 192, "n_topics": 6, "max_hist": 16}
+KR_TABLES = {"user_id": 65536, "ad_id": 32768, "hist_item_id": 32768, "advertiser_id": 32768}
 # name -> overrides of assets/models/<preset>.yaml
 VARIANTS: dict[str, dict] = {
     "preset": {},
@@ -88,6 +88,16 @@ VARIANTS: dict[str, dict] = {
     "big_item_table": {"buckets": {"ad_id": 65536, "hist_item_id": 65536}},
     "svd32_topic_hist_64": {"train": {"item_svd": {"dim": 32}}, "model": {"topic_dim": 32, "max_hist_len": 64}},
     "big_user_table": {"buckets": {"user_id": 262144}},  # 25% of users share a row at 20,000
+    # KuaiRand (GEM_DATA=kuairand, issue 23; bench/MODEL_SEARCH.md 12): ~76k teacher rows over five tabs,
+    # 74 steps an epoch at batch 1024. Douban's tables (262,144 rows for ~7.6k videos, ~6.5k authors)
+    # make every step update 22M dense-gradient rows: tables sized to the data first, then the schedule
+    "kr_tables": {"buckets": KR_TABLES},
+    "kr_tables_lr": {"buckets": KR_TABLES, "train": {"epochs": 3, "patience": 2, "eval_every": 25, "lr": 0.001,
+                                                     "emb_lr": 0.01}},
+    "kr_tables_bs256": {"buckets": KR_TABLES, "train": {"batch_size": 256, "epochs": 2, "patience": 2,
+                                                        "eval_every": 100, "lr": 0.0003, "emb_lr": 0.01}},
+    "kr_tables_small_tabs_x3": {"buckets": KR_TABLES, "model": {"surface_loss_weights": {
+        "tab_0": 3.0, "tab_4": 3.0, "tab_6": 3.0, "tab_2": 3.0}}},
 }
 
 
@@ -119,7 +129,7 @@ def main() -> None:
         roles = load_calendar().roles()
         window, valid = (str(roles.teacher[0]), str(roles.teacher[1])), str(roles.validation)
         extra = {}
-    lines = [f"\n## {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {a.world} world ({lake or lake_root()}, GEM_DATA={dataset_name()}), preset `{a.preset}`"
+    lines = [f"\n## {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {a.world} world ({'a temporary lake' if lake else '<home>/lake'}, GEM_DATA={dataset_name()}), preset `{a.preset}`"
              f"{' + ' + str(extra) if extra else ''}, training window {window[0]}..{window[1]}, "
              f"selection on E-1 = {valid}\n",
              TABLE_HEAD]

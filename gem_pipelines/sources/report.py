@@ -182,12 +182,37 @@ def _valid_ne(version_dir: Path, surface: str) -> float:
     return next(float(r["ne"]) for r in rows if r["surface"] == surface and r["task"] == "click")
 
 
-def seeds_report(dataset: str, versions: dict[int, str], *, n_boot: int = 1000) -> dict[str, Any]:
+LR_MODELS = ("logistic_regression", "base_rate")  # gem_model.eval.baselines: one fit per seed, beside the version
+
+
+def pooled_difference(diffs: dict[str, np.ndarray], points: dict[str, float], positives: dict[str, int]) -> dict[str, Any]:
+    """The positives-weighted mean of several surfaces' paired differences, resample by resample: `diffs`
+    holds each surface's difference on the same bootstrap draws (each surface's rows resampled on their
+    own, so a draw is a resample of E stratified by surface); `points` the differences on E itself.
+    The weights are E's positives, so a surface's weight is what its NE is measured on."""
+    names = list(diffs)
+    w = np.array([positives[s] for s in names], dtype=np.float64)
+    if not names or w.sum() <= 0:
+        raise ValueError("pooled_difference: no surface with positives")
+    w = w / w.sum()
+    boot = np.sum([wi * np.asarray(diffs[s], dtype=np.float64) for wi, s in zip(w, names, strict=True)], axis=0)
+    point = float(sum(wi * points[s] for wi, s in zip(w, names, strict=True)))
+    from gem_model.eval.metrics import paired_difference
+
+    return {"surfaces": names, "weights": {s: float(wi) for s, wi in zip(names, w, strict=True)},
+            **paired_difference(boot, np.zeros_like(boot), point)}
+
+
+def seeds_report(dataset: str, versions: dict[int, str], *, n_boot: int = 1000,
+                 baselines: dict[int, Path] | None = None) -> dict[str, Any]:
     """Click NE on E per surface of the foundation and its single-surface baseline over several seeds
     (one foundation version per seed, its baselines under the same version): the seed mean, the
     per-seed values, a 95% Poisson-bootstrap interval of the seed mean (the same resampled rows for
     every seed and model) and the paired difference foundation - single-surface on those resamples;
-    beside them, each model's seed-mean click NE on E-1, where it was selected."""
+    beside them, each model's seed-mean click NE on E-1, where it was selected. With `baselines`
+    ({seed: dir holding <model>/eval_predictions.parquet of LR_MODELS}), the logistic regression and
+    the base rate on the same resamples. `pooled`: the difference pooled over every surface but the
+    one with the most positives on E (the small surfaces), weighted by their positives."""
     from gem_model.eval.metrics import bootstrap_ne, interval, paired_difference
     from gem_model.store.paths import models_dir
 
@@ -199,44 +224,71 @@ def seeds_report(dataset: str, versions: dict[int, str], *, n_boot: int = 1000) 
         preds[f"foundation|{seed}"] = pl.read_parquet(models_dir(FOUNDATION) / v / PREDICTIONS)
         preds[f"single_surface|{seed}"] = pl.concat(
             [pl.read_parquet(models_dir(BASELINE, s) / v / PREDICTIONS) for s in surfaces.names])
+    models = ["foundation", "single_surface"]
+    if baselines:
+        models += list(LR_MODELS)
+        for seed in seeds:
+            for m in LR_MODELS:
+                preds[f"{m}|{seed}"] = pl.read_parquet(Path(baselines[seed]) / m / PREDICTIONS)
     first = next(iter(preds.values())).select("request_id", "surface", "click")
     for k, df in preds.items():
         first = first.join(df.select("request_id", pl.col("p_click").alias(k)), on="request_id", how="inner")
     doc: dict[str, Any] = {"dataset": dataset, "evaluation_day": load_calendar().roles().evaluation.isoformat(),
                            "seeds": seeds, "versions": {str(k): v for k, v in versions.items()}, "n_boot": n_boot,
                            "rows": []}
+    diffs: dict[str, np.ndarray] = {}
     for s in surfaces.names:
         sub = first.filter(pl.col("surface") == s)
         y = sub["click"].to_numpy().astype(float)
         boot = bootstrap_ne(y, {k: sub[k].to_numpy() for k in preds}, n_boot=n_boot, seed=0)
         row: dict[str, Any] = {"surface": s, "n": int(len(y)), "positives": int(y.sum()), "peer_ne": cfg.peer_ne.get(s)}
         mean_boot = {}
-        for model in ("foundation", "single_surface"):
+        for model in models:
             per_seed = [normalized_entropy(y, sub[f"{model}|{seed}"].to_numpy()) for seed in seeds]
             mean_boot[model] = np.mean([boot[f"{model}|{seed}"] for seed in seeds], axis=0)
             lo, hi = interval(mean_boot[model])
-            valid = [_valid_ne(models_dir(FOUNDATION) / versions[seed] if model == "foundation"
-                               else models_dir(BASELINE, s) / versions[seed], s) for seed in seeds]
-            row[model] = {"ne": float(np.mean(per_seed)), "ne_ci": [lo, hi], "per_seed": per_seed,
-                          "valid_ne": float(np.mean(valid)), "valid_per_seed": valid}
+            row[model] = {"ne": float(np.mean(per_seed)), "ne_ci": [lo, hi], "per_seed": per_seed}
+            if model in ("foundation", "single_surface"):
+                valid = [_valid_ne(models_dir(FOUNDATION) / versions[seed] if model == "foundation"
+                                   else models_dir(BASELINE, s) / versions[seed], s) for seed in seeds]
+                row[model] |= {"valid_ne": float(np.mean(valid)), "valid_per_seed": valid}
+        diffs[s] = mean_boot["foundation"] - mean_boot["single_surface"]
         row["foundation_minus_single"] = paired_difference(
             mean_boot["foundation"], mean_boot["single_surface"], row["foundation"]["ne"] - row["single_surface"]["ne"])
         doc["rows"].append(row)
+    rows = [r for r in doc["rows"] if r["positives"] > 0]
+    if len(rows) >= 3:  # with two surfaces the "small" pool would be one surface's own row
+        largest = max(rows, key=lambda r: r["positives"])["surface"]
+        small = [r for r in rows if r["surface"] != largest]
+        doc["pooled"] = pooled_difference({r["surface"]: diffs[r["surface"]] for r in small},
+                                          {r["surface"]: r["foundation_minus_single"]["diff"] for r in small},
+                                          {r["surface"]: r["positives"] for r in small})
     return doc
+
+
+def _ci(block: dict[str, Any] | None) -> str:
+    return f"{block['ne']:.3f} [{block['ne_ci'][0]:.3f}, {block['ne_ci'][1]:.3f}]" if block else "-"
+
+
+def _diff(d: dict[str, Any]) -> str:
+    verdict = d["verdict"].replace("a better", "foundation better").replace("b better", "single-surface better")
+    return f"{d['diff']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}] ({verdict})"
 
 
 def seeds_markdown(doc: dict[str, Any]) -> str:
     lines = [f"# {doc['dataset']}: click NE on E = {doc['evaluation_day']}, seeds {doc['seeds']} (mean, 95% bootstrap "
-             f"interval of the seed mean, {doc['n_boot']} resamples)", "",
-             "| surface | test positives | foundation NE | single-surface NE | foundation - single [95%] | peer NE "
-             "| E-1 (selection day): foundation / single-surface |",
-             "|---|---|---|---|---|---|---|"]
+             f"interval of the seed mean, {doc['n_boot']} resamples of E's rows, the same for every model)", "",
+             "| surface | test positives | foundation NE | single-surface NE | foundation - single [95%] | "
+             "logistic regression NE | base rate NE | peer NE | E-1 (selection day): foundation / single-surface |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:
-        f, b, d = r["foundation"], r["single_surface"], r["foundation_minus_single"]
-        lines.append(f"| {r['surface']} | {r['positives']:,} | {f['ne']:.3f} [{f['ne_ci'][0]:.3f}, {f['ne_ci'][1]:.3f}] | "
-                     f"{b['ne']:.3f} [{b['ne_ci'][0]:.3f}, {b['ne_ci'][1]:.3f}] | {d['diff']:+.4f} [{d['lo']:+.4f}, "
-                     f"{d['hi']:+.4f}] ({d['verdict'].replace('a better', 'foundation better').replace('b better', 'single-surface better')}) | "
+        f, b = r["foundation"], r["single_surface"]
+        lines.append(f"| {r['surface']} | {r['positives']:,} | {_ci(f)} | {_ci(b)} | {_diff(r['foundation_minus_single'])} | "
+                     f"{_ci(r.get('logistic_regression'))} | {_ci(r.get('base_rate'))} | "
                      f"{r['peer_ne'] if r['peer_ne'] is not None else '-'} | {f['valid_ne']:.4f} / {b['valid_ne']:.4f} |")
+    if p := doc.get("pooled"):
+        lines += ["", f"Pooled over the small surfaces ({', '.join(f'{s} {w:.2f}' for s, w in p['weights'].items())}: "
+                  f"weights = positives on E), foundation - single-surface: {_diff(p)}"]
     return "\n".join(lines) + "\n"
 
 
@@ -272,6 +324,26 @@ def trained_version(seed: int, preset: str) -> str | None:
     return None
 
 
+def lr_baselines(seed: int, version: str) -> Path:
+    """The logistic regression and the base rate of gem_model.eval.baselines fitted with this seed on the
+    teacher's window (the epoch kept on E-1), beside the foundation version as gem_model.eval.model_quality
+    puts them; reused when already there."""
+    import datetime as dt
+
+    from gem_model.eval.baselines import run_baselines
+    from gem_model.store.paths import models_dir
+
+    out = models_dir(FOUNDATION) / version / "baselines" / f"seed{seed}"
+    if all((out / m / PREDICTIONS).is_file() for m in LR_MODELS):
+        return out
+    roles = load_calendar().roles()
+    days = [str(roles.teacher[0] + dt.timedelta(days=i)) for i in range((roles.teacher[1] - roles.teacher[0]).days + 1)]
+    uri = table_uri("training_examples")
+    run_baselines(days, str(roles.validation), str(roles.evaluation), out, uri=uri, seed=seed,
+                  storage_options=storage_options(uri))
+    return out
+
+
 def run_seeds(dataset: str, seeds: list[int], preset: str) -> Path:
     """The foundation + baselines of every seed on the lake already built (selection on E-1): reused
     where already trained (trained_version), else trained now; then reports/real_data_seeds.{json,md}."""
@@ -279,7 +351,7 @@ def run_seeds(dataset: str, seeds: list[int], preset: str) -> Path:
 
     versions = {seed: trained_version(seed, preset) or run_foundation(preset, seeds=(seed,), baselines=True)["version"]
                 for seed in seeds}
-    doc = seeds_report(dataset, versions)
+    doc = seeds_report(dataset, versions, baselines={seed: lr_baselines(seed, versions[seed]) for seed in seeds})
     out = reports_dir() / "real_data_seeds.json"
     out.write_text(json.dumps(doc, indent=2, default=str))
     out.with_suffix(".md").write_text(seeds_markdown(doc))
