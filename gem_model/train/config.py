@@ -8,10 +8,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator
 
 from gem_model.config import ASSETS_DIR, SOURCES_DIR, ConfigError, dataset_name
 from gem_model.models.calibration import DEFAULT_CALIBRATION
@@ -125,9 +125,18 @@ class TrackingConfig(_Strict):
     job_type: str = "train"
 
 
+def _model_keys(dims: dict[str, Any]) -> dict[str, Any]:
+    if unknown := sorted(set(dims) - model_keys()):
+        raise ValueError(f"unknown model key(s) {unknown}")
+    return dims
+
+
+ModelDims = Annotated[dict[str, Any], AfterValidator(_model_keys)]  # GEMConfig's dimensions, checked by name
+
+
 class RunConfig(_Strict):
     preset: str = "tiny"
-    model: dict[str, Any] = {}  # GEMConfig's dimensions (checked against its fields)
+    model: ModelDims = {}
     train: TrainConfig = TrainConfig()
     data: DataConfig
     seed: int = 0
@@ -135,16 +144,10 @@ class RunConfig(_Strict):
     out_dir: str | None = None
     tracking: TrackingConfig = TrackingConfig()
 
-    @field_validator("model")
-    @classmethod
-    def _model_keys(cls, v: dict[str, Any]) -> dict[str, Any]:
-        check_model_keys(v)
-        return v
 
-
-def check_model_keys(dims: dict[str, Any]) -> None:
-    if unknown := sorted(set(dims) - model_keys()):
-        raise ValueError(f"unknown model key(s) {unknown}")
+class _PresetFile(_Strict):  # one layer of a preset: checked whole, merged key by key
+    model: ModelDims | None = None
+    train: TrainConfig | None = None
 
 
 def _validate(model: type[BaseModel], raw: Any, where: str) -> BaseModel:
@@ -153,11 +156,6 @@ def _validate(model: type[BaseModel], raw: Any, where: str) -> BaseModel:
     except ValidationError as e:
         problems = "; ".join(f"key '{'.'.join(str(p) for p in err['loc']) or '<root>'}': {err['msg']}" for err in e.errors())
         raise ConfigError(f"{where}: {problems}") from e
-
-
-class _PresetFile(_Strict):
-    model: dict[str, Any] | None = None
-    train: dict[str, Any] | None = None
 
 
 def load_preset(preset: str | Path) -> dict[str, Any]:
@@ -173,11 +171,6 @@ def load_preset(preset: str | Path) -> dict[str, Any]:
     for p in layers:
         raw = (yaml.safe_load(p.read_text()) or {}) if p == path or p.is_file() else {}
         _validate(_PresetFile, raw, str(p))
-        try:
-            check_model_keys(raw.get("model") or {})
-        except ValueError as e:
-            raise ConfigError(f"{p}: {e}") from e
-        _validate(TrainConfig, raw.get("train") or {}, f"{p}: train")
         for k in out:
             out[k].update(raw.get(k) or {})
     return out

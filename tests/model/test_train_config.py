@@ -36,13 +36,13 @@ def test_every_shipped_preset_resolves(preset: str, data: str, monkeypatch: pyte
 
 def test_an_unknown_training_key_in_a_preset_names_the_file_and_the_key(tmp_path: Path) -> None:
     path = _preset(tmp_path, train={"warmup_stpes": 5})
-    with pytest.raises(ConfigError, match=rf"{re.escape(str(path))}: train: key 'warmup_stpes'"):
+    with pytest.raises(ConfigError, match=rf"{re.escape(str(path))}: key 'train.warmup_stpes'"):
         load_preset(path)
 
 
 def test_an_unknown_model_key_in_a_preset_names_the_file_and_the_key(tmp_path: Path) -> None:
     path = _preset(tmp_path, model={"n_block": 2})
-    with pytest.raises(ConfigError, match=rf"{re.escape(str(path))}: unknown model key\(s\) \['n_block'\]"):
+    with pytest.raises(ConfigError, match=rf"{re.escape(str(path))}: key 'model': Value error, unknown model key\(s\) \['n_block'\]"):
         load_preset(path)
     with pytest.raises(ValueError, match=r"unknown model key\(s\) \['n_block'\]"):  # and where the model is built
         GEMConfig.from_specs({"n_block": 2})
