@@ -274,6 +274,8 @@ def select_student(rows: list[dict[str, Any]], surface: str, incumbent: tuple[st
         if r["surface"] == surface and r["split"] == "validation" and r["task"] == "click" and r["ne"] is not None \
                 and math.isfinite(r["ne"]):
             scores.setdefault((r["arm"], r["path"]), []).append(r["ne"])
+    if not scores and incumbent:  # a validation day without a click there (a tiny surface) ranks nothing
+        return tuple(incumbent)  # type: ignore[return-value]
     if not scores:
         raise ValueError(f"no validation click rows for surface {surface!r}")
     mean = {k: float(np.mean(v)) for k, v in scores.items()}

@@ -115,6 +115,9 @@ def test_selection_keeps_the_accepted_pair_unless_beaten_by_more_than_the_margin
         assert select_student(rows, s, incumbent=worst, keep_within=gap) == worst  # within the margin: kept
         assert select_student(rows, s, incumbent=worst, keep_within=gap * 0.99) == best  # beaten: replaced
         assert select_student(rows, s, incumbent=("no_such_arm", "direct"), keep_within=1.0) == best
+        # a validation day without a click on the surface ranks nothing: the accepted pair stays
+        clickless = [{**r, "ne": float("nan")} if r["surface"] == s and r["split"] == "validation" else r for r in rows]
+        assert select_student(clickless, s, incumbent=worst) == worst
 
 
 def test_write_report(report, tmp_path):
