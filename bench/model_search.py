@@ -98,6 +98,13 @@ VARIANTS: dict[str, dict] = {
                                                         "eval_every": 100, "lr": 0.0003, "emb_lr": 0.01}},
     "kr_tables_small_tabs_x3": {"buckets": KR_TABLES, "model": {"surface_loss_weights": {
         "tab_0": 3.0, "tab_4": 3.0, "tab_6": 3.0, "tab_2": 3.0}}},
+    # Douban's 262,144-row demo run scored E-1 0.9341 (small tabs 0.9236, see MODEL_SEARCH.md 12): fewer collisions
+    "kr_tables_64k": {"buckets": {"user_id": 65536, "ad_id": 65536, "hist_item_id": 65536, "advertiser_id": 65536}},
+    # long_view (the conversion slot) as an auxiliary task: its weight off, to see what it adds
+    "kr_tables_no_long_view": {"buckets": KR_TABLES, "model": {"task_loss_weights": {"click": 1.0, "conversion": 0.0}}},
+    # the second pass overfits at once (kr_tables_lr, kr_tables_bs256): dropout on the id tokens, two passes
+    "kr_tables_emb_dropout_e2": {"buckets": KR_TABLES, "model": {"emb_dropout": 0.2},
+                                 "train": {"epochs": 2, "patience": 2, "eval_every": 25}},
 }
 
 
