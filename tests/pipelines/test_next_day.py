@@ -85,6 +85,13 @@ def _warm_starts(home: Path, before: dict[str, str], after: dict[str, str]) -> i
     return warm
 
 
+def _assert_day(changed: set[tuple[str, str]], expected: set[tuple[str, str]]) -> None:
+    """The day rewrote exactly `expected`, but for quarantine partitions with no bad record that day
+    (an empty partition holds no data file; a tiny surface often has none)."""
+    assert changed <= expected, changed - expected
+    assert {k for k in expected - changed if k[0] != "events_quarantine"} == set(), expected - changed
+
+
 def _waves(summary: dict) -> list[set[str]]:
     return [set(w) for w in summary["automation"]]
 
@@ -122,7 +129,7 @@ def test_three_days_in_the_life(demo_copy: dict[str, str], tmp_path: Path) -> No
         {f"students[{s}]" for s in SURFACES},
     ]
     parts1, acc1 = _partitions(home), _accepted(home)
-    assert _changed(parts0, parts1) == _day("2026-11-07", ["2026-11-07"])
+    _assert_day(_changed(parts0, parts1), _day("2026-11-07", ["2026-11-07"]))
     assert {k for k in acc1 if acc1[k] != acc0[k]} == students  # the teachers kept their versions
     warm = _warm_starts(home, acc0, acc1)
 
@@ -140,7 +147,7 @@ def test_three_days_in_the_life(demo_copy: dict[str, str], tmp_path: Path) -> No
         {f"students[{s}]" for s in SURFACES},
     ]
     parts2, acc2 = _partitions(home), _accepted(home)
-    assert _changed(parts1, parts2) == _day("2026-11-08", [f"2026-11-{d:02d}" for d in range(3, 9)])
+    _assert_day(_changed(parts1, parts2), _day("2026-11-08", [f"2026-11-{d:02d}" for d in range(3, 9)]))
     assert {k for k in acc2 if acc2[k] != acc1[k]} == set(acc2)  # every model moved, the teacher included
     warm += _warm_starts(home, acc1, acc2)
 
@@ -154,7 +161,7 @@ def test_three_days_in_the_life(demo_copy: dict[str, str], tmp_path: Path) -> No
         {f"students[{s}]" for s in SURFACES},
     ]
     parts3, acc3 = _partitions(home), _accepted(home)
-    assert _changed(parts2, parts3) == _day("2026-11-09", ["2026-11-09"])
+    _assert_day(_changed(parts2, parts3), _day("2026-11-09", ["2026-11-09"]))
     assert {k for k in acc3 if acc3[k] != acc2[k]} == students
     assert warm + _warm_starts(home, acc2, acc3) >= 1  # the students refresh by warm start
     assert json.loads((home / "clock.json").read_text()) == {"extra_days": 3}
