@@ -1,5 +1,5 @@
 """A warm-started retrain of the foundation against a cold one on the same window, 3 seeds, paired
-intervals on E per surface (issue 24; gem_model.eval.warm_vs_cold). Prints a table, never pass/fail.
+intervals on E per surface (issue 24; gem_model.train.warm_vs_cold). Prints a table, never pass/fail.
 
     PYTHONPATH=. GEM_HOME=/tmp/gem_wvc python bench/warm_vs_cold.py [--preset small] [--seeds 0 1 2] [--shift 1]
 
@@ -24,7 +24,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]  # benc
 sys.path.insert(0, str(_HERE.parent))
 
 from gem_model.config import load_calendar  # noqa: E402
-from gem_model.eval.warm_vs_cold import markdown, warm_vs_cold  # noqa: E402
+from gem_model.train.warm_vs_cold import markdown, warm_vs_cold  # noqa: E402
 from gem_model.store.paths import gem_home  # noqa: E402
 
 

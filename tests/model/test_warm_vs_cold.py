@@ -1,4 +1,4 @@
-"""gem_model.eval.warm_vs_cold on the tests' small lake: warm and cold retrains of the same window,
+"""gem_model.train.warm_vs_cold on the tests' small lake: warm and cold retrains of the same window,
 compared on E's rows per surface and pooled, with paired bootstrap intervals."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from gem_model.eval.warm_vs_cold import markdown, warm_vs_cold
+from gem_model.train.warm_vs_cold import markdown, warm_vs_cold
 
 pytestmark = pytest.mark.timeout(600)
 
