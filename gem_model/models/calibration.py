@@ -75,7 +75,23 @@ def fit_platt(z: np.ndarray, y: np.ndarray, *, iters: int = 50, ridge: float = 1
         w, prev, cur = w - t * step, cur, new
         if prev - cur < 1e-12:
             break
+    if w[0] < 0:  # the rows rank backwards (a few noisy positives): a map must not reverse the model's ranking
+        return 1.0, fit_shift(z, y)
     return float(w[0]), float(w[1])
+
+
+def fit_shift(z: np.ndarray, y: np.ndarray, *, iters: int = 50) -> float:
+    """b minimising the mean log loss of sigmoid(z + b): the slope stays 1, only the mean moves."""
+    z = np.asarray(z, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    b = 0.0
+    for _ in range(iters):
+        p = 1.0 / (1.0 + np.exp(-(z + b)))
+        step = (p.mean() - y.mean()) / max(float(np.mean(p * (1 - p))), 1e-12)
+        b -= float(np.clip(step, -5.0, 5.0))
+        if abs(step) < 1e-10:
+            break
+    return b
 
 
 def logit(p: np.ndarray) -> np.ndarray:

@@ -262,3 +262,16 @@ def test_apply_probs_maps_any_scorer_through_the_heads_of_its_surfaces():
     cal = fit_calibrator(df, SURFACES, min_positives=30, shrink_positives=300)
     out = cal.apply_probs(df["p_click"].to_numpy(), df["surface"].to_numpy())
     np.testing.assert_allclose(out, _apply(cal, df), rtol=1e-4)
+
+
+def test_a_map_never_reverses_the_ranking():
+    """Scores that rank backwards on the fit rows get a shift (slope 1), not a negative slope."""
+    from gem_model.models.calibration import fit_platt
+
+    rng = np.random.default_rng(0)
+    z = rng.normal(-3.0, 1.0, 20_000)
+    y = (rng.random(z.size) < 1 / (1 + np.exp(z + 6.0))).astype(float)  # the true rate falls as z rises
+    a, b = fit_platt(z, y)
+    assert a == 1.0
+    p = 1 / (1 + np.exp(-(z + b)))
+    assert abs(p.mean() / y.mean() - 1) < 0.01
