@@ -43,7 +43,7 @@ FEED = "feed.jsonl"  # every imported surface uses the jsonl_nested format
 ROLES = ("train", "val", "test", "all")
 _FILE_RE = re.compile(r"^[A-Za-z0-9*?\[][A-Za-z0-9_.*?\[\]-]*$")
 # Ads fields the public datasets do not have: constants from the closed vocabularies, documented in
-# the README ("Real data"). They carry no signal, so the model learns nothing from them.
+# docs/real_data.md. They carry no signal, so the model learns nothing from them.
 DEVICE, OBJECTIVE, CREATIVE_FORMAT, POSITION, BID, TENURE = "web", "traffic", "image", "1", "0.0", "0.0"
 NOON = 12 * 3600  # datasets without time: every impression of day D at D 12:00:00Z (see split rules)
 CLICK_DELAY_S = 1  # a click (and a conversion) is stamped 1 s after its impression
@@ -87,7 +87,7 @@ def _plain_names(names: Sequence[str]) -> tuple[str, ...]:
 
 class SourceConfig(_Strict):
     # spec: the generic importer reads the layout below (gem_pipelines/sources/spec.py); the others
-    # are modules for layouts a spec cannot express (README "Real data" says why)
+    # are modules for layouts a spec cannot express (docs/real_data.md says why)
     importer: Literal["spec", "taobao", "aliccp", "mind_tsv"] = "spec"
     default_dir: str  # relative to the repo root (the shared samples); GEM_SOURCE_DIR overrides it
     # role (train | val | test | all) -> file names or globs in the source dir. Timed data: `all`
@@ -95,7 +95,7 @@ class SourceConfig(_Strict):
     files: dict[str, tuple[str, ...]]
     read: Read = Read()
     columns: Columns | None = None  # required by importer: spec
-    time: Time | None = None  # None: no time in the data (the seeded day rule of README "Real data")
+    time: Time | None = None  # None: no time in the data (the seeded day rule of docs/real_data.md)
     side_tables: tuple[SideTable, ...] = ()
     fields: Fields = Fields()
     # quarantine: a later exact copy of a line (same text) is the same impression logged twice, filed
@@ -175,7 +175,7 @@ def _matches(directory: Path, name: str) -> list[Path]:
     if not any(c in name for c in "*?["):
         path = directory / name
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: source file is missing (see README, Real data)")
+            raise FileNotFoundError(f"{path}: source file is missing (see docs/real_data.md)")
         return [path]
     return sorted(p for p in directory.glob(name) if p.is_file())
 
@@ -186,7 +186,7 @@ def source_files(cfg: SourceConfig, directory: Path) -> list[tuple[str, Path]]:
     for role, names in cfg.files.items():
         paths = [p for name in names for p in _matches(directory, name)]
         if not paths:
-            raise FileNotFoundError(f"{directory}: no file matches {list(names)} (role {role!r}; see README, Real data)")
+            raise FileNotFoundError(f"{directory}: no file matches {list(names)} (role {role!r}; see docs/real_data.md)")
         out += [(role, p) for p in dict.fromkeys(paths)]  # a file two globs match is read once
     return out
 

@@ -148,7 +148,7 @@ class SideTable(_Strict):
 
 class Fields(_Strict):
     """Landing fields the model reads, each from a column of the log or of a side table (null: the
-    field's constant, README "Real data"). advertiser_id defaults to the item (its own advertiser)."""
+    field's constant, docs/real_data.md). advertiser_id defaults to the item (its own advertiser)."""
 
     advertiser_id: ColumnRef | None = None
     user_tenure_days: str | None = None  # dense, >= 0

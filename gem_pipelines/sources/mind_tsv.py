@@ -45,7 +45,7 @@ def read_news(src: Path, cfg: SourceConfig) -> pl.DataFrame:
     for name in cfg.news:
         path = src / name
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: news file of source.yaml `news` is missing (see README, Real data)")
+            raise FileNotFoundError(f"{path}: news file of source.yaml `news` is missing (see docs/real_data.md)")
         rows, _ = read_rows(path, sep="\t", header=False, n_fields=NEWS_FIELDS)
         frames.append(rows.filter("ok").select(news=field_at(0), category=field_at(1), subcategory=field_at(2)))
     if not frames:

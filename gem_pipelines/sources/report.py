@@ -94,7 +94,7 @@ def real_data_report(dataset: str, *, n_boot: int = 200, lake: str | None = None
         "oracle": "none: real logs have no true probabilities, so no oracle NE and no gap; "
         "95% percentile-bootstrap intervals instead (rows resampled, "
         f"{n_boot} draws)",
-        "split": "see README 'Real data' and assets/sources/" + dataset + "/source.yaml",
+        "split": "see docs/real_data.md and assets/sources/" + dataset + "/source.yaml",
         "foundation_version": found[0] if found else None,
         "foundation_accepted": found[1] if found else False,
         "rows": [],

@@ -122,7 +122,7 @@ class _Log:
         for t in cfg.side_tables:
             path = src / t.file
             if not path.is_file():
-                raise FileNotFoundError(f"{path}: side table of source.yaml `side_tables` is missing (see README, Real data)")
+                raise FileNotFoundError(f"{path}: side table of source.yaml `side_tables` is missing (see docs/real_data.md)")
             df = self._side(path, t.read)
             if t.key not in df.columns:
                 raise ValueError(f"{path}: no key column {t.key!r} (columns: {df.columns})")
