@@ -299,6 +299,14 @@ def _own_surface_baseline(bdir: Path) -> bool:
     return (bdir / PREDICTIONS).is_file() and cfg.is_file() and bool(json.loads(cfg.read_text())["data"].get("own_surface"))
 
 
+def _same_setting(preset: Any, trained: Any) -> bool:
+    """The preset's value was the run's: a nested block may carry the defaults the typed config filled
+    in (item_svd {dim: 32} was run as {dim: 32, max_rows: 8192})."""
+    if isinstance(preset, dict) and isinstance(trained, dict):
+        return all(_same_setting(v, trained.get(k)) for k, v in preset.items())
+    return preset == trained
+
+
 def trained_version(seed: int, preset: str) -> str | None:
     """A foundation version already trained with this seed and the preset's current hyperparameters
     (the demo's, or an earlier --seeds run), with every baseline's predictions on E: the ACCEPTED one
@@ -316,7 +324,7 @@ def trained_version(seed: int, preset: str) -> str | None:
         if not path.is_file():
             continue
         cfg = json.loads(path.read_text())
-        same = cfg.get("seed") == seed and all(cfg[k].get(key) == val for k in ("model", "train")
+        same = cfg.get("seed") == seed and all(_same_setting(val, cfg[k].get(key)) for k in ("model", "train")
                                                 for key, val in spec[k].items())
         bdirs = [models_dir(BASELINE, s) / v for s in load_surfaces().names]
         if same and (models_dir(FOUNDATION) / v / PREDICTIONS).is_file() and all(_own_surface_baseline(b) for b in bdirs):

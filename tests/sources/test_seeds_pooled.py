@@ -38,3 +38,12 @@ def test_seeds_markdown_prints_the_baselines_and_the_pooled_row() -> None:
     assert "| 0.950 [0.940, 0.960] | 1.001 [0.999, 1.003] | 0.985 |" in md
     assert "Pooled over the small surfaces (tab_0 0.20, tab_4 0.80" in md
     assert "-0.0100 [-0.0200, -0.0010] (foundation better)" in md
+
+
+def test_a_trained_run_matches_its_preset_despite_filled_in_defaults() -> None:
+    from gem_pipelines.sources.report import _same_setting
+
+    assert _same_setting({"dim": 32}, {"dim": 32, "max_rows": 8192})  # the typed config's default added
+    assert not _same_setting({"dim": 32}, {"dim": 16, "max_rows": 8192})
+    assert not _same_setting({"dim": 32}, None)
+    assert _same_setting(0.0001, 0.0001) and not _same_setting(0.0001, 0.001)
