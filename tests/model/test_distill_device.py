@@ -96,6 +96,7 @@ def test_distillation_report_asset_passes_the_accelerator_device(monkeypatch, tm
     monkeypatch.setattr(distill, "write_report", lambda rows, path, **_: path)
     monkeypatch.setattr(assets, "distillation_table", lambda rows: "")
     monkeypatch.setattr(assets, "distillation_plot", lambda rows: "")
+    monkeypatch.setattr(assets, "distillation_page", lambda path: path)
     accelerator = AcceleratorResource(device=device, precision="bf16")
     assets.distillation_report(dg.build_asset_context(), config=assets.StudentsConfig(),
                                lake=LakeResource(root=str(tmp_path / "lake")), wandb=WandbResource(mode="disabled"),
