@@ -79,11 +79,15 @@ def eval_ne_by_age(
 
 
 def version_report(version_dir: str | Path, day: dt.date, lake: str | None = None) -> dict[str, Any]:
-    """{"ne_by_ad_age": rows} for a model version's predictions on E, {} when it saved none: the
-    foundation asset's hook into its evaluation report."""
-    from gem_model.store.paths import table_uri
+    """{"ne_by_ad_age": rows} for a model version's predictions on E, {} when it saved none or the lake
+    has no `events` table to date the ads by (a lake of training examples alone): the foundation asset's
+    hook into its evaluation report."""
+    from deltalake import DeltaTable
+
+    from gem_model.store.paths import storage_options, table_uri
 
     path = Path(version_dir) / EVAL_PREDICTIONS
-    if not path.is_file():
+    events = table_uri("events", lake)
+    if not path.is_file() or not DeltaTable.is_deltatable(events, storage_options=storage_options(events)):
         return {}
-    return {"ne_by_ad_age": eval_ne_by_age(path, day, table_uri("events", lake))}
+    return {"ne_by_ad_age": eval_ne_by_age(path, day, events)}

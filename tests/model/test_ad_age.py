@@ -114,3 +114,5 @@ def test_version_report_is_the_foundation_reports_hook(tmp_path):
     ).write_parquet(tmp_path / "v1" / EVAL_PREDICTIONS)
     rows = version_report(tmp_path / "v1", E, str(lake))["ne_by_ad_age"]
     assert sum(r["n"] for r in rows if r["surface"] == ALL) == on_e.height
+    # a lake of training examples alone (no events table to date the ads by): no split, no error
+    assert version_report(tmp_path / "v1", E, str(tmp_path / "lake_without_events")) == {}
