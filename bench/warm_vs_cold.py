@@ -24,8 +24,8 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]  # benc
 sys.path.insert(0, str(_HERE.parent))
 
 from gem_model.config import load_calendar  # noqa: E402
-from gem_model.train.warm_vs_cold import markdown, warm_vs_cold  # noqa: E402
 from gem_model.store.paths import gem_home  # noqa: E402
+from gem_model.train.warm_vs_cold import markdown, warm_vs_cold  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
