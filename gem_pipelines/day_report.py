@@ -30,18 +30,19 @@ import numpy as np
 import polars as pl
 
 from gem_model.store.paths import models_dir, reports_dir, table_uri
+from gem_pipelines.metadata import md_grid, pyplot
 
 DAYS_DIR = "next_day"
 REPORT = "days_in_the_life"
 MODELS = ("foundation_model", "domain_models", "students")
 
 
-def accepted_versions(home: Path | None = None) -> dict[str, str]:
+def accepted_versions() -> dict[str, str]:
     """'asset[/partition]' -> ACCEPTED version, for every model."""
     out = {}
     for asset in MODELS:
-        for f in sorted(models_dir(asset, home=home).glob("**/ACCEPTED")):
-            rel = f.parent.relative_to(models_dir(asset, home=home)).as_posix()
+        for f in sorted(models_dir(asset).glob("**/ACCEPTED")):
+            rel = f.parent.relative_to(models_dir(asset)).as_posix()
             out[asset if rel == "." else f"{asset}/{rel}"] = f.read_text().strip()
     return out
 
@@ -56,9 +57,8 @@ def _start(name: str, version: str) -> str:
         return "?"
     doc = json.loads(path.read_text())
     warm = doc.get("train", {}).get("warm_start") if asset == "students" else doc.get("warm_start")
-    if isinstance(warm, str):
-        return "warm" if warm == "warm" else "cold"
-    return "warm" if warm else "cold"
+    # students record "warm" or why they started cold; the other models a bool
+    return "warm" if (warm == "warm" if isinstance(warm, str) else warm) else "cold"
 
 
 def retrained(before: dict[str, str], after: dict[str, str]) -> list[dict[str, str]]:
@@ -72,14 +72,14 @@ def _ne(y: np.ndarray, p: np.ndarray) -> float:
     return normalized_entropy(y, p) if len(y) and 0 < y.sum() < len(y) else float("nan")
 
 
-def surface_rows(day: dt.date, lake: str | None = None) -> list[dict[str, Any]]:
+def surface_rows(day: dt.date) -> list[dict[str, Any]]:
     """Per surface: the foundation's NE, share of the oracle gap, calibration against the truth and
     new-ad NE on `day`, with the ACCEPTED student's NE (empty when `day` has no foundation predictions)."""
     from gem_model.eval.ad_age import ad_ages, read_events
     from gem_model.eval.metrics import read_oracle
     from gem_model.store.paths import storage_options
 
-    tp_uri, ev_uri = table_uri("teacher_predictions", lake), table_uri("events", lake)
+    tp_uri, ev_uri = table_uri("teacher_predictions"), table_uri("events")
     preds = (pl.scan_delta(tp_uri, storage_options=storage_options(tp_uri))
              .filter((pl.col("date") == day) & (pl.col("teacher") == "foundation"))
              .select("request_id", "surface", "p_click").collect())
@@ -88,7 +88,7 @@ def surface_rows(day: dt.date, lake: str | None = None) -> list[dict[str, Any]]:
     clicks = (pl.scan_delta(ev_uri, storage_options=storage_options(ev_uri)).filter(pl.col("date") == day)
               .select("request_id", pl.col("click").cast(pl.Float64)).collect())
     df = preds.join(clicks, on="request_id", how="inner")
-    oracle = read_oracle([day], uri=table_uri("oracle", lake), missing_ok=True)
+    oracle = read_oracle([day], uri=table_uri("oracle"), missing_ok=True)
     if oracle is not None:
         df = df.join(oracle.select("request_id", pl.col("p_click").alias("oracle_p")), on="request_id", how="left")
     df = df.join(ad_ages(read_events(day, ev_uri), day), on="request_id", how="left")
@@ -127,8 +127,7 @@ def _student(surface: str, day: dt.date) -> dict[str, Any]:
     return {"student_ne": ne, "student_gap_closed": (1 - ne) / (1 - o) if o is not None and o < 1 else None}
 
 
-def write_day(day: dt.date, summary: dict[str, Any], models: list[dict[str, str]], wall_s: float,
-              lake: str | None = None) -> Path:
+def write_day(day: dt.date, summary: dict[str, Any], models: list[dict[str, str]], wall_s: float) -> Path:
     """Keep one simulated day's record (what `render` reads)."""
     from gem_model.store.atomic import write_json
 
@@ -136,7 +135,7 @@ def write_day(day: dt.date, summary: dict[str, Any], models: list[dict[str, str]
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, {"day": day.isoformat(), "wall_s": round(wall_s, 1), "retrained": models,
                       "failed": summary.get("failed", []), "stale": summary.get("stale", []),
-                      "surfaces": surface_rows(day, lake)})
+                      "surfaces": surface_rows(day)})
     return path
 
 
@@ -144,10 +143,10 @@ def load_days() -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted((reports_dir() / DAYS_DIR).glob("*.json"))]
 
 
-def _f(v: Any, digits: int = 4) -> str:
+def _f(v: Any) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return ""
-    return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+    return f"{v:.4f}" if isinstance(v, float) else str(v)
 
 
 SURFACE_COLS = ("day", "surface", "ne", "oracle_ne", "gap_closed", "calibration", "new_ad_ne",
@@ -155,28 +154,19 @@ SURFACE_COLS = ("day", "surface", "ne", "oracle_ne", "gap_closed", "calibration"
 
 
 def surface_table(days: list[dict[str, Any]], surface: str | None = None) -> str:
-    lines = ["| " + " | ".join(SURFACE_COLS) + " |", "|" + "---|" * len(SURFACE_COLS)]
-    for d in days:
-        for r in d["surfaces"]:
-            if surface is None or r["surface"] == surface:
-                lines.append("| " + " | ".join(_f(r.get(c)) for c in SURFACE_COLS) + " |")
-    return "\n".join(lines)
+    rows = [[r.get(c) for c in SURFACE_COLS] for d in days for r in d["surfaces"]
+            if surface is None or r["surface"] == surface]
+    return md_grid(SURFACE_COLS, rows, fmt=_f).value
 
 
 def day_table(days: list[dict[str, Any]]) -> str:
-    lines = ["| day (E) | wall time (s) | retrained (start) | failed runs |", "|---|---|---|---|"]
-    for d in days:
-        models = ", ".join(f"{m['model']} ({m['start']})" for m in d["retrained"]) or "none"
-        lines.append(f"| {d['day']} | {d['wall_s']:.0f} | {models} | {len(d['failed'])} |")
-    return "\n".join(lines)
+    rows = [[d["day"], f"{d['wall_s']:.0f}", ", ".join(f"{m['model']} ({m['start']})" for m in d["retrained"]) or "none",
+             len(d["failed"])] for d in days]
+    return md_grid(["day (E)", "wall time (s)", "retrained (start)", "failed runs"], rows, fmt=str).value
 
 
 def plot(days: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     panels = (("ne", "foundation NE (dashed: oracle)"), ("gap_closed", "share of the oracle gap closed"),
               ("calibration", "mean prediction / mean oracle p"), ("new_ad_ne", "NE on ads first seen on E"))
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))

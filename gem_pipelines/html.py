@@ -30,7 +30,8 @@ def page(title: str, body: str) -> str:
             f"<style>{_STYLE}</style></head>\n<body>\n<h1>{esc(title)}</h1>\n{body}\n</body></html>\n")
 
 
-def _cell(v: Any) -> str:
+def cell(v: Any) -> str:
+    """A table cell's text (HTML and markdown alike): floats to 4 places, None empty."""
     if isinstance(v, float):
         return "n/a" if math.isnan(v) else f"{v:.4f}"  # NaN: no positives to score, say
     return "" if v is None else str(v)
@@ -46,7 +47,7 @@ def table(cols: Sequence[str], rows: Iterable[Sequence[Any]], *, caption: str = 
         cells = []
         for c, v in zip(cols, row, strict=True):
             num = isinstance(v, (int, float)) and not isinstance(v, bool)
-            text = v if c in raw else esc(_cell(v))
+            text = v if c in raw else esc(cell(v))
             cells.append(f'<td class="num">{text}</td>' if num else f"<td>{text}</td>")
         cls = f' class="{row_class[i]}"' if i < len(row_class) and row_class[i] else ""
         body.append(f"<tr{cls}>{''.join(cells)}</tr>")

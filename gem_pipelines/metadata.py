@@ -5,12 +5,16 @@ from __future__ import annotations
 import base64
 import io
 import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 import polars as pl
 
+from gem_pipelines.html import cell
 from gem_pipelines.reports import report_links
 
 if TYPE_CHECKING:
@@ -27,11 +31,7 @@ def preview(df: pl.DataFrame, n: int = 5) -> dg.MetadataValue:
             if isinstance(t, pl.List)
         ]
     )
-    cols = head.columns
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for row in head.iter_rows():
-        lines.append("| " + " | ".join("" if v is None else str(v).replace("|", "\\|") for v in row) + " |")
-    return dg.MetadataValue.md("\n".join(lines))
+    return md_grid(head.columns, head.iter_rows(), fmt=lambda v: "" if v is None else str(v))
 
 
 def suite_metadata(suite: SuiteResult) -> dict[str, Any]:
@@ -57,16 +57,28 @@ def md_table(rows: list[dict[str, Any]], cols: list[str]) -> dg.MetadataValue:
     return md_grid(cols, [[r.get(c) for c in cols] for r in rows])
 
 
-def md_grid(cols: list[str], rows: list[list[Any]]) -> dg.MetadataValue:
-    """A header and rows of cells as a markdown table (pipes escaped, floats to 4 places)."""
+def md_grid(cols: Sequence[str], rows: Iterable[Sequence[Any]], fmt: Callable[[Any], str] = cell) -> dg.MetadataValue:
+    """A header and rows of cells as a markdown table (pipes escaped; by default floats to 4 places)."""
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(_fmt(v).replace("|", "\\|") for v in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(fmt(v).replace("|", "\\|") for v in row) + " |" for row in rows]
     return dg.MetadataValue.md("\n".join(lines))
 
 
+def pyplot() -> Any:
+    """matplotlib.pyplot on the headless Agg backend (steps run without a display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def png(fig: Any) -> bytes:
+    """The figure as PNG bytes; the figure is closed."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    pyplot().close(fig)
     return buf.getvalue()
 
 
@@ -97,14 +109,6 @@ def metric_table(rows: list[dict[str, Any]]) -> dg.MetadataValue:
     return md_grid(METRIC_COLS, metric_rows(rows))
 
 
-def _fmt(v: Any) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return "n/a" if math.isnan(v) else f"{v:.4f}"  # NaN: no positives to score, say
-    return str(v)
-
-
 CALIBRATOR_COLS = ["surface", "task", "fitted", "a", "b", "positives", "own_weight", "why"]
 
 
@@ -129,8 +133,6 @@ SEED_COLS = ["seed", "model", "click ne (mean over surfaces)", "gap", "auc"]
 
 def seed_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
     """Per (seed, model): the click task's NE, gap and AUC averaged over surfaces: how far seeds differ."""
-    import polars as pl
-
     click = [r for r in rows if r.get("task") == "click" and r.get("ne") is not None]
     if not click:
         return []
@@ -147,21 +149,14 @@ def seeds_table(rows: list[dict[str, Any]]) -> dg.MetadataValue:
 
 def loss_curve_png(curve: list[Any]) -> bytes:
     """Training loss by step. `curve` is [[step, loss], ...] or [{"step", "loss"}]."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     pts = [(c["step"], c["loss"]) if isinstance(c, dict) else (c[0], c[1]) for c in curve]
-    fig, ax = plt.subplots(figsize=(6, 3))
+    fig, ax = pyplot().subplots(figsize=(6, 3))
     if pts:
         ax.plot([p[0] for p in pts], [p[1] for p in pts])
     ax.set_xlabel("step")
     ax.set_ylabel("training loss")
     ax.grid(alpha=0.3)
-    data = png(fig)
-    plt.close(fig)
-    return data
+    return png(fig)
 
 
 def loss_curve_plot(curve: list[Any]) -> dg.MetadataValue:
@@ -175,8 +170,6 @@ def _png_md(data: bytes) -> dg.MetadataValue:
 
 def distillation_rows(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
     """Click-task rows of the distillation report, seed means per (arm, path, split, surface), with the gap."""
-    import polars as pl
-
     if not rows:
         return [], []
     frame = pl.DataFrame(rows, infer_schema_length=None)
@@ -203,13 +196,7 @@ def distillation_table(rows: list[dict[str, Any]]) -> dg.MetadataValue:
 
 def distillation_png(rows: list[dict[str, Any]]) -> bytes:
     """Bar chart: evaluation-day click NE per surface for each (arm, path), with the oracle floor."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import polars as pl
-
-    fig, ax = plt.subplots(figsize=(8, 3.5))
+    fig, ax = pyplot().subplots(figsize=(8, 3.5))
     if rows:
         df = (
             pl.DataFrame(rows, infer_schema_length=None)
@@ -234,9 +221,7 @@ def distillation_png(rows: list[dict[str, Any]]) -> bytes:
         lo = min(v for v in (df["oracle_ne"].min(), df["ne"].min()) if v is not None)
         ax.set_ylim(lo - 0.02, max(df["ne"].max(), 1.0) + 0.01)
         ax.legend(fontsize=7, ncol=2)
-    data = png(fig)
-    plt.close(fig)
-    return data
+    return png(fig)
 
 
 def distillation_plot(rows: list[dict[str, Any]]) -> dg.MetadataValue:
@@ -251,12 +236,9 @@ class progress:  # noqa: N801  (used as a context manager, like contextlib's)
     """
 
     def __init__(self, log: Any, name: str, total: int | None = None, every: float = 30.0) -> None:
-        import threading
-        import time
-
         self.log, self.name, self.total, self.every = log, name, total, every
         self.done, self.last = 0, "started"
-        self._t0, self._time = time.monotonic(), time.monotonic
+        self._t0 = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, daemon=True)
 
@@ -271,7 +253,7 @@ class progress:  # noqa: N801  (used as a context manager, like contextlib's)
         self.log.info(f"{self.name}: {'finished' if exc[0] is None else 'failed'} after {self._elapsed()}")
 
     def _elapsed(self) -> str:
-        return f"{self._time() - self._t0:.0f} s"
+        return f"{time.monotonic() - self._t0:.0f} s"
 
     def _status(self) -> str:
         of = f"/{self.total}" if self.total else ""
