@@ -10,6 +10,10 @@ from pathlib import Path
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
+# `make test` runs two pytest-xdist workers on CI's two cores: one torch thread each (and in their
+# subprocesses), so the two never fight over the cores. Read when torch is imported, hence here.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 
@@ -72,3 +76,19 @@ def shared_samples() -> Path:
     """The folder of the real-data samples (../shared/data/real); a test or fixture using it is skipped, with one
     summary line for all of them, on a clone without it. Session-scoped so module fixtures can use it."""
     return shared_real()
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist turns xdist_group marks into node-id suffixes
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`make test` runs two xdist workers with --dist loadgroup. One group per test file, so a module's
+    fixtures are built once; the files on the session's demo world share one group, so the demo runs once.
+    The slow groups go first: the other worker drains the short tests meanwhile."""
+    groups: dict[pytest.Item, str] = {}
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            group = "demo_world" if "demo_world" in item.fixturenames else item.nodeid.split("::")[0]
+            item.add_marker(pytest.mark.xdist_group(group))
+        groups[item] = item.get_closest_marker("xdist_group").args[0]
+    slow = {groups[i] for i in items if i.get_closest_marker("slow")}
+    # a stable sort by whole groups: a file's tests stay together, so its module fixtures are set up once
+    items.sort(key=lambda item: (groups[item] != "demo_world", groups[item] not in slow))
