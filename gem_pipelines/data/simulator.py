@@ -36,6 +36,7 @@ import functools
 import json
 import math
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,32 +123,22 @@ class _Grouped:
         return self.order[pos]
 
 
+_Attrs = dict[str, np.ndarray]  # attribute -> one value per entity
+
+
 @dataclass(frozen=True)
 class _World:
     """The static catalogue: every slot's generation-0 entity (the whole world when churn is 0)."""
 
-    n_topics: int
-    interest_s: np.ndarray  # (U, T)
-    interest_a: np.ndarray
-    interest_b: np.ndarray
-    phase: np.ndarray  # (U,)
-    user_activity: np.ndarray  # (U,)
-    user_device: np.ndarray  # (U,) index into DEVICES
-    user_signup_day: np.ndarray  # (U,) float day index
-    user_propensity: np.ndarray  # (U,) logit offset
     adv_quality: np.ndarray  # (V,)
     adv_objective: np.ndarray  # (V,)
-    ad_advertiser: np.ndarray  # (A,) 0-based
-    ad_topic: np.ndarray
-    ad_objective: np.ndarray
-    ad_format: np.ndarray
-    ad_quality: np.ndarray  # logit offset incl. advertiser quality
-    ad_conv_quality: np.ndarray
-    ad_bid: np.ndarray
-    ad_serve_w: np.ndarray  # untargeted serving weight
-    ad_weight: np.ndarray  # serving weight within the ad's topic (targeted impressions)
-    item_topic: np.ndarray  # organic items, 0-based
-    item_weight: np.ndarray  # popularity within the item's topic
+    # per ad slot: advertiser (0-based), topic, objective, format, quality (logit offset incl. advertiser
+    # quality), conv_quality, bid, serve_w (untargeted serving weight), weight (within the ad's topic)
+    ad: _Attrs
+    item: _Attrs  # per organic item slot: topic (0-based), weight (popularity within it)
+    # per user slot: interests s, a, b (U, T), phase, activity, device (index into DEVICES), signup (float
+    # day index), propensity (logit offset)
+    user: _Attrs
 
 
 def _world_key(cfg: SimulatorConfig) -> tuple[int, ...]:
@@ -159,11 +150,11 @@ def _world(seed: int, n_users: int, n_advertisers: int, n_ads: int, n_items: int
     rng = np.random.default_rng([seed, 0x5EED])
     U, T, A, V = n_users, n_topics, n_ads, n_advertisers
     s, a, b = (rng.standard_normal((U, T)) for _ in range(3))
-    phase = rng.uniform(0, 2 * np.pi, U)
-    activity = rng.lognormal(0.0, 0.8, U)
-    device = rng.choice(len(F.DEVICES), U, p=_DEVICE_P)
-    signup = _REF_DAY - rng.lognormal(5.0, 1.2, U)
-    propensity = rng.normal(0.0, 0.3, U)
+    user = {
+        "s": s, "a": a, "b": b, "phase": rng.uniform(0, 2 * np.pi, U), "activity": rng.lognormal(0.0, 0.8, U),
+        "device": rng.choice(len(F.DEVICES), U, p=_DEVICE_P), "signup": _REF_DAY - rng.lognormal(5.0, 1.2, U),
+        "propensity": rng.normal(0.0, 0.3, U),
+    }  # fmt: skip
 
     adv_quality = rng.normal(0.0, 0.3, V)
     adv_objective = rng.choice(len(F.OBJECTIVES), V, p=[0.2, 0.3, 0.2, 0.3])
@@ -177,35 +168,13 @@ def _world(seed: int, n_users: int, n_advertisers: int, n_ads: int, n_items: int
     ad_quality = rng.normal(0.0, 0.5, A) + adv_quality[ad_adv] + _OBJ_EFF[ad_obj] + _FMT_EFF[ad_fmt]
     ad_conv_q = rng.normal(0.0, 0.3, A)
     ad_bid = np.round(rng.lognormal(0.0, 0.6, A) + 0.05, 4)
-    serve_w = ad_bid * rng.lognormal(0.0, 0.5, A)
-    ad_weight = rng.lognormal(0.0, 0.5, A)
-
-    item_topic = rng.integers(0, T, n_items)
-    item_weight = rng.lognormal(0.0, 1.0, n_items)
-    return _World(
-        n_topics=T,
-        interest_s=s,
-        interest_a=a,
-        interest_b=b,
-        phase=phase,
-        user_activity=activity,
-        user_device=device,
-        user_signup_day=signup,
-        user_propensity=propensity,
-        adv_quality=adv_quality,
-        adv_objective=adv_objective,
-        ad_advertiser=ad_adv,
-        ad_topic=ad_topic,
-        ad_objective=ad_obj,
-        ad_format=ad_fmt,
-        ad_quality=ad_quality,
-        ad_conv_quality=ad_conv_q,
-        ad_bid=ad_bid,
-        ad_serve_w=serve_w,
-        ad_weight=ad_weight,
-        item_topic=item_topic,
-        item_weight=item_weight,
-    )
+    ad = {
+        "advertiser": ad_adv, "topic": ad_topic, "objective": ad_obj, "format": ad_fmt, "quality": ad_quality,
+        "conv_quality": ad_conv_q, "bid": ad_bid, "serve_w": ad_bid * rng.lognormal(0.0, 0.5, A),
+        "weight": rng.lognormal(0.0, 0.5, A),
+    }  # fmt: skip
+    item = {"topic": rng.integers(0, T, n_items), "weight": rng.lognormal(0.0, 1.0, n_items)}
+    return _World(adv_quality, adv_objective, ad, item, user)
 
 
 def _get_world(cfg: SimulatorConfig) -> _World:
@@ -331,83 +300,68 @@ def _slots(ids: np.ndarray, stride: int) -> tuple[np.ndarray, np.ndarray]:
     return slot, np.where(z % 2 == 1, (z + 1) // 2, -(z // 2))
 
 
-def _ad_attrs(cfg: SimulatorConfig, slot: np.ndarray, gen: np.ndarray) -> dict[str, np.ndarray]:
-    """Ads of (slot, generation): generation 0 from the static world, others launched by an advertiser
-    of the pool with a new creative, objective and target topic."""
-    w, seed = _get_world(cfg), cfg.seed
-    out = {
-        "advertiser": w.ad_advertiser[slot], "topic": w.ad_topic[slot], "objective": w.ad_objective[slot],
-        "format": w.ad_format[slot], "quality": w.ad_quality[slot], "conv_quality": w.ad_conv_quality[slot],
-        "bid": w.ad_bid[slot], "serve_w": w.ad_serve_w[slot], "weight": w.ad_weight[slot],
-    }  # fmt: skip
-    new = gen != 0
-    if not new.any():
-        return out
-    k, g = slot[new], gen[new]
-
-    def u(field: int) -> np.ndarray:
-        return _uniform(seed, _ADS, k, g, field)
-
-    def z(field: int) -> np.ndarray:
-        return _normal(seed, _ADS, k, g, field)
-
-    adv = np.minimum((u(0) * cfg.n_advertisers).astype(np.int64), cfg.n_advertisers - 1)
-    obj = np.where(u(1) < _OWN_OBJECTIVE, w.adv_objective[adv], _categorical(u(2), [0.25] * 4))
-    fmt = _categorical(u(3), _FORMAT_P)
-    bid = np.round(np.exp(0.6 * z(10)) + 0.05, 4)
-    drawn = {
-        "advertiser": adv, "topic": np.minimum((u(4) * cfg.n_topics).astype(np.int64), cfg.n_topics - 1),
-        "objective": obj, "format": fmt,
-        "quality": 0.5 * z(11) + w.adv_quality[adv] + _OBJ_EFF[obj] + _FMT_EFF[fmt],
-        "conv_quality": 0.3 * z(12), "bid": bid, "serve_w": bid * np.exp(0.5 * z(13)), "weight": np.exp(0.5 * z(14)),
-    }  # fmt: skip
-    for key, values in drawn.items():
-        out[key] = out[key].copy()
-        out[key][new] = values
-    return out
-
-
-def _item_attrs(cfg: SimulatorConfig, slot: np.ndarray, gen: np.ndarray) -> dict[str, np.ndarray]:
-    w = _get_world(cfg)
-    topic, weight = w.item_topic[slot], w.item_weight[slot]
+def _renewed(static: _Attrs, slot: np.ndarray, gen: np.ndarray, draw: Callable[..., _Attrs]) -> _Attrs:
+    """Entities of (slot, generation): generation 0 from the static world, the others `draw(slot, gen)`."""
+    out = {key: values[slot] for key, values in static.items()}  # fancy indexing: copies
     new = gen != 0
     if new.any():
-        k, g = slot[new], gen[new]
-        topic, weight = topic.copy(), weight.copy()
-        topic[new] = np.minimum((_uniform(cfg.seed, _ITEMS, k, g, 0) * cfg.n_topics).astype(np.int64),
-                                cfg.n_topics - 1)  # fmt: skip
-        weight[new] = np.exp(_normal(cfg.seed, _ITEMS, k, g, 1))
-    return {"topic": topic, "weight": weight}
-
-
-def _user_attrs(cfg: SimulatorConfig, slot: np.ndarray, gen: np.ndarray) -> dict[str, np.ndarray]:
-    """Users of (slot, generation): generation 0 from the static world, others arrive on their birth day
-    with fresh interests (no history anywhere)."""
-    w, seed, T = _get_world(cfg), cfg.seed, cfg.n_topics
-    out = {
-        "s": w.interest_s[slot], "a": w.interest_a[slot], "b": w.interest_b[slot], "phase": w.phase[slot],
-        "activity": w.user_activity[slot], "device": w.user_device[slot], "signup": w.user_signup_day[slot],
-        "propensity": w.user_propensity[slot],
-    }  # fmt: skip
-    new = gen != 0
-    if not new.any():
-        return out
-    k, g = slot[new], gen[new]
-    grid = np.arange(T)[None, :]
-    drawn = {
-        "s": _normal(seed, _USERS, k[:, None], g[:, None], 100 + grid),
-        "a": _normal(seed, _USERS, k[:, None], g[:, None], 100 + T + grid),
-        "b": _normal(seed, _USERS, k[:, None], g[:, None], 100 + 2 * T + grid),
-        "phase": 2 * np.pi * _uniform(seed, _USERS, k, g, 0),
-        "activity": np.exp(0.8 * _normal(seed, _USERS, k, g, 1)),
-        "device": _categorical(_uniform(seed, _USERS, k, g, 4), _DEVICE_P),
-        "signup": _birth_day(seed, _USERS, cfg.n_users, cfg.churn.users, k, g).astype(np.float64),
-        "propensity": 0.3 * _normal(seed, _USERS, k, g, 3),
-    }
-    for key, values in drawn.items():
-        out[key] = out[key].copy()
-        out[key][new] = values
+        for key, values in draw(slot[new], gen[new]).items():
+            out[key][new] = values
     return out
+
+
+def _ad_attrs(cfg: SimulatorConfig, slot: np.ndarray, gen: np.ndarray) -> _Attrs:
+    """Ads of (slot, generation); a new one is launched by an advertiser of the pool with a new creative,
+    objective and target topic."""
+    w, seed = _get_world(cfg), cfg.seed
+
+    def draw(k: np.ndarray, g: np.ndarray) -> _Attrs:
+        def u(field: int) -> np.ndarray:
+            return _uniform(seed, _ADS, k, g, field)
+
+        def z(field: int) -> np.ndarray:
+            return _normal(seed, _ADS, k, g, field)
+
+        adv = np.minimum((u(0) * cfg.n_advertisers).astype(np.int64), cfg.n_advertisers - 1)
+        obj = np.where(u(1) < _OWN_OBJECTIVE, w.adv_objective[adv], _categorical(u(2), [0.25] * 4))
+        fmt = _categorical(u(3), _FORMAT_P)
+        bid = np.round(np.exp(0.6 * z(10)) + 0.05, 4)
+        return {
+            "advertiser": adv, "topic": np.minimum((u(4) * cfg.n_topics).astype(np.int64), cfg.n_topics - 1),
+            "objective": obj, "format": fmt,
+            "quality": 0.5 * z(11) + w.adv_quality[adv] + _OBJ_EFF[obj] + _FMT_EFF[fmt],
+            "conv_quality": 0.3 * z(12), "bid": bid, "serve_w": bid * np.exp(0.5 * z(13)),
+            "weight": np.exp(0.5 * z(14)),
+        }  # fmt: skip
+
+    return _renewed(w.ad, slot, gen, draw)
+
+
+def _item_attrs(cfg: SimulatorConfig, slot: np.ndarray, gen: np.ndarray) -> _Attrs:
+    return _renewed(_get_world(cfg).item, slot, gen, lambda k, g: {
+        "topic": np.minimum((_uniform(cfg.seed, _ITEMS, k, g, 0) * cfg.n_topics).astype(np.int64), cfg.n_topics - 1),
+        "weight": np.exp(_normal(cfg.seed, _ITEMS, k, g, 1)),
+    })  # fmt: skip
+
+
+def _user_attrs(cfg: SimulatorConfig, slot: np.ndarray, gen: np.ndarray) -> _Attrs:
+    """Users of (slot, generation); a new one arrives on its birth day with fresh interests (no history)."""
+    seed, T = cfg.seed, cfg.n_topics
+
+    def draw(k: np.ndarray, g: np.ndarray) -> _Attrs:
+        grid = np.arange(T)[None, :]
+        return {
+            "s": _normal(seed, _USERS, k[:, None], g[:, None], 100 + grid),
+            "a": _normal(seed, _USERS, k[:, None], g[:, None], 100 + T + grid),
+            "b": _normal(seed, _USERS, k[:, None], g[:, None], 100 + 2 * T + grid),
+            "phase": 2 * np.pi * _uniform(seed, _USERS, k, g, 0),
+            "activity": np.exp(0.8 * _normal(seed, _USERS, k, g, 1)),
+            "device": _categorical(_uniform(seed, _USERS, k, g, 4), _DEVICE_P),
+            "signup": _birth_day(seed, _USERS, cfg.n_users, cfg.churn.users, k, g).astype(np.float64),
+            "propensity": 0.3 * _normal(seed, _USERS, k, g, 3),
+        }
+
+    return _renewed(_get_world(cfg).user, slot, gen, draw)
 
 
 @dataclass(frozen=True)
@@ -415,7 +369,7 @@ class _Day:
     """The catalogue alive on one day, indexed by slot (the static world's arrays when nothing churned)."""
 
     ad_ids: np.ndarray
-    ad: dict[str, np.ndarray]
+    ad: _Attrs
     ad_serve_p: np.ndarray  # untargeted serving distribution
     ads: _Grouped
     item_ids: np.ndarray
@@ -423,7 +377,7 @@ class _Day:
     items: _Grouped
     user_ids: np.ndarray
     user_gen: np.ndarray
-    user: dict[str, np.ndarray]
+    user: _Attrs
 
 
 def _churn_key(cfg: SimulatorConfig) -> tuple[float, float, float]:
@@ -475,7 +429,7 @@ def _surface_affinity(seed: int, name: str, n_users: int, user_churn: float, day
     return out
 
 
-def _interests(cfg: SimulatorConfig, user: dict[str, np.ndarray], date: dt.date) -> np.ndarray:
+def _interests(cfg: SimulatorConfig, user: _Attrs, date: dt.date) -> np.ndarray:
     theta = cfg.interest_drift * _day_index(date) + user["phase"]
     drift = np.cos(theta)[:, None] * user["a"] + np.sin(theta)[:, None] * user["b"]
     return math.sqrt(_RHO) * user["s"] + math.sqrt(1 - _RHO) * drift

@@ -461,22 +461,18 @@ def test_churn_zero_is_the_static_catalogue_every_day(seed, surfaces):
         assert np.array_equal(alive.item_ids, np.arange(cfg.n_ads + 1, cfg.n_ads + cfg.n_organic_items + 1))
         assert np.array_equal(alive.user_ids, np.arange(1, cfg.n_users + 1))
         c = sim._day_catalogue(cfg, sim._day_index(date))
-        for key, static in {"topic": w.ad_topic, "advertiser": w.ad_advertiser, "objective": w.ad_objective,
-                            "format": w.ad_format, "quality": w.ad_quality, "bid": w.ad_bid,
-                            "serve_w": w.ad_serve_w, "weight": w.ad_weight}.items():  # fmt: skip
+        for key, static in w.ad.items():
             assert np.array_equal(c.ad[key], static), key
-        assert np.array_equal(c.item_topic, w.item_topic)
-        for key, static in {"s": w.interest_s, "a": w.interest_a, "b": w.interest_b, "phase": w.phase,
-                            "activity": w.user_activity, "signup": w.user_signup_day,
-                            "propensity": w.user_propensity}.items():  # fmt: skip
+        assert np.array_equal(c.item_topic, w.item["topic"])
+        for key, static in w.user.items():
             assert np.array_equal(c.user[key], static), key
         for s in surfaces.names:
             assert np.array_equal(sim._surface_affinity(seed, s, cfg.n_users, 0.0, sim._day_index(date)),
                                   sim._surface_params(seed, s, cfg.n_users)[1])  # fmt: skip
     ad_ids, ad_topic, item_ids, item_topic = sim.window_topics(cfg, DAYS)
-    assert np.array_equal(ad_ids, np.arange(1, cfg.n_ads + 1)) and np.array_equal(ad_topic, w.ad_topic)
+    assert np.array_equal(ad_ids, np.arange(1, cfg.n_ads + 1)) and np.array_equal(ad_topic, w.ad["topic"])
     assert np.array_equal(item_ids - cfg.n_ads, np.arange(1, cfg.n_organic_items + 1))
-    assert np.array_equal(item_topic, w.item_topic)
+    assert np.array_equal(item_topic, w.item["topic"])
     imp, org = simulate_day_frames(cfg, surfaces, "feed", D1)
     assert imp["ad_id"].is_between(1, cfg.n_ads).all() and imp["user_id"].is_between(1, cfg.n_users).all()
     assert org["item_id"].is_between(cfg.n_ads + 1, cfg.n_ads + cfg.n_organic_items).all()
