@@ -1,21 +1,15 @@
-"""`make eval`: the published protocol. 3 seeds of the foundation model, its single-surface
-baselines, the base rate and a logistic regression on hand-built features (gem_model.eval.baselines),
-all on the same rows of E, and every distillation arm x path with 3 seeds.
+"""`make eval`: the published protocol. 3 seeds of the foundation model, its single-surface baselines,
+the base rate and a logistic regression on hand-built features, all on the same rows of E, and every
+distillation arm x path with 3 seeds. Selection and early stopping use E-1 only; E is never tuned on.
 
-World: with the embedded simulator, the evaluation world of assets/simulator_eval.yaml (every
-surface >= 300 click positives on E; the demo world's smallest surface has ~34), built once into its
-own state at $GEM_HOME/eval_world/ (lake, Dagster instance, models) through the Dagster jobs `make
-demo` runs: ingest and features; the first seed is the pipeline's own foundation_model run (with
-its baselines and quality gate), which, once ACCEPTED, is also the teacher of the domain models,
-the teacher predictions and the distillation arms. `--world demo` (and any GEM_DATA dataset) uses
-the lake `make demo` built, as before.
+World: with the simulator, the evaluation world of assets/simulator_eval.yaml (every surface >= 300 click
+positives on E), built once into $GEM_HOME/eval_world/ through the Dagster jobs `make demo` runs; its first
+seed is the pipeline's own foundation_model run, which, once ACCEPTED, also teaches the domain models and
+the distillation arms. `--world demo` (and any GEM_DATA dataset) uses the lake `make demo` built.
 
-Writes reports/foundation_eval_3seeds.json, reports/model_quality.md (the README's table: click NE
-per surface, seed mean +- sd, 95% bootstrap interval of the seed mean, calibration, share of the
-base-rate-to-oracle gap closed, paired differences foundation - other model with their intervals)
-and reports/distillation_report_3seeds.json with reports/distillation_kd_gains.md (KD gains over
-labels_only on E and the effectiveness ratio, with paired bootstrap intervals), and prints its runtime. Selection and early stopping
-use the validation day E-1 only; E is reported, never tuned on.
+Writes reports/foundation_eval_3seeds.json, reports/model_quality.md (the README's table, see
+gem_model.eval.model_quality), reports/distillation_report_3seeds.json and reports/distillation_kd_gains.md
+(KD gains over labels_only on E with paired bootstrap intervals), and prints its runtime.
 """
 
 from __future__ import annotations
@@ -27,9 +21,10 @@ import os
 import subprocess
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+import polars as pl
 
 from gem_model.config import SIM, dataset_name
 from gem_model.eval.model_quality import model_quality, quality_markdown, run_lr_baselines
@@ -40,16 +35,11 @@ FOUNDATION_ASSET = "foundation_model"
 
 
 def mean_spread(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[tuple[tuple, float, float, int]]:
-    groups: dict[tuple, list[float]] = defaultdict(list)
-    for r in rows:
-        if r.get("ne") is not None and math.isfinite(r["ne"]):
-            groups[tuple(r[k] for k in keys)].append(r["ne"])
-    out = []
-    for k, v in sorted(groups.items()):
-        m = sum(v) / len(v)
-        sd = (sum((x - m) ** 2 for x in v) / (len(v) - 1)) ** 0.5 if len(v) > 1 else 0.0
-        out.append((k, m, sd, len(v)))
-    return out
+    """Per group of `keys`: mean NE, its sample sd over the group (0 for one row) and the row count."""
+    ne = [(*(r[k] for k in keys), float(r["ne"])) for r in rows if r.get("ne") is not None and math.isfinite(r["ne"])]
+    df = (pl.DataFrame(ne, schema=[*keys, "ne"], orient="row").group_by(keys)
+          .agg(pl.col("ne").mean().alias("m"), pl.col("ne").std().fill_null(0.0).alias("sd"), pl.len()).sort(keys))
+    return [(tuple(r[:-3]), *r[-3:]) for r in df.iter_rows()]
 
 
 EVAL_SIMULATOR = "eval"  # assets/simulator_eval.yaml
@@ -215,7 +205,6 @@ def main(argv: list[str] | None = None) -> None:
         print(md.read_text(), flush=True)
         return
     from gem_model.distill import ARMS, DEFAULT_PATHS, run_distillation, write_report
-    from gem_model.models.registry import read_accepted, resolve_checkpoint
 
     beside: subprocess.Popen | None = None
     arms_log = out_dir / "eval_distillation.log"
@@ -239,19 +228,16 @@ def main(argv: list[str] | None = None) -> None:
     elif not args.skip_distillation:
         if world is not None:
             world.domain_teachers()
-        # the pipeline's ACCEPTED teacher: its predictions are the teacher_predictions the arms distil
-        # (its tables are the ones parameter_sharing copies)
-        accepted_teacher = read_accepted("foundation_model")
-        if accepted_teacher is None:
-            raise SystemExit("no ACCEPTED foundation model: run `make demo` first")
-        teachers = {"foundation": str(resolve_checkpoint(accepted_teacher))}
-        from gem_pipelines.partitions import SURFACES
+        # the pipeline's ACCEPTED teachers: their predictions are the teacher_predictions the arms distil
+        # (the foundation's tables are the ones parameter_sharing copies)
+        import dagster as dg
 
-        for domain in [d for d in SURFACES.domains if len(SURFACES.in_domain(d)) >= 2]:  # hierarchical path
-            accepted = read_accepted("domain_models", domain)
-            if accepted is None:
-                raise SystemExit(f"no ACCEPTED domain model for {domain}: run `make demo` first")
-            teachers[f"domain:{domain}"] = str(resolve_checkpoint(accepted))
+        from gem_pipelines.assets.students import _accepted_teachers
+
+        try:
+            teachers = {name: ckpt for name, (ckpt, _) in _accepted_teachers().items()}
+        except dg.Failure as missing:
+            raise SystemExit(f"{missing.description}: run `make demo` first") from None
         rows = run_distillation(list(ARMS), list(DEFAULT_PATHS), args.seeds, preset=args.preset, teachers=teachers)
         path = write_report(rows, out_dir / "distillation_report_3seeds.json")
         from gem_model.distill.kd_intervals import intervals_from_rows, intervals_markdown

@@ -18,10 +18,21 @@ from typing import Any
 
 import dagster as dg
 
+from gem_pipelines.metadata import md_grid
 from gem_pipelines.settings import ModelGate
 
 CHECK = "quality_gate"
 GATE_FILE = "gate.json"  # beside each gated version: its evaluation day, metric rows and verdict
+
+
+def spec(asset: str, partitions_def: dg.PartitionsDefinition | None = None, extra: str = "") -> dg.AssetCheckSpec:
+    """The blocking check of a training asset; `extra`: the asset's own rule, in words."""
+    return dg.AssetCheckSpec(
+        CHECK, asset=asset, blocking=True, partitions_def=partitions_def,
+        description="on day E, every (surface, task) with enough positives: NE below the base rate, no regression "
+        f"beyond max_regression against the last ACCEPTED version{extra} (assets/quality.yaml); only a passing "
+        "gate writes ACCEPTED",
+    )
 
 
 def gate(rows: list[dict[str, Any]], previous: list[dict[str, Any]] | None, cfg: ModelGate,
@@ -121,15 +132,13 @@ def check_result(verdict: dict[str, Any], version: str, evaluation_date: str) ->
 
 
 def gate_table(verdict: dict[str, Any]) -> dg.MetadataValue:
+    if not verdict["gated_pairs"]:
+        return dg.MetadataValue.md(verdict["note"] or "(nothing gated)")
     failed = {(f["surface"], f["task"]): f["why"] for f in verdict["failures"]}
     cols = [c for c in ("surface", "task", "positives", "ne", "accepted_ne", "labels_only_ne")
             if any(p.get(c) is not None for p in verdict["gated_pairs"]) or c in ("surface", "task", "ne")]
-    lines = ["| " + " | ".join(cols) + " | verdict |", "|" + "---|" * (len(cols) + 1)]
-    for p in verdict["gated_pairs"]:
-        cells = [f"{p[c]:.4f}" if isinstance(p.get(c), float) else str(p.get(c) if p.get(c) is not None else "")
-                 for c in cols]
-        lines.append("| " + " | ".join(cells) + f" | {failed.get((p['surface'], p['task']), 'pass')} |")
-    return dg.MetadataValue.md("\n".join(lines) if verdict["gated_pairs"] else verdict["note"] or "(nothing gated)")
+    rows = [[p.get(c) for c in cols] + [failed.get((p["surface"], p["task"]), "pass")] for p in verdict["gated_pairs"]]
+    return md_grid([*cols, "verdict"], rows, fmt=lambda v: f"{v:.4f}" if isinstance(v, float) else "" if v is None else str(v))
 
 
 def record(version_dir: str | Path, verdict: dict[str, Any], rows: list[dict[str, Any]], evaluation_date: str) -> None:
@@ -157,19 +166,14 @@ def untraced_accepted(instance: dg.DagsterInstance, home: Path) -> list[str]:
             dg.AssetCheckKey(dg.AssetKey(asset), CHECK), limit=10_000
         ):
             evaluation = record.event and record.event.dagster_event and record.event.dagster_event.event_specific_data
-            if evaluation is None:
+            if evaluation is None or (version := evaluation.metadata.get("version")) is None:
                 continue
             accepted = evaluation.metadata.get("accepted")  # an unjudged acceptance fails with WARN
-            if not (getattr(evaluation, "passed", False) or (accepted is not None and accepted.value is True)):
-                continue
-            version = evaluation.metadata.get("version")
-            partition = getattr(evaluation, "partition", None)
-            if version is not None:
-                passed.add((asset, partition, str(version.value)))
+            if getattr(evaluation, "passed", False) or (accepted is not None and accepted.value is True):
+                passed.add((asset, getattr(evaluation, "partition", None), str(version.value)))
     untraced = []
     for f in sorted((home / "models").glob("**/ACCEPTED")):
         rel = f.parent.relative_to(home / "models").parts
-        asset, partition = rel[0], (rel[1] if len(rel) > 1 else None)
-        if (asset, partition, f.read_text().strip()) not in passed:
+        if (rel[0], rel[1] if len(rel) > 1 else None, f.read_text().strip()) not in passed:
             untraced.append(str(f))
     return untraced

@@ -77,16 +77,7 @@ def _run_torchrun(context: dg.AssetExecutionContext, pipes: dg.PipesSubprocessCl
     deps=["training_examples", "oracle"],
     op_tags=gpu_step_tags(training_gpus()),  # the teacher's torchrun world: GEM_NPROC GPUs of one node
     pool=GPU_POOL,
-    check_specs=[
-        dg.AssetCheckSpec(
-            "quality_gate",
-            asset=ASSET,
-            blocking=True,
-            description="on day E, every (surface, task) with enough positives: NE below the base rate and no "
-            "regression beyond max_regression against the last ACCEPTED version (assets/quality.yaml); "
-            "only a passing gate writes ACCEPTED",
-        )
-    ],
+    check_specs=[quality_gate.spec(ASSET)],
     automation_condition=dg.AutomationCondition.on_cron("0 4 * * 1") & dg.AutomationCondition.all_deps_blocking_checks_passed(),
 )
 def foundation_model(

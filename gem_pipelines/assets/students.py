@@ -34,18 +34,11 @@ from gem_pipelines.settings import QUALITY
 GROUP_FOUNDATION, GROUP_STUDENTS = "foundation", "students"
 # Students and domain models refresh when their teacher changes or new data lands, never retraining it.
 ON_TEACHER_CHANGE = dg.AutomationCondition.eager() & dg.AutomationCondition.all_deps_blocking_checks_passed()
-
-
-def _on_change_ignoring_checks_of(dep: str, *, every_day: bool = False) -> dg.AutomationCondition:
-    """ON_TEACHER_CHANGE, except for `dep`'s checks: a domain model whose gate failed keeps its last
-    ACCEPTED version, which is all that downstream reads, so every day's predictions need not wait for
-    it. `every_day`: all partitions, not only the latest, follow a change (a new teacher changes every
-    day's predictions)."""
-    eager = dg.AutomationCondition.eager()
-    if every_day:
-        eager = eager.without(dg.AutomationCondition.in_latest_time_window())
-    return eager & dg.AutomationCondition.all_deps_blocking_checks_passed().ignore(dg.AssetSelection.assets(dep))
-
+# Every day's predictions, not only the latest, follow a new teacher. A domain model whose gate failed keeps
+# its last ACCEPTED version, which is all that downstream reads, so they need not wait for its checks.
+TEACHER_PREDICTIONS_CONDITION = dg.AutomationCondition.eager().without(
+    dg.AutomationCondition.in_latest_time_window()
+) & dg.AutomationCondition.all_deps_blocking_checks_passed().ignore(dg.AssetSelection.assets("domain_models"))
 
 # Between date- and domain-partitioned assets every partition reads every partition of the other. Left
 # implicit, Dagster 1.13 infers the identity mapping, so teacher_predictions[2026-11-05] "depends on"
@@ -54,30 +47,26 @@ def _on_change_ignoring_checks_of(dep: str, *, every_day: bool = False) -> dg.Au
 EVERY_PARTITION = dg.AllPartitionMapping()
 # A domain model follows its teacher, not each new day of examples (the teacher's cadence decides when
 # the window's data is learnt): training_examples is lineage here, not a trigger.
-DOMAIN_MODELS_CONDITION = (
-    dg.AutomationCondition.eager().ignore(dg.AssetSelection.assets("training_examples"))
-    & dg.AutomationCondition.all_deps_blocking_checks_passed().ignore(dg.AssetSelection.assets("training_examples"))
-)
+_EXAMPLES = dg.AssetSelection.assets("training_examples")
+DOMAIN_MODELS_CONDITION = dg.AutomationCondition.eager().ignore(
+    _EXAMPLES
+) & dg.AutomationCondition.all_deps_blocking_checks_passed().ignore(_EXAMPLES)
+GPU_STEP = {"op_tags": GPU_TAGS, "pool": "gpu"}
 
 
-def version_for(context: dg.AssetExecutionContext) -> str:
-    """<UTC time>-<run id prefix>, as DESIGN.md §2 names model versions."""
-    return f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{context.run_id[:6]}"
-
-
-def accepted_checkpoint(asset: str, partition: str | None = None) -> tuple[str, str] | None:
-    """(checkpoint file, version) of the ACCEPTED version: downstream reads nothing else."""
+def accepted_checkpoint(asset: str, partition: str | None, missing: str) -> tuple[str, str]:
+    """(checkpoint file, version) of the ACCEPTED version (downstream reads nothing else); without one, a
+    failure that says `missing`."""
     from gem_model.models.registry import read_accepted, resolve_checkpoint
 
-    version_dir = read_accepted(asset, partition)
-    return None if version_dir is None else (str(resolve_checkpoint(version_dir)), version_dir.name)
+    if (version_dir := read_accepted(asset, partition)) is None:
+        raise dg.Failure(missing)
+    return str(resolve_checkpoint(version_dir)), version_dir.name
 
 
 def _accepted_foundation() -> tuple[str, str]:
-    found = accepted_checkpoint(FOUNDATION_ASSET)
-    if found is None:
-        raise dg.Failure(f"no ACCEPTED {FOUNDATION_ASSET} version: materialize foundation_model and pass its quality gate")
-    return found
+    return accepted_checkpoint(FOUNDATION_ASSET, None, f"no ACCEPTED {FOUNDATION_ASSET} version: materialize "
+                               "foundation_model and pass its quality gate")
 
 
 def _hierarchical_domains() -> list[str]:
@@ -85,19 +74,11 @@ def _hierarchical_domains() -> list[str]:
     return [d for d in SURFACES.domains if len(SURFACES.in_domain(d)) >= 2]
 
 
-def _accepted_domains() -> dict[str, tuple[str, str]]:
-    out = {}
-    for domain in _hierarchical_domains():
-        found = accepted_checkpoint("domain_models", domain)
-        if found is None:
-            raise dg.Failure(f"no ACCEPTED domain model for {domain!r}: materialize domain_models[{domain}]")
-        out[domain] = found
-    return out
-
-
 def _accepted_teachers() -> dict[str, tuple[str, str]]:
     """Teacher name ("foundation", "domain:<name>") -> (checkpoint, version) of every ACCEPTED teacher."""
-    return {"foundation": _accepted_foundation()} | {f"domain:{d}": found for d, found in _accepted_domains().items()}
+    return {"foundation": _accepted_foundation()} | {
+        f"domain:{d}": accepted_checkpoint("domain_models", d, f"no ACCEPTED domain model for {d!r}: materialize "
+                                           f"domain_models[{d}]") for d in _hierarchical_domains()}
 
 
 def _accepted_student_pairs() -> dict[str, tuple[str, str]]:
@@ -107,15 +88,10 @@ def _accepted_student_pairs() -> dict[str, tuple[str, str]]:
     out = {}
     for surface in SURFACES.names:
         found = read_accepted("students", surface)
-        metrics = found / "metrics.json" if found is not None else None
-        if metrics is not None and metrics.is_file():
-            key = json.loads(metrics.read_text())["key"]
+        if found is not None and (found / "metrics.json").is_file():
+            key = json.loads((found / "metrics.json").read_text())["key"]
             out[surface] = (key["arm"], key["path"])
     return out
-
-
-def _tp_uri(lake: LakeResource) -> str:
-    return lake.table("teacher_predictions")
 
 
 class StudentsConfig(dg.Config):
@@ -127,30 +103,20 @@ class StudentsConfig(dg.Config):
     seeds: list[int] = [0]
 
 
-def _gate_spec(asset: str, partitions_def: dg.PartitionsDefinition, extra: str = "") -> dg.AssetCheckSpec:
-    return dg.AssetCheckSpec(
-        quality_gate.CHECK, asset=asset, blocking=True, partitions_def=partitions_def,
-        description="on day E, every (surface, task) with enough positives: NE below the base rate, no regression "
-        f"beyond max_regression against the last ACCEPTED version{extra} (assets/quality.yaml); only a passing "
-        "gate writes ACCEPTED",
-    )
-
-
 @dg.asset(
     partitions_def=domain_partitions_def,
     group_name=GROUP_FOUNDATION,
     deps=[FOUNDATION_ASSET, dg.AssetDep("training_examples", partition_mapping=EVERY_PARTITION)],
-    op_tags=GPU_TAGS,
-    pool="gpu",
+    **GPU_STEP,
     automation_condition=DOMAIN_MODELS_CONDITION,
-    check_specs=[_gate_spec("domain_models", domain_partitions_def)],
+    check_specs=[quality_gate.spec("domain_models", domain_partitions_def)],
 )
 def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, accelerator: AcceleratorResource,
                   wandb: WandbResource):
     """A domain foundation model: the teacher's weights, distilled from its predictions on the domain's surfaces."""
     from gem_model.distill import predict_teacher, save_domain_model, train_domain_model
     from gem_model.eval.metrics import evaluate_day
-    from gem_model.models.registry import load_model
+    from gem_model.models.registry import load_model, new_version
     from gem_model.train.tracking import Tracker
 
     domain = context.partition_key
@@ -169,7 +135,7 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
     targets = predict_teacher(foundation, roles.student, "foundation", teacher_version, surfaces=surfaces,
                               uri=lake.table("training_examples"), device=accelerator.resolved_device(),
                               precision=accelerator.train_precision())
-    version = version_for(context)
+    version = new_version(context.run_id)
     # grouped with its teacher's W&B runs (foundation runs are grouped as foundation-<version>)
     tracker = Tracker(name=f"domain-{domain}", group=f"foundation-{teacher_version}", job_type="domain_model",
                       config={"domain": domain, "teacher_version": teacher_version, "version": version})
@@ -213,10 +179,8 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
     group_name=GROUP_FOUNDATION,
     deps=[FOUNDATION_ASSET, dg.AssetDep("domain_models", partition_mapping=EVERY_PARTITION),
           dg.AssetDep("training_examples")],
-    op_tags=GPU_TAGS,
-    pool="gpu",
-    # every day's predictions follow a new teacher, not only the latest day's
-    automation_condition=_on_change_ignoring_checks_of("domain_models", every_day=True),
+    **GPU_STEP,
+    automation_condition=TEACHER_PREDICTIONS_CONDITION,
 )
 def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, accelerator: AcceleratorResource):
     """One batched pass of every teacher over the day's examples: predictions + summary embeddings."""
@@ -232,7 +196,7 @@ def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, a
         df = predict_teacher(model, [date], name, version, surfaces=surfaces, uri=lake.table("training_examples"),
                              device=accelerator.resolved_device(), precision=accelerator.train_precision())
         written.append({"teacher": name, "version": version, "rows": df.height,
-                        "delta_version": write_teacher_predictions(df, uri=_tp_uri(lake))})
+                        "delta_version": write_teacher_predictions(df, uri=lake.table("teacher_predictions"))})
     return dg.MaterializeResult(
         metadata={"rows": sum(w["rows"] for w in written),
                   "teachers": md_table(written, ["teacher", "version", "rows", "delta_version"]),
@@ -243,8 +207,7 @@ def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, a
 @dg.asset(
     group_name=GROUP_STUDENTS,
     deps=["teacher_predictions", "domain_models", FOUNDATION_ASSET],
-    op_tags=GPU_TAGS,
-    pool="gpu",
+    **GPU_STEP,
     automation_condition=ON_TEACHER_CHANGE,
 )
 def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfig, lake: LakeResource,
@@ -259,7 +222,7 @@ def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfi
     with progress(context.log, "distillation_report", total=total) as p:
         rows = run_distillation(
             config.arms, config.paths, config.seeds, preset=config.preset, teachers=teachers,
-            uri=lake.table("training_examples"), tp_uri=_tp_uri(lake), oracle_uri=lake.table("oracle"),
+            uri=lake.table("training_examples"), tp_uri=lake.table("teacher_predictions"), oracle_uri=lake.table("oracle"),
             tracking_group=_accepted_foundation()[1],
             device=accelerator.resolved_device(), precision=accelerator.train_precision(),
             on_student=lambda key, _m, _r, info: p.step(
@@ -277,29 +240,28 @@ def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfi
     partitions_def=surface_partitions_def,
     group_name=GROUP_STUDENTS,
     deps=["distillation_report"],
-    op_tags=GPU_TAGS,
-    pool="gpu",
+    **GPU_STEP,
     automation_condition=ON_TEACHER_CHANGE,
-    check_specs=[_gate_spec("students", surface_partitions_def, ", and never worse than the labels_only arm of the "
-                            "distillation report by more than max_vs_labels_only")],
+    check_specs=[quality_gate.spec("students", surface_partitions_def, ", and never worse than the labels_only arm "
+                                   "of the distillation report by more than max_vs_labels_only")],
 )
 def students(context: dg.AssetExecutionContext, lake: LakeResource, wandb: WandbResource,
              accelerator: AcceleratorResource):
     """The production student of a surface: the (arm, path) the distillation report selected (lowest click NE
     on E-1, the ACCEPTED student's pair kept within student_selection.keep_accepted_within), exported."""
     from gem_model.distill import score_student, train_production_student
-    from gem_model.models.registry import read_accepted
+    from gem_model.models.registry import new_version, read_accepted
 
     wandb.apply()
     surface = context.partition_key
     report = json.loads((reports_dir() / "distillation_report.json").read_text())
     arm, path = report["selected"][surface]["arm"], report["selected"][surface]["path"]
     teachers = {name: ckpt for name, (ckpt, _) in _accepted_teachers().items()}
-    version = version_for(context)
+    version = new_version(context.run_id)
     accepted = read_accepted("students", surface)  # warm start from it when it is the same model
     with progress(context.log, f"students[{surface}] training ({arm}/{path})"):
         out = train_production_student(surface, arm, path, version=version, teachers=teachers,
-                                       uri=lake.table("training_examples"), tp_uri=_tp_uri(lake),
+                                       uri=lake.table("training_examples"), tp_uri=lake.table("teacher_predictions"),
                                        oracle_uri=lake.table("oracle"), tracking_group=_accepted_foundation()[1],
                                        device=accelerator.resolved_device(),
                                        precision=accelerator.train_precision(), init_from=accepted)
@@ -309,7 +271,7 @@ def students(context: dg.AssetExecutionContext, lake: LakeResource, wandb: Wandb
     e = CALENDAR.roles().evaluation
     day = e.isoformat()
     previous = quality_gate.accepted_rows("students", day, surface, rescore=lambda d: score_student(
-        d, e, uri=lake.table("training_examples"), tp_uri=_tp_uri(lake), oracle_uri=lake.table("oracle")))
+        d, e, uri=lake.table("training_examples"), tp_uri=lake.table("teacher_predictions"), oracle_uri=lake.table("oracle")))
     verdict = quality_gate.gate(evaluation, previous,
                                 QUALITY.model_gate, reference=labels_only_rows(report["rows"], surface),
                                 allow_ungated=True)
