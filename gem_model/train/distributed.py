@@ -1,14 +1,9 @@
 """What a multi-process run needs beyond one process: the process group, rank-0 agreement, the torchrun
 command line, resume arithmetic across world sizes, and the Dagster Pipes bridge of the launched process.
-
-The same library function runs in process (world size 1) and under `torchrun` (world size N): the only
-difference is the launcher. Under torchrun every rank calls it with the same arguments; rank 0 alone
-logs, writes files and talks to Dagster.
-
-Pipes: when Dagster launched the process (DAGSTER_PIPES_CONTEXT in the environment), rank 0 opens the
-Pipes connection and streams progress as log lines and custom messages; the final result is one custom
-message `{"kind": "result", ...}`. `dagster_pipes` is the dependency-free protocol package (not
-Dagster): it is imported only in that case, so a plain `torchrun` works without it.
+Under torchrun every rank calls the same library function with the same arguments; rank 0 alone logs,
+writes files and talks to Dagster: when Dagster launched the process (DAGSTER_PIPES_CONTEXT set), rank 0
+streams progress as log lines and custom messages, then one `{"kind": "result", ...}` message.
+`dagster_pipes` (the protocol package, not Dagster) is imported only then: a plain `torchrun` runs without it.
 """
 
 from __future__ import annotations
@@ -73,44 +68,30 @@ def torchrun_command(module: str, nproc_per_node: int, args: list[str]) -> list[
             "-m", module, *args]
 
 
-class Reporter:
-    """Where progress and the final result go: Dagster Pipes on rank 0 of a Pipes-launched process, else
-    nowhere (the in-process path reads the return value; trackers and stdout carry the rest)."""
-
-    def __init__(self, pipes: Any = None):
-        self._pipes = pipes
-
-    @property
-    def active(self) -> bool:
-        return self._pipes is not None
-
-    def progress(self, event: dict[str, Any]) -> None:
-        """One tracker log call: a readable log line for the run's event log + the numbers as a message."""
-        if self._pipes is None:
-            return
-        step = event.get("step")
-        shown = {k: v for k, v in event.items() if k.startswith(("train/loss", "valid/mean_ne", "train/samples"))}
-        if shown:
-            nums = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())
-            self._pipes.log.info(f"[{event.get('run')}] step {step}: {nums}")
-        self._pipes.report_custom_message({"kind": "progress", **event})
-
-    def result(self, result: dict[str, Any]) -> None:
-        if self._pipes is not None:
-            self._pipes.report_custom_message({"kind": "result", **result})
-
-
 @contextlib.contextmanager
-def pipes_reporter() -> Iterator[Reporter]:
-    """A Reporter connected to Dagster Pipes on rank 0 when Dagster launched us; a silent one otherwise."""
-    rank, _ = world()
-    if rank != 0 or PIPES_ENV not in os.environ:
-        yield Reporter()
+def pipes_reporter() -> Iterator[Any]:
+    """Dagster Pipes' context on rank 0 when Dagster launched us, else None (the in-process path reads the
+    return value; trackers and stdout carry the rest)."""
+    if world()[0] != 0 or PIPES_ENV not in os.environ:
+        yield None
         return
     from dagster_pipes import open_dagster_pipes  # the protocol package only; lazily, see module doc
 
     with open_dagster_pipes() as pipes:
-        yield Reporter(pipes)
+        yield pipes
+
+
+def pipes_progress(pipes: Any) -> ProgressFn:
+    """Told every tracker log call: a readable log line for the run's event log + the numbers as a message."""
+
+    def progress(event: dict[str, Any]) -> None:
+        shown = {k: v for k, v in event.items() if k.startswith(("train/loss", "valid/mean_ne", "train/samples"))}
+        if shown:
+            nums = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())
+            pipes.log.info(f"[{event.get('run')}] step {event.get('step')}: {nums}")
+        pipes.report_custom_message({"kind": "progress", **event})
+
+    return progress
 
 
 def pipes_result(messages: list[Any]) -> dict[str, Any]:

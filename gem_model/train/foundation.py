@@ -41,6 +41,7 @@ from gem_model.train.distributed import (
     broadcast_from_rank0,
     destroy_process_group,
     init_process_group,
+    pipes_progress,
     pipes_reporter,
     world,
 )
@@ -88,89 +89,51 @@ def run_foundation(
     home = Path(out_root) if out_root is not None else gem_home()
     roles = calendar.roles()
     overrides = overrides or {}
-    data = {
-        "train": [roles.teacher[0].isoformat(), roles.teacher[1].isoformat()],
-        "valid": roles.validation.isoformat(),
-        "eval": roles.evaluation.isoformat(),
-        "lake": lake,
-    }
-
-    def cfg(seed: int, surface_list: list[str] | None, name: str, group: str, job_type: str) -> dict[str, Any]:
-        return {
-            "preset": preset,
-            "model": dict(overrides.get("model") or {}),
-            "train": dict(overrides.get("train") or {}),
-            # a baseline reads its surface alone: what the foundation adds is then what other surfaces teach
-            "data": {**data, "surfaces": surface_list, "own_surface": surface_list is not None},
-            "seed": seed,
-            "device": device,
-            "tracking": {"project": project, "group": group, "name": name, "job_type": job_type},
-        }
+    data = {"train": [roles.teacher[0].isoformat(), roles.teacher[1].isoformat()], "valid": roles.validation.isoformat(),
+            "eval": roles.evaluation.isoformat(), "lake": lake}
 
     # One short id names the version and prefixes every W&B run id of this call.
     version = broadcast_from_rank0(version or new_version())
     rank0 = world()[0] == 0
-
     short = version.rsplit("-", 1)[1]
     group = f"foundation-{version}"
     vdir = version_dir(FOUNDATION_ASSET, version, home=home)  # validates the name (it may come from a launch file)
-
-    def tracker(name: str, job_type: str, config: dict[str, Any]) -> Tracker | None:
-        """Rank 0 alone tracks (train() then leaves the other ranks silent)."""
-        if not rank0:
-            return None
-        return Tracker(project=project, name=name, group=group, job_type=job_type,
-                       run_id=f"{short}-{name}".replace("_", "-"), config=config, on_log=progress)
-
     rows: list[dict[str, Any]] = []
+
+    def fit(seed: int, surface: str | None, out_dir: Path, init: str | Path | None) -> dict[str, Any]:
+        """The teacher (surface None) or one surface's baseline; rank 0 alone tracks (train() leaves the others
+        silent)."""
+        name, job = (f"foundation-s{seed}", "foundation") if surface is None else (f"single-{surface}-s{seed}", "single_surface")
+        meta = {"preset": preset, "seed": seed, **({"surface": surface} if surface else {}), "data": data, "version": version}
+        run = Tracker(project=project, name=name, group=group, job_type=job, run_id=f"{short}-{name}".replace("_", "-"),
+                      config=meta, on_log=progress) if rank0 else None
+        config = {"preset": preset, "model": dict(overrides.get("model") or {}), "train": dict(overrides.get("train") or {}),
+                  # a baseline reads its surface alone: what the foundation adds is then what other surfaces teach
+                  "data": {**data, "surfaces": None if surface is None else [surface], "own_surface": surface is not None},
+                  "seed": seed, "device": device, "tracking": {"project": project, "group": group, "name": name, "job_type": job}}
+        summary = train(config, out_dir=out_dir, init_from=init, tracker=run, features=features, surfaces=surfaces)
+        if run is not None:
+            run.finish()
+        rows.extend(_rows(summary, job, seed))
+        return summary
+
     result: dict[str, Any] = {}
     baseline_out: dict[str, dict[str, Any]] = {}
     for i, seed in enumerate(seeds):
         first = i == 0
-        name = f"foundation-s{seed}"
-        run = tracker(name, "foundation", {"preset": preset, "seed": seed, "data": data, "version": version})
-        out_dir = vdir if first else vdir / f"seed{seed}"
-        summary = train(
-            cfg(seed, None, name, group, "foundation"),
-            out_dir=out_dir, init_from=init_from, tracker=run, features=features, surfaces=surfaces,
-        )
-        if run is not None:
-            run.finish()
-        rows += _rows(summary, "foundation", seed)
+        summary = fit(seed, None, vdir if first else vdir / f"seed{seed}", init_from)
         if first:
-            result = {
-                "version": version,
-                "version_dir": str(vdir),
-                "checkpoint": summary["checkpoint"],
-                "loss_curve": summary["loss_curve"],
-                "valid_history": summary["valid_history"],
-                "samples_per_s": summary["samples_per_s"],
-                "train_seconds": summary["train_seconds"],
-                "param_counts": summary["param_counts"],
-                "best_step": summary["best_step"],
-                "calibration": summary.get("calibration"),  # the post-hoc map fitted on E-1 (None: disabled)
-                "wandb": summary["wandb"],
-            }
+            result = {"version": version, "version_dir": str(vdir), **{k: summary[k] for k in (
+                "checkpoint", "loss_curve", "valid_history", "samples_per_s", "train_seconds", "param_counts",
+                "best_step", "calibration", "wandb")}}  # calibration: the post-hoc map fitted on E-1 (None: disabled)
         if baselines:
             for s in surfaces.names:
                 bdir = models_dir(BASELINE_ASSET, s, home=home) / version
-                b_out = bdir if first else bdir / f"seed{seed}"
-                b_name = f"single-{s}-s{seed}"
-                b_tracker = tracker(b_name, "single_surface",
-                                    {"preset": preset, "seed": seed, "surface": s, "data": data, "version": version})
-                b_sum = train(
-                    cfg(seed, [s], b_name, group, "single_surface"),
-                    out_dir=b_out, tracker=b_tracker, features=features, surfaces=surfaces,
-                )
-                if b_tracker is not None:
-                    b_tracker.finish()
-                rows += _rows(b_sum, "single_surface", seed)
+                b_sum = fit(seed, s, bdir if first else bdir / f"seed{seed}", None)
                 if first:
                     baseline_out[s] = {"checkpoint": b_sum["checkpoint"], "version_dir": str(bdir),
                                        "samples_per_s": b_sum["samples_per_s"], "wandb": b_sum["wandb"]}
-    result["rows"] = rows
-    result["baselines"] = baseline_out
-    result["seeds"] = list(seeds)
+    result.update(rows=rows, baselines=baseline_out, seeds=list(seeds))
     if rank0:
         write_eval_report(rows, Path(result["version_dir"]) / "eval_rows.json")
     return result
@@ -187,9 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--args", required=True, help="JSON file with run_foundation's keyword arguments")
     args = json.loads(Path(p.parse_args(argv).args).read_text())
     own_pg = init_process_group(args.get("device", "auto"))
-    with pipes_reporter() as reporter:  # a failure propagates: torchrun then stops the other ranks
-        result = run_foundation(**args, progress=reporter.progress if reporter.active else None)
-        reporter.result({**result, "world_size": world()[1]})
+    with pipes_reporter() as pipes:  # a failure propagates: torchrun then stops the other ranks
+        result = run_foundation(**args, progress=None if pipes is None else pipes_progress(pipes))
+        if pipes is not None:
+            pipes.report_custom_message({"kind": "result", **result, "world_size": world()[1]})
     if own_pg:
         destroy_process_group()
     return 0
