@@ -32,14 +32,10 @@ def wandb_mode() -> str:
     return "online" if os.environ.get("WANDB_API_KEY") else "offline"
 
 
-def wandb_dirs(home: Path | None = None) -> dict[str, str]:
-    base = (home or gem_home()) / "wandb"
-    dirs = {
-        "WANDB_DIR": base,
-        "WANDB_DATA_DIR": base / "data",
-        "WANDB_CACHE_DIR": base / "cache",
-        "WANDB_ARTIFACT_DIR": base / "artifacts",
-    }
+def wandb_dirs() -> dict[str, str]:
+    base = gem_home() / "wandb"
+    dirs = {"WANDB_DIR": base, "WANDB_DATA_DIR": base / "data", "WANDB_CACHE_DIR": base / "cache",
+            "WANDB_ARTIFACT_DIR": base / "artifacts"}
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
     return {k: str(v) for k, v in dirs.items()}
@@ -48,20 +44,10 @@ def wandb_dirs(home: Path | None = None) -> dict[str, str]:
 class Tracker:
     """One W&B run (or nothing when disabled). `info()` is what goes into Dagster metadata."""
 
-    def __init__(
-        self,
-        *,
-        project: str = "gem",
-        name: str | None = None,
-        group: str | None = None,
-        job_type: str | None = None,
-        config: dict[str, Any] | None = None,
-        tags: list[str] | None = None,
-        mode: str | None = None,
-        run_id: str | None = None,
-        on_log: Callable[[dict[str, Any]], None] | None = None,
-    ):
-        self.mode = mode or wandb_mode()
+    def __init__(self, *, project: str = "gem", name: str | None = None, group: str | None = None,
+                 job_type: str | None = None, config: dict[str, Any] | None = None, run_id: str | None = None,
+                 on_log: Callable[[dict[str, Any]], None] | None = None):
+        self.mode = wandb_mode()
         self.project, self.group, self.name = project, group, name
         self.on_log = on_log  # also told every `log` (W&B on or off): e.g. Dagster Pipes progress
         self._run: Any = None
@@ -71,19 +57,9 @@ class Tracker:
             os.environ.setdefault(k, v)
         import wandb  # lazy: importing wandb costs seconds
 
-        self._run = wandb.init(
-            project=project,
-            id=run_id,
-            name=name,
-            group=group,
-            job_type=job_type,
-            config=scrub(config or {}),
-            tags=tags,
-            mode=self.mode,
-            dir=os.environ["WANDB_DIR"],
-            reinit="finish_previous",
-            settings=wandb.Settings(silent=True, console="off"),
-        )
+        self._run = wandb.init(project=project, id=run_id, name=name, group=group, job_type=job_type,
+                               config=scrub(config or {}), mode=self.mode, dir=os.environ["WANDB_DIR"],
+                               reinit="finish_previous", settings=wandb.Settings(silent=True, console="off"))
 
     @property
     def enabled(self) -> bool:
@@ -99,9 +75,7 @@ class Tracker:
 
     @property
     def url(self) -> str | None:
-        if self._run is None or self.mode != "online":
-            return None
-        return self._run.url
+        return self._run.url if self._run is not None and self.mode == "online" else None
 
     def info(self) -> dict[str, Any]:
         return {"mode": self.mode, "project": self.project, "group": self.group,
