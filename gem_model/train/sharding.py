@@ -35,6 +35,8 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 from torch.distributed.tensor import DTensor, distribute_tensor
 
+from gem_model.models.gem import GEM
+
 
 def rows_per_rank(rows: int, world_size: int) -> int:
     """Rows of every shard: ceil(rows / world) (the last one padded)."""
@@ -73,16 +75,6 @@ class RowShardedEmbedding(nn.Module):
         """Real (non-padding) rows held by this rank."""
         return max(0, min(self.num_embeddings - self.start, self.shard_rows))
 
-    @classmethod
-    def from_embedding(cls, emb: nn.Embedding, group: torch_dist.ProcessGroup | None = None,
-                       device: torch.device | str | None = None) -> RowShardedEmbedding:
-        """This rank's rows of an existing table (same init as the unsharded model), on `device`."""
-        out = cls(emb.num_embeddings, emb.embedding_dim, group=group, device=device or emb.weight.device,
-                  dtype=emb.weight.dtype)
-        with torch.no_grad():
-            out.load_full(emb.weight)
-        return out
-
     def load_full(self, full: torch.Tensor) -> None:
         """Copy this rank's rows out of the full [num_embeddings, dim] table."""
         n = self.local_rows
@@ -113,20 +105,23 @@ class RowShardedEmbedding(nn.Module):
         return out.reshape(*ids.shape, self.embedding_dim)
 
 
-def shard_embeddings(model: nn.Module, group: torch_dist.ProcessGroup | None = None,
+def shard_embeddings(model: GEM, group: torch_dist.ProcessGroup | None = None,
                      device: torch.device | str | None = None) -> list[RowShardedEmbedding]:
-    """Replace the embedding tables of `model` by their row-wise sharded versions, in place; returns them.
-    Tables = the `nn.Embedding`s whose weight `model.embedding_parameters()` lists (the row-wise optimised
-    ones; small lookup tables such as the time-gap encoding stay dense, under FSDP2), or every one."""
-    listed = getattr(model, "embedding_parameters", None)
-    wanted = {id(p) for p in listed()} if callable(listed) else None
+    """Replace the embedding tables of `model` by their row-wise sharded versions (this rank's rows, the
+    unsharded model's init, on `device`), in place; returns them. Tables = the `nn.Embedding`s whose weight
+    `model.embedding_parameters()` lists (the row-wise optimised ones; small lookup tables such as the
+    time-gap encoding stay dense, under FSDP2)."""
+    wanted = {id(p) for p in model.embedding_parameters()}
     sharded: list[RowShardedEmbedding] = []
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if isinstance(child, nn.Embedding) and (wanted is None or id(child.weight) in wanted):
+            if isinstance(child, nn.Embedding) and id(child.weight) in wanted:
                 if child.sparse or child.padding_idx is not None or child.max_norm is not None:
                     raise ValueError(f"{name}: only plain dense-gradient embeddings can be sharded row-wise")
-                new = RowShardedEmbedding.from_embedding(child, group, device)
+                new = RowShardedEmbedding(child.num_embeddings, child.embedding_dim, group=group,
+                                          device=device or child.weight.device, dtype=child.weight.dtype)
+                with torch.no_grad():
+                    new.load_full(child.weight)
                 setattr(parent, name, new)
                 sharded.append(new)
     return sharded
@@ -168,13 +163,12 @@ def sync_replicated_grads(model: nn.Module) -> None:
             p.grad /= torch_dist.get_world_size(group)
 
 
-def embedding_bytes(model: nn.Module) -> int:
+def embedding_bytes(model: GEM) -> int:
     """Bytes of embedding-table rows this rank holds (a sharded table counts its local shard, padding
     included); tables as in `shard_embeddings`."""
-    listed = getattr(model, "embedding_parameters", None)
-    wanted = {id(p) for p in listed()} if callable(listed) else None
+    wanted = {id(p) for p in model.embedding_parameters()}
     return sum(m.weight.numel() * m.weight.element_size() for m in model.modules()
-               if isinstance(m, RowShardedEmbedding | nn.Embedding) and (wanted is None or id(m.weight) in wanted))
+               if isinstance(m, RowShardedEmbedding | nn.Embedding) and id(m.weight) in wanted)
 
 
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -249,20 +243,11 @@ class RowShardedLayout(ReplicatedLayout):
     def optim_state(self, opt: torch.optim.Optimizer) -> dict[str, Any]:
         sd = opt.state_dict()
         params = [p for g in opt.param_groups for p in g["params"]]
-        tables = _table_of(params)
-        state = {}
-        for i, s in sd["state"].items():
-            p = params[i]
-            state[i] = {k: _full_state_tensor(v, p, tables.get(id(p))) for k, v in s.items()}
-        return {**sd, "state": state}
+        return {**sd, "state": {i: {k: _full_state_tensor(v, params[i]) for k, v in s.items()} for i, s in sd["state"].items()}}
 
     def load_optim_state(self, opt: torch.optim.Optimizer, state: dict[str, Any]) -> None:
         params = [p for g in opt.param_groups for p in g["params"]]
-        tables = _table_of(params)
-        local = {}
-        for i, s in state["state"].items():
-            p = params[int(i)]
-            local[i] = {k: _local_state_tensor(v, p, tables.get(id(p))) for k, v in s.items()}
+        local = {i: {k: _local_state_tensor(v, params[int(i)]) for k, v in s.items()} for i, s in state["state"].items()}
         opt.load_state_dict({**state, "state": local})
 
     def after_backward(self, model: nn.Module) -> None:
@@ -282,19 +267,10 @@ class RowShardedLayout(ReplicatedLayout):
         return total
 
 
-def _table_of(params: list[nn.Parameter]) -> dict[int, RowShardedEmbedding]:
-    """Sharded table of each parameter that is one (found through the module that owns it)."""
-    out: dict[int, RowShardedEmbedding] = {}
-    for p in params:
-        table = getattr(p, "_row_sharded_table", None)
-        if table is not None:
-            out[id(p)] = table
-    return out
-
-
-def _full_state_tensor(v: Any, p: nn.Parameter, table: RowShardedEmbedding | None) -> Any:
+def _full_state_tensor(v: Any, p: nn.Parameter) -> Any:
     if isinstance(v, DTensor):
         return v.full_tensor()
+    table: RowShardedEmbedding | None = getattr(p, "_row_sharded_table", None)
     if table is not None and isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == table.shard_rows:
         parts = [torch.empty_like(v) for _ in range(table.world_size)]  # per-row state: gather the rows
         torch_dist.all_gather(parts, v.contiguous(), group=table.group)
@@ -302,9 +278,10 @@ def _full_state_tensor(v: Any, p: nn.Parameter, table: RowShardedEmbedding | Non
     return v
 
 
-def _local_state_tensor(v: Any, p: nn.Parameter, table: RowShardedEmbedding | None) -> Any:
+def _local_state_tensor(v: Any, p: nn.Parameter) -> Any:
     if isinstance(p, DTensor) and isinstance(v, torch.Tensor) and v.shape == p.shape:
         return distribute_tensor(v.to(p.device), p.device_mesh, p.placements)
+    table: RowShardedEmbedding | None = getattr(p, "_row_sharded_table", None)
     if table is not None and isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == table.num_embeddings:
         out = v.new_zeros((table.shard_rows, *v.shape[1:]))
         out[: table.local_rows] = v[table.start : table.start + table.local_rows]
