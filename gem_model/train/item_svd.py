@@ -1,24 +1,17 @@
-"""Item embeddings started from the training window's co-occurrence structure (`train.item_svd`;
-off by default).
+"""Item embeddings started from the training window's co-occurrence structure (`train.item_svd`; off by default).
 
-The click gradient reaches an ad's or item's embedding only through the few clicks whose history
-holds it, and SGD on in-batch co-occurrence losses moves the rows too slowly within one epoch
-(bench/MODEL_SEARCH.md). Which items share users' histories, and which ads are shown next to which
-histories (ads are delivered by targeting on users' interests), is known from every row of the
-window at once. Before the first step this builds one bag per training row (its history items and
-its candidate ad, each once), counts how often two rows of the shared item table meet in a bag,
-takes the positive pointwise mutual information of those counts and its leading `dim` singular
-vectors (the classical PPMI-SVD word embedding, Levy & Goldberg 2014), and writes each seen row's
-direction into the first `dim` coordinates of its embedding, at the table's mean starting norm (the
-other coordinates start at 0, unseen rows keep their random start). Training then continues as
-usual from there. With `model.topic_dim` the same directions also go, frozen, into the model's
-`item_topic` buffer, which the topic match statistics read.
+Why: the click gradient reaches an item's row only through the few clicks whose history holds it, and SGD
+on in-batch co-occurrence losses moves the rows too slowly within one epoch (bench/MODEL_SEARCH.md), while
+which items share histories, and which ads are shown beside which histories, is known from every row at once.
+Before the first step: one bag per training row (its history items and its candidate, each once), the
+positive PMI of how often two rows of the shared item table meet in a bag, and its leading `dim` singular
+vectors (PPMI-SVD, Levy & Goldberg 2014) become the first `dim` coordinates of each seen row, at the table's
+mean starting norm (the others 0; unseen rows keep their random start). With `model.topic_dim` the same
+directions also go, frozen, into the `item_topic` buffer that the topic match statistics read.
 
-A warm-started retrain (`init_from`) keeps the old rows where they were, and folds the ids of its
-window that have no direction yet (ads and items born since, or past the old `max_rows` cap) into the
-old basis, as LSI folds in a new document: each new id's row is the PPMI-weighted mean of its known
-co-occurring ids' rows (the trained embeddings for the table, the frozen directions for `item_topic`),
-renormalised (`fold_in_item_svd`). A refit would rotate every old direction the old model learnt on.
+A warm-started retrain (`init_from`) keeps the old rows and folds its window's ids without a direction (born
+since, or past the old `max_rows` cap) into the old basis, as LSI folds in a new document: the PPMI-weighted
+mean of the known co-occurring rows, renormalised (`fold_in_item_svd`); a refit would rotate every old direction.
 """
 
 from __future__ import annotations
@@ -44,7 +37,8 @@ def ppmi(counts: torch.Tensor) -> torch.Tensor:
     return torch.where(c > 0, out, torch.zeros_like(out))
 
 
-def _check(model: GEM, dim: int) -> None:
+def _item_weight(model: GEM, dim: int) -> torch.Tensor:
+    """The weight of the item table shared by the candidate and the history, once `dim` is checked."""
     cfg = model.cfg
     if not cfg.target_pairs:
         raise ValueError("train.item_svd needs a history item column sharing a table with a candidate id")
@@ -52,6 +46,7 @@ def _check(model: GEM, dim: int) -> None:
         raise ValueError(f"train.item_svd.dim must be in 1..d_model ({cfg.d_model}), not {dim}")
     if cfg.n_topic_stats and cfg.topic_dim != dim:
         raise ValueError(f"train.item_svd.dim ({dim}) must equal model.topic_dim ({cfg.topic_dim})")
+    return model.tables[cfg.sparse_features[cfg.target_pairs[0][0]][1]].weight
 
 
 def _cooccurrence(model: GEM, batches: Iterable[Batch], max_rows: int) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -107,21 +102,17 @@ def set_item_svd(model: GEM, batches: Iterable[Batch], dim: int, max_rows: int =
     `model`'s embeddings, from `batches` (the training window, read once). Returns {"rows": rows
     written, "bags": rows read}. Only the `max_rows` rows met in the most bags are fitted (the count
     matrix is dense: max_rows^2 floats); the others keep their random start."""
-    _check(model, dim)
-    cfg = model.cfg
-    j, _ = cfg.target_pairs[0]
-    table = model.tables[cfg.sparse_features[j][1]]
+    w = _item_weight(model, dim)
     seen, counts, bags = _cooccurrence(model, batches, max_rows)
     if len(seen) <= dim:
         return {"rows": 0, "bags": bags}
     u, s, _ = torch.svd_lowrank(ppmi(counts), q=min(dim + 8, len(seen)), niter=6)
     vec = torch.nn.functional.normalize(u[:, :dim] * s[:dim].sqrt(), dim=1)
-    w = table.weight
     scale = w.norm(dim=1).mean()
     new = torch.zeros(len(seen), w.shape[1])
     new[:, :dim] = vec * scale.cpu()
     w[seen.to(w.device)] = new.to(w.dtype).to(w.device)
-    if cfg.n_topic_stats:  # the frozen copy the topic statistics read (GEMConfig.topic_dim)
+    if model.cfg.n_topic_stats:  # the frozen copy the topic statistics read (GEMConfig.topic_dim)
         model.item_topic.zero_()
         model.item_topic[seen.to(w.device)] = vec.to(model.item_topic.device)
     return {"rows": int(len(seen)), "bags": bags}
@@ -140,10 +131,7 @@ def fold_in_item_svd(model: GEM, batches: Iterable[Batch], dim: int, max_rows: i
     new ones: pass `known`, or nothing is folded). Known rows, of the table and of `item_topic`, are
     left exactly as they were. Returns {"rows": rows folded in, "known": known rows of the window,
     "unreached": new rows of the window met with no known id, "bags": rows read}."""
-    _check(model, dim)
-    cfg = model.cfg
-    j, _ = cfg.target_pairs[0]
-    w = model.tables[cfg.sparse_features[j][1]].weight
+    w, cfg = _item_weight(model, dim), model.cfg
     if known is None:
         if not cfg.n_topic_stats:
             return {"rows": 0, "known": 0, "unreached": 0, "bags": 0}

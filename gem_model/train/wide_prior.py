@@ -1,24 +1,20 @@
 """Per-id wide offsets fitted from counts before training (`train.wide_prior`; off by default).
 
-On rating data (Douban) the strongest signal is each user's and each item's own positive rate.
-One pass of row-wise Adagrad moves a rarely seen row by about `wide_lr` per sighting whatever the
-evidence (its first step is a sign step), so the offsets stay far from the logistic regression's
-optimum, and a second pass overfits the deep id embeddings (E-1, bench/MODEL_SEARCH.md). This sets
-the listed features' offsets, before the first step, to an L2-regularised logistic regression on
-the training window from the heads' starting bias b, fitted by block coordinate Newton steps
-(backfitting): in each of `passes` sweeps, feature by feature,
+Why: on rating data (Douban) the strongest signal is each user's and each item's own positive rate, and one
+pass of row-wise Adagrad moves a rarely seen row by about `wide_lr` per sighting whatever the evidence (its
+first step is a sign step): the offsets stay far from the logistic regression's optimum, and a second pass
+overfits the deep id embeddings (E-1, bench/MODEL_SEARCH.md). So the listed features' offsets start at an
+L2-regularised logistic regression on the window, by block coordinate Newton steps (backfitting): in each of
+`passes` sweeps, feature by feature,
 
     w[id, task] += (sum over the id's rows (y - p) - l2 w) / (sum over them p (1 - p) + l2),
     p = sigmoid(b + the offsets of every listed feature as they stand)
 
-A single feature's first step from zero is the one-step estimate sum (y - b) / (sum b (1 - b) + l2).
-One pass leaves the users' offsets blind to their items' (a user of popular items looks
-generous); repeated sweeps converge to the joint fit. b is the head
-bias plus the wide path over the dense inputs (zero unless `set_dense_prior` fitted it first, then
-the offsets fit what the counters leave), never the rest of the model's start: fitted against the whole model's starting logit (its switched-on match statistics and
-quiet deep part, one forward pass) the offsets absorb that start's noise in-sample and Douban's E-1
-after training is worse (bench/MODEL_SEARCH.md 7). The window is read once: only (surface, labels,
-mask, ids, dense inputs) of labelled rows stay in memory. Training then continues from there as usual.
+One pass leaves the users' offsets blind to their items' (a user of popular items looks generous); repeated
+sweeps converge to the joint fit. b is the head bias plus the wide path over the dense inputs (zero unless
+`set_dense_prior` fitted it first), never the whole model's starting logit: fitted against that, the offsets
+absorb its noise in-sample and Douban's E-1 after training is worse (bench/MODEL_SEARCH.md 7). The window is
+read once; only the labelled rows' (surface, labels, mask, ids, dense inputs) stay in memory.
 """
 
 from __future__ import annotations
