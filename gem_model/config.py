@@ -12,10 +12,11 @@ import os
 import re
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.functional_validators import AfterValidator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -138,17 +139,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+Name = Annotated[str, AfterValidator(validate_name)]  # a path component and partition key: [a-z0-9_]+
+
+
 class Surface(_Strict):
-    name: str
-    domain: str
+    name: Name
+    domain: Name
     format: Literal["jsonl_nested", "csv_ms", "parquet", "event_stream"]
     traffic_share: float = Field(gt=0, le=1)
     tasks: tuple[Literal["click", "conversion"], ...] = ("click", "conversion")
-
-    @field_validator("name", "domain")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return validate_name(v)
 
     @field_validator("tasks")
     @classmethod
@@ -198,13 +197,9 @@ class CalendarConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> CalendarConfig:
-        if self.days != "open":
-            need = 4 + self.teacher_lag_days
-            if self.days < need:
-                raise ValueError(
-                    f"days: a window needs at least {need} days with teacher_lag_days="
-                    f"{self.teacher_lag_days}, got {self.days}"
-                )
+        if self.days != "open" and self.days < (need := 4 + self.teacher_lag_days):
+            raise ValueError(f"days: a window needs at least {need} days with teacher_lag_days={self.teacher_lag_days}, "
+                             f"got {self.days}")
         return self
 
     def end(self, today: dt.date | None = None) -> dt.date:
@@ -247,17 +242,12 @@ class DenseFeature(_Strict):
 
 
 class SparseFeature(_Strict):
-    name: str
-    table: str
+    name: Name
+    table: Name
     buckets: int = Field(gt=1)
     # closed vocabulary: value i -> row i + 1 (0 = null / unknown), no hashing, no collisions;
     # "surfaces" = the names of surfaces.yaml in order. None: an open vocabulary, hashed.
     vocab: tuple[str, ...] | Literal["surfaces"] | None = None
-
-    @field_validator("name", "table")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return validate_name(v)
 
 
 class HistoryColumn(_Strict):
@@ -290,27 +280,25 @@ class FeaturesConfig(_Strict):
     history: HistoryConfig
     counters: CountersConfig = CountersConfig()
 
+    def _table_sizes(self) -> list[tuple[str, str, int | None]]:
+        """(feature, table, rows) of the sparse features, then of the history columns with a table."""
+        return [(f.name, f.table, f.buckets) for f in self.sparse] + [
+            (c.name, c.table, c.buckets) for c in self.history.columns if c.table
+        ]
+
     @model_validator(mode="after")
     def _tables_agree(self) -> FeaturesConfig:
-        sizes: dict[str, int] = {}
-        for name, table, buckets in [(f.name, f.table, f.buckets) for f in self.sparse] + [
-            (c.name, c.table, c.buckets) for c in self.history.columns if c.table
-        ]:
+        sizes: dict[str, int | None] = {}
+        for name, table, buckets in self._table_sizes():
             if table in sizes and sizes[table] != buckets:
                 raise ValueError(f"{name}: table {table!r} declared with {buckets} and {sizes[table]} buckets")
-            sizes[table] = buckets  # type: ignore[assignment]
+            sizes[table] = buckets
         return self
 
     @cached_property
     def tables(self) -> dict[str, int]:
         """Embedding table name -> rows, shared between sparse and history features."""
-        out: dict[str, int] = {}
-        for f in self.sparse:
-            out[f.table] = f.buckets
-        for c in self.history.columns:
-            if c.table and c.buckets:
-                out[c.table] = c.buckets
-        return out
+        return {table: buckets for _, table, buckets in self._table_sizes() if buckets}
 
 
 class SimulatorChurn(_Strict):
@@ -367,14 +355,12 @@ def _read_yaml(path: Path) -> Any:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
 
 
-def _validate(model: type[_M], raw: Any, where: Path | str) -> _M:
-    """`raw` as `model`, or ConfigError naming `where` (the file) and every offending field by its dotted path."""
+def _validate(model: type[_M], raw: Any, where: Path | str, what: str = "field") -> _M:
+    """`raw` as `model`, or ConfigError naming `where` (the file) and every offending `what` by its dotted path."""
     try:
         return model.model_validate(raw)
     except ValidationError as e:
-        problems = "; ".join(
-            f"field '{'.'.join(str(p) for p in err['loc']) or '<root>'}': {err['msg']}" for err in e.errors()
-        )
+        problems = "; ".join(f"{what} '{'.'.join(str(p) for p in err['loc']) or '<root>'}': {err['msg']}" for err in e.errors())
         raise ConfigError(f"{where}: {problems}") from e
 
 

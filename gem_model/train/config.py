@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, field_validator
 
-from gem_model.config import ASSETS_DIR, SOURCES_DIR, ConfigError, dataset_name
+from gem_model.config import ASSETS_DIR, SOURCES_DIR, _validate, dataset_name
 from gem_model.models.calibration import DEFAULT_CALIBRATION
 from gem_model.models.config import model_keys
 from gem_model.train.item_svd import MAX_ROWS
@@ -90,10 +90,13 @@ def _iso(d: Any) -> str | None:
     return None if d is None else (d.isoformat() if isinstance(d, dt.date) else str(d))
 
 
+Day = Annotated[str | None, BeforeValidator(_iso)]  # a date or its ISO string, kept as the string
+
+
 class DataConfig(_Strict):
     train: list[str]  # [first_date, last_date], inclusive (one date: that day)
-    valid: str | None = None  # model selection / early stopping
-    eval: str | None = None  # final metrics, with the oracle when present
+    valid: Day = None  # model selection / early stopping
+    eval: Day = None  # final metrics, with the oracle when present
     surfaces: list[str] | None = None  # None: every surface of surfaces.yaml
     own_surface: bool = False  # one surface read as a model of it alone sees it (gem_model.data.own_surface)
     lake: str | None = None  # lake root (default GEM_LAKE_URI or $GEM_HOME/lake)
@@ -106,11 +109,6 @@ class DataConfig(_Strict):
         if len(v) != 2:
             raise ValueError("data.train is [first_date, last_date] or one date")
         return [_iso(d) for d in v]
-
-    @field_validator("valid", "eval", mode="before")
-    @classmethod
-    def _day(cls, v: Any) -> str | None:
-        return _iso(v)
 
     @field_validator("surfaces", mode="before")
     @classmethod
@@ -135,27 +133,19 @@ ModelDims = Annotated[dict[str, Any], AfterValidator(_model_keys)]  # GEMConfig'
 
 
 class RunConfig(_Strict):
-    preset: str = "tiny"
+    preset: str = "tiny"  # assets/models/<preset>.yaml, or a path to such a file
     model: ModelDims = {}
     train: TrainConfig = TrainConfig()
     data: DataConfig
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda
-    out_dir: str | None = None
+    out_dir: str | None = None  # checkpoint.pt, best.pt, model.pt, metrics.json, config.json (gem_model.train.loop)
     tracking: TrackingConfig = TrackingConfig()
 
 
 class _PresetFile(_Strict):  # one layer of a preset: checked whole, merged key by key
     model: ModelDims | None = None
     train: TrainConfig | None = None
-
-
-def _validate(model: type[BaseModel], raw: Any, where: str) -> BaseModel:
-    try:
-        return model.model_validate(raw)
-    except ValidationError as e:
-        problems = "; ".join(f"key '{'.'.join(str(p) for p in err['loc']) or '<root>'}': {err['msg']}" for err in e.errors())
-        raise ConfigError(f"{where}: {problems}") from e
 
 
 def load_preset(preset: str | Path) -> dict[str, Any]:
@@ -170,7 +160,7 @@ def load_preset(preset: str | Path) -> dict[str, Any]:
     out: dict[str, Any] = {"model": {}, "train": {}}
     for p in layers:
         raw = (yaml.safe_load(p.read_text()) or {}) if p == path or p.is_file() else {}
-        _validate(_PresetFile, raw, str(p))
+        _validate(_PresetFile, raw, str(p), "key")
         for k in out:
             out[k].update(raw.get(k) or {})
     return out
@@ -180,7 +170,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     """A run config (JSON or YAML), its keys checked here so that an error names the file."""
     text = Path(path).read_text()
     raw = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
-    _validate(RunConfig, raw, str(path))
+    _validate(RunConfig, raw, str(path), "key")
     return raw
 
 
@@ -193,4 +183,4 @@ def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
     run = {**config, "preset": str(preset),
            "model": {**layers.get("model", {}), **(config.get("model") or {})},
            "train": {**layers.get("train", {}), **(config.get("train") or {})}}
-    return _validate(RunConfig, run, "run config").model_dump()
+    return _validate(RunConfig, run, "run config", "key").model_dump()
