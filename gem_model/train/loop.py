@@ -3,27 +3,11 @@
     python -m gem_model.train.loop --config run.yaml [--resume]
     torchrun --nproc_per_node 2 -m gem_model.train.loop --config run.yaml
 
-The config is a plain dict (JSON or YAML file), checked key by key (gem_model.train.config):
-
-    preset: small                 # assets/models/<preset>.yaml, or a path to such a file
-    model: {d_model: 64}          # overrides of the preset's model dims
-    train: {epochs: 2}            # overrides of the preset's training hyperparameters
-    data:
-      train: [2026-11-02, 2026-11-04]   # inclusive date range
-      valid: 2026-11-06           # model selection / early stopping (optional)
-      eval: 2026-11-07            # final metrics, with the oracle when present (optional)
-      surfaces: null              # null = every surface of surfaces.yaml
-      own_surface: false          # one surface read as a model of it alone sees it (gem_model.data.own_surface)
-      lake: null                  # lake root (default GEM_LAKE_URI or $GEM_HOME/lake)
-    seed: 0
-    device: auto                  # auto | cpu | cuda
-    out_dir: /path/to/run         # checkpoint.pt, best.pt, model.pt, metrics.json, config.json
-    tracking: {project: gem, group: null, name: null, job_type: train}
+The config is a plain dict (a JSON or YAML file), checked key by key by gem_model.train.config.RunConfig.
 
 `train()` reads top to bottom: set-up (device, model, optimizers, data, the start-up fits of
-gem_model.train.startup, a resumed state), the loop (`train_loop`), finish (`finish`: selection on E-1,
+gem_model.train.startup, a resumed state), the loop (`train_loop`), finish (selection on E-1,
 calibration, evaluation on E, files).
-
 Under torchrun (WORLD_SIZE > 1) the model is wrapped in DDP (gloo on CPU, NCCL on GPU), or with
 `train.embedding_sharding: row` its tables are sharded row-wise and the rest goes under FSDP2
 (gem_model.train.sharding); every rank reads its shard of the stream; rank 0 alone logs, checkpoints and
@@ -96,16 +80,13 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
 
 def _rng_state() -> dict[str, torch.Tensor]:
     """RNG states as tensors only (so checkpoints load with weights_only=True)."""
-    np_state = np.random.get_state()
-    py_state = random.getstate()
-    out = {
-        "torch": torch.get_rng_state(),
-        "numpy_keys": torch.from_numpy(np_state[1].astype(np.int64)),
-        "numpy_meta": torch.tensor([np_state[2], np_state[3]], dtype=torch.int64),
-        "numpy_gauss": torch.tensor([np_state[4]], dtype=torch.float64),
-        "python": torch.tensor(list(py_state[1]), dtype=torch.int64),
-        "python_version": torch.tensor([py_state[0]], dtype=torch.int64),
-    }
+    _, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, py_state, _ = random.getstate()
+    out = {"torch": torch.get_rng_state(), "numpy_keys": torch.from_numpy(keys.astype(np.int64)),
+           "numpy_meta": torch.tensor([pos, has_gauss], dtype=torch.int64),
+           "numpy_gauss": torch.tensor([gauss], dtype=torch.float64),
+           "python": torch.tensor(list(py_state), dtype=torch.int64),
+           "python_version": torch.tensor([version], dtype=torch.int64)}
     if torch.cuda.is_available():
         out["cuda"] = torch.cuda.get_rng_state()
     return out
@@ -497,13 +478,9 @@ def train(
         stream.set_epoch(0)
     own_tracker = tracker is None and run.rank == 0
     if own_tracker:
-        tr = cfg["tracking"]
-        tracker = Tracker(project=tr["project"], name=tr["name"], group=tr["group"], job_type=tr["job_type"], config=cfg)
+        tracker = Tracker(**cfg["tracking"], config=cfg)
     run.tracker = tracker
-    if tcfg["max_steps"]:
-        total_steps = int(tcfg["max_steps"])
-    else:
-        total_steps = max(1, stream.count_rows() // (tcfg["batch_size"] * run.world) * int(tcfg["epochs"]))
+    total_steps = int(tcfg["max_steps"] or max(1, stream.count_rows() // (tcfg["batch_size"] * run.world) * int(tcfg["epochs"])))
 
     # -- the loop ------------------------------------------------------------------------------------
     run.say(f"{core.param_counts()} params; {total_steps} steps; device {run.device}; world {run.world}")

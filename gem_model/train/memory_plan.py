@@ -157,8 +157,7 @@ def plan(preset: str, gpus: int, gpu_gb: float, *, batch_per_rank: int | None = 
     spec = load_preset(preset)
     cfg = GEMConfig.from_specs(spec["model"])
     if rows:
-        unknown = set(rows) - set(cfg.tables)
-        if unknown:
+        if unknown := set(rows) - set(cfg.tables):
             raise ValueError(f"unknown tables {sorted(unknown)}; known: {sorted(cfg.tables)}")
         cfg.tables = {**cfg.tables, **rows}
     with torch.device("meta"):  # shapes only: the large preset needs no memory to be counted
@@ -200,14 +199,11 @@ def format_table(plans: list[Plan]) -> str:
     return "\n".join(lines)
 
 
-def _rows_arg(items: list[str]) -> dict[str, int]:
-    out = {}
-    for item in items:
-        name, _, value = item.partition("=")
-        if not name or not value:
-            raise argparse.ArgumentTypeError(f"--rows expects TABLE=N, got {item!r}")
-        out[name] = int(float(value))
-    return out
+def _rows_arg(item: str) -> tuple[str, int]:
+    name, _, value = item.partition("=")
+    if not name or not value:
+        raise argparse.ArgumentTypeError(f"--rows expects TABLE=N, got {item!r}")
+    return name, int(float(value))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus", type=int, nargs="+", default=[8], help="one or more world sizes")
     ap.add_argument("--gpu-gb", type=float, default=80.0, help="memory of one GPU, GB")
     ap.add_argument("--batch-size", type=int, default=None, help="per-rank batch (default: the preset's)")
-    ap.add_argument("--rows", nargs="*", default=[], help="TABLE=N: plan for a bigger vocabulary")
+    ap.add_argument("--rows", nargs="*", type=_rows_arg, default=[], help="TABLE=N: plan for a bigger vocabulary")
     ap.add_argument("--headroom", type=float, default=0.9, help="usable fraction of GPU memory")
     ap.add_argument("--measure", action="store_true",
                     help="activations measured on the CPU (fp32 saved tensors, an upper bound) instead of estimated")
@@ -224,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     presets = sorted(p.stem for p in (ASSETS_DIR / "models").glob("*.yaml") if p.stem != "students") \
         if a.preset == "all" else [a.preset]
     measured = {p: measured_activation_bytes(p) for p in presets} if a.measure else {}
-    plans = [plan(p, g, a.gpu_gb, batch_per_rank=a.batch_size, rows=_rows_arg(a.rows), headroom=a.headroom,
+    plans = [plan(p, g, a.gpu_gb, batch_per_rank=a.batch_size, rows=dict(a.rows), headroom=a.headroom,
                   activations_per_sample=measured.get(p)) for p in presets for g in a.gpus]
     if a.measure:
         print("activations: measured (fp32 saved tensors per sample, CPU reference attention: an upper bound)")

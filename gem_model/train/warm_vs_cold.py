@@ -60,17 +60,14 @@ def warm_vs_cold(
     runs = []
     for seed in seeds:
         base = out_root / f"s{seed}"
-        t = time.perf_counter()
-        train(_with_window(config, old_train, old_valid, None, seed), out_dir=base / "old")
-        seconds["old"] += time.perf_counter() - t
-        t = time.perf_counter()
-        warm = train(_with_window(config, new_train, new_valid, evaluation, seed), out_dir=base / "warm",
-                     init_from=base / "old")
-        seconds["warm"] += time.perf_counter() - t
-        t = time.perf_counter()
-        train(_with_window(config, new_train, new_valid, evaluation, seed), out_dir=base / "cold")
-        seconds["cold"] += time.perf_counter() - t
-        runs.append({"seed": int(seed), "warm_start": warm["warm_start"]})
+        for kind, window, valid, eval_day, init in (("old", old_train, old_valid, None, None),
+                                                    ("warm", new_train, new_valid, evaluation, base / "old"),
+                                                    ("cold", new_train, new_valid, evaluation, None)):
+            t = time.perf_counter()
+            summary = train(_with_window(config, window, valid, eval_day, seed), out_dir=base / kind, init_from=init)
+            seconds[kind] += time.perf_counter() - t
+            if kind == "warm":
+                runs.append({"seed": int(seed), "warm_start": summary["warm_start"]})
         for kind in ("warm", "cold"):
             preds[f"{kind}|{seed}"] = pl.read_parquet(base / kind / PREDICTIONS).select(
                 "request_id", "surface", "click", pl.col("p_click").alias(f"{kind}|{seed}"))
