@@ -86,3 +86,48 @@ REASONS: dict[str, str] = {
     "unexpected_label": "a conversion on a surface that does not log conversions",
 }
 REASON_CODES = tuple(REASONS)
+
+_IMPRESSION = ("request_id", "ts", "user_id", "device", "user_tenure_days", "ad_id", "advertiser_id", "objective",
+               "creative_format", "position", "bid", "click", "click_ts", "conversion", "conversion_ts")  # fmt: skip
+_ACTIVITY = ("user_id", "ts", "item_id", "action")
+_EVENT_PAYLOAD = ("user_id", "device", "user_tenure_days", "ad_id", "advertiser_id", "objective", "creative_format",
+                  "position", "bid")  # fmt: skip
+# Where each staging field lives in a record of each format ("impression" or "organic"): a JSON path, or a
+# CSV/Parquet column, in the order the format writes them. The simulator writes and corrupts records by
+# these, the parsers read them.
+RECORD_FIELDS: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {
+    "jsonl_nested": {
+        "impression": {
+            "kind": ("kind",), "request_id": ("request_id",), "ts": ("ts",), "user_id": ("user", "id"),
+            "device": ("user", "device"), "user_tenure_days": ("user", "tenure_days"), "ad_id": ("ad", "id"),
+            **{f: ("ad", f) for f in ("advertiser_id", "objective", "creative_format", "bid")},
+            "position": ("slot", "position"),
+            **{f: ("engagement", f) for f in ("click", "click_ts", "conversion", "conversion_ts")},
+        },
+        "organic": {"kind": ("kind",), "ts": ("ts",), "user_id": ("user", "id"), "item_id": ("item_id",),
+                    "action": ("action",)},
+    },
+    "event_stream": {
+        "impression": {"kind": ("event",), "request_id": ("request_id",), "ts": ("ts",),
+                       **{f: ("payload", "tenure_days" if f == "user_tenure_days" else f) for f in _EVENT_PAYLOAD}},
+        "organic": {"kind": ("event",), "ts": ("ts",), **{f: ("payload", f) for f in ("user_id", "item_id", "action")}},
+    },
+    "csv_ms": {
+        "impression": {f: (c,) for f, c in zip(_IMPRESSION, (
+            "req_id", "event_time_ms", "uid", "device_type", "tenure_d", "ad", "advertiser", "objective", "format",
+            "slot", "bid_usd", "clicked", "click_time_ms", "converted", "conversion_time_ms"), strict=True)},
+        "organic": {f: (c,) for f, c in zip(_ACTIVITY, ("uid", "event_time_ms", "item", "action"), strict=True)},
+    },
+    "parquet": {"impression": {f: (f,) for f in _IMPRESSION}, "organic": {f: (f,) for f in _ACTIVITY}},
+}  # fmt: skip
+
+
+def path_tree(fields: dict[str, tuple[str, ...]]) -> dict[str, object]:
+    """The paths of `fields` as nested dicts in first-seen order; a leaf holds its staging field's name."""
+    tree: dict[str, object] = {}
+    for name, path in fields.items():
+        node = tree
+        for key in path[:-1]:
+            node = node.setdefault(key, {})  # type: ignore[assignment]
+        node[path[-1]] = name
+    return tree

@@ -10,55 +10,15 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
 
-from gem_pipelines.data.formats import LANDING_FILES
+from gem_pipelines.data.formats import LANDING_FILES, RECORD_FIELDS, path_tree
 
-FIELDS = (
-    "request_id", "ts", "user_id", "device", "user_tenure_days", "ad_id", "advertiser_id",
-    "objective", "creative_format", "position", "bid", "click", "click_ts", "conversion",
-    "conversion_ts", "item_id", "action",
-)  # fmt: skip
+FIELDS = (*RECORD_FIELDS["parquet"]["impression"], "item_id", "action")  # every field of any record
 # How each format writes timestamps: ISO-8601 text, epoch ms, epoch s (float) or epoch us.
 TS_UNIT = {"jsonl_nested": "iso", "csv_ms": "ms", "parquet": "us", "event_stream": "s"}
-
-CSV_IMPRESSION_COLUMNS = {
-    "req_id": "request_id", "event_time_ms": "ts", "uid": "user_id", "device_type": "device",
-    "tenure_d": "user_tenure_days", "ad": "ad_id", "advertiser": "advertiser_id",
-    "objective": "objective", "format": "creative_format", "slot": "position", "bid_usd": "bid",
-    "clicked": "click", "click_time_ms": "click_ts", "converted": "conversion",
-    "conversion_time_ms": "conversion_ts",
-}  # fmt: skip
-CSV_ACTIVITY_COLUMNS = {"uid": "user_id", "event_time_ms": "ts", "item": "item_id", "action": "action"}
-PARQUET_IMPRESSION_COLUMNS = (
-    "request_id", "ts", "user_id", "device", "user_tenure_days", "ad_id", "advertiser_id", "objective",
-    "creative_format", "position", "bid", "click", "click_ts", "conversion", "conversion_ts",
-)  # fmt: skip
-PARQUET_ACTIVITY_COLUMNS = ("user_id", "ts", "item_id", "action")
-
-_S = pl.String
-JSONL_NESTED_DTYPE = pl.Struct(
-    {
-        "kind": _S, "request_id": _S, "ts": _S,
-        "user": pl.Struct({"id": _S, "device": _S, "tenure_days": _S}),
-        "ad": pl.Struct({"id": _S, "advertiser_id": _S, "objective": _S, "creative_format": _S, "bid": _S}),
-        "slot": pl.Struct({"position": _S}),
-        "engagement": pl.Struct({"click": _S, "click_ts": _S, "conversion": _S, "conversion_ts": _S}),
-        "item_id": _S, "action": _S,
-    }
-)  # fmt: skip
-EVENT_STREAM_DTYPE = pl.Struct(
-    {
-        "event": _S, "request_id": _S, "ts": _S,
-        "payload": pl.Struct(
-            {f: _S for f in ("user_id", "device", "tenure_days", "ad_id", "advertiser_id", "objective",
-                             "creative_format", "position", "bid", "item_id", "action")}
-        ),
-    }
-)  # fmt: skip
 
 
 class ContainerError(RuntimeError):
@@ -138,59 +98,27 @@ def _finish(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def stage_jsonl_nested(directory: Path) -> pl.DataFrame:
-    df = _json_lines(directory / "feed.jsonl", JSONL_NESTED_DTYPE)
-    r = pl.col("rec")
-    kind = r.struct.field("kind")
-    return _finish(
-        df.with_columns(
-            kind=pl.when(kind == "ad").then(pl.lit("impression")).otherwise(kind),
-            request_id=r.struct.field("request_id"),
-            ts=r.struct.field("ts"),
-            user_id=r.struct.field("user").struct.field("id"),
-            device=r.struct.field("user").struct.field("device"),
-            user_tenure_days=r.struct.field("user").struct.field("tenure_days"),
-            ad_id=r.struct.field("ad").struct.field("id"),
-            advertiser_id=r.struct.field("ad").struct.field("advertiser_id"),
-            objective=r.struct.field("ad").struct.field("objective"),
-            creative_format=r.struct.field("ad").struct.field("creative_format"),
-            bid=r.struct.field("ad").struct.field("bid"),
-            position=r.struct.field("slot").struct.field("position"),
-            click=r.struct.field("engagement").struct.field("click"),
-            click_ts=r.struct.field("engagement").struct.field("click_ts"),
-            conversion=r.struct.field("engagement").struct.field("conversion"),
-            conversion_ts=r.struct.field("engagement").struct.field("conversion_ts"),
-            item_id=r.struct.field("item_id"),
-            action=r.struct.field("action"),
-        ).drop("rec")
-    )
+def _json_struct(tree: dict[str, object]) -> pl.Struct:
+    """Every field of the format's records as text (a value of another type is cast, or fails the row)."""
+    return pl.Struct({k: _json_struct(v) if isinstance(v, dict) else pl.String for k, v in tree.items()})  # type: ignore[arg-type]
 
 
-def stage_event_stream(directory: Path) -> pl.DataFrame:
-    df = _json_lines(directory / "events.jsonl", EVENT_STREAM_DTYPE)
-    r = pl.col("rec")
-    p = r.struct.field("payload")
-    return _finish(
-        df.with_columns(
-            kind=r.struct.field("event"),
-            request_id=r.struct.field("request_id"),
-            ts=r.struct.field("ts"),
-            user_id=p.struct.field("user_id"),
-            device=p.struct.field("device"),
-            user_tenure_days=p.struct.field("tenure_days"),
-            ad_id=p.struct.field("ad_id"),
-            advertiser_id=p.struct.field("advertiser_id"),
-            objective=p.struct.field("objective"),
-            creative_format=p.struct.field("creative_format"),
-            position=p.struct.field("position"),
-            bid=p.struct.field("bid"),
-            item_id=p.struct.field("item_id"),
-            action=p.struct.field("action"),
-        ).drop("rec")
-    )
+def _stage_json(raw_format: str, directory: Path) -> pl.DataFrame:
+    fields = {**RECORD_FIELDS[raw_format]["impression"], **RECORD_FIELDS[raw_format]["organic"]}
+    df = _json_lines(directory / LANDING_FILES[raw_format][0], _json_struct(path_tree(fields)))
+    columns = {}
+    for name, path in fields.items():
+        columns[name] = pl.col("rec")
+        for key in path:
+            columns[name] = columns[name].struct.field(key)
+    kind = columns.pop("kind")
+    if raw_format == "jsonl_nested":  # its impressions are records of kind "ad"
+        kind = pl.when(kind == "ad").then(pl.lit("impression")).otherwise(kind)
+    return _finish(df.with_columns(kind=kind, **columns).drop("rec"))
 
 
-def _csv_file(path: Path, columns: dict[str, str], kind: str) -> pl.DataFrame:
+def _csv_file(path: Path, fields: dict[str, tuple[str, ...]], kind: str) -> pl.DataFrame:
+    columns = {column: name for name, (column,) in fields.items()}
     lines = read_lines(path)
     if lines.height == 0:
         raise ContainerError(f"{path}: empty file, expected a header line")
@@ -230,16 +158,8 @@ def _csv_file(path: Path, columns: dict[str, str], kind: str) -> pl.DataFrame:
     return _finish(df.drop("fields"))
 
 
-def stage_csv_ms(directory: Path) -> pl.DataFrame:
-    return pl.concat(
-        [
-            _csv_file(directory / "impressions.csv", CSV_IMPRESSION_COLUMNS, "impression"),
-            _csv_file(directory / "activity.csv", CSV_ACTIVITY_COLUMNS, "organic"),
-        ]
-    )
-
-
-def _parquet_file(path: Path, columns: tuple[str, ...], kind: str) -> pl.DataFrame:
+def _parquet_file(path: Path, fields: dict[str, tuple[str, ...]], kind: str) -> pl.DataFrame:
+    columns = [column for (column,) in fields.values()]
     try:
         df = pl.read_parquet(path)
     except Exception as e:  # noqa: BLE001 - any failure to open the container fails the partition
@@ -265,23 +185,6 @@ def _parquet_file(path: Path, columns: tuple[str, ...], kind: str) -> pl.DataFra
     return _finish(staged)
 
 
-def stage_parquet(directory: Path) -> pl.DataFrame:
-    return pl.concat(
-        [
-            _parquet_file(directory / "impressions.parquet", PARQUET_IMPRESSION_COLUMNS, "impression"),
-            _parquet_file(directory / "activity.parquet", PARQUET_ACTIVITY_COLUMNS, "organic"),
-        ]
-    )
-
-
-STAGERS: dict[str, Callable[[Path], pl.DataFrame]] = {
-    "jsonl_nested": stage_jsonl_nested,
-    "csv_ms": stage_csv_ms,
-    "parquet": stage_parquet,
-    "event_stream": stage_event_stream,
-}
-
-
 def stage_partition(raw_format: str, directory: Path) -> pl.DataFrame:
     """Every raw record of one partition directory as a staging frame."""
     if not directory.is_dir():
@@ -289,7 +192,16 @@ def stage_partition(raw_format: str, directory: Path) -> pl.DataFrame:
     for name in LANDING_FILES[raw_format]:
         if not (directory / name).is_file():
             raise ContainerError(f"{directory / name}: expected raw file of format {raw_format} is missing")
-    return STAGERS[raw_format](directory)
+    if raw_format in ("jsonl_nested", "event_stream"):
+        return _stage_json(raw_format, directory)
+    read = _csv_file if raw_format == "csv_ms" else _parquet_file
+    kinds = ("impression", "organic")  # the order of the format's files
+    return pl.concat(
+        [
+            read(directory / name, RECORD_FIELDS[raw_format][kind], kind)
+            for name, kind in zip(LANDING_FILES[raw_format], kinds, strict=True)
+        ]
+    )
 
 
 def count_raw_records(raw_format: str, directory: Path) -> int:

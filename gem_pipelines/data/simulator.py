@@ -698,54 +698,18 @@ class _Doc:
     cols: list[dict[str, list]] | None = None
 
 
-# Logical field -> location, per format and record kind.
-_JSON_PATHS = {
-    "jsonl_nested": {
-        "imp": {"request_id": ("request_id",), "ts": ("ts",), "user_id": ("user", "id"),
-                "device": ("user", "device"), "tenure": ("user", "tenure_days"), "ad_id": ("ad", "id"),
-                "advertiser_id": ("ad", "advertiser_id"), "objective": ("ad", "objective"),
-                "creative_format": ("ad", "creative_format"), "bid": ("ad", "bid"),
-                "position": ("slot", "position"), "click_ts": ("engagement", "click_ts"),
-                "conversion": ("engagement", "conversion"), "conversion_ts": ("engagement", "conversion_ts")},
-        "org": {"ts": ("ts",), "user_id": ("user", "id"), "item_id": ("item_id",), "action": ("action",)},
-    },
-    "event_stream": {
-        "imp": {"request_id": ("request_id",), "ts": ("ts",), "user_id": ("payload", "user_id"),
-                "device": ("payload", "device"), "tenure": ("payload", "tenure_days"),
-                "ad_id": ("payload", "ad_id"), "advertiser_id": ("payload", "advertiser_id"),
-                "objective": ("payload", "objective"), "creative_format": ("payload", "creative_format"),
-                "bid": ("payload", "bid"), "position": ("payload", "position")},
-        "org": {"ts": ("ts",), "user_id": ("payload", "user_id"), "item_id": ("payload", "item_id"),
-                "action": ("payload", "action")},
-    },
-}  # fmt: skip
-_CSV_FIELDS = {
-    "imp": {"request_id": "req_id", "ts": "event_time_ms", "user_id": "uid", "device": "device_type",
-            "tenure": "tenure_d", "ad_id": "ad", "advertiser_id": "advertiser", "objective": "objective",
-            "creative_format": "format", "position": "slot", "bid": "bid_usd", "click_ts": "click_time_ms",
-            "conversion": "converted", "conversion_ts": "conversion_time_ms"},
-    "org": {"ts": "event_time_ms", "user_id": "uid", "item_id": "item", "action": "action"},
-}  # fmt: skip
-_PARQUET_FIELDS = {
-    "imp": {"request_id": "request_id", "ts": "ts", "user_id": "user_id", "device": "device",
-            "tenure": "user_tenure_days", "ad_id": "ad_id", "advertiser_id": "advertiser_id",
-            "objective": "objective", "creative_format": "creative_format", "position": "position",
-            "bid": "bid", "click_ts": "click_ts", "conversion": "conversion", "conversion_ts": "conversion_ts"},
-    "org": {"ts": "ts", "user_id": "user_id", "item_id": "item_id", "action": "action"},
-}  # fmt: skip
-_CSV_IMP_HEADER = ("req_id,event_time_ms,uid,device_type,tenure_d,ad,advertiser,objective,format,slot,"
-                   "bid_usd,clicked,click_time_ms,converted,conversion_time_ms")  # fmt: skip
-_CSV_ACT_HEADER = "uid,event_time_ms,item,action"
+_JSON_FORMATS = ("jsonl_nested", "event_stream")
 _DELETE = object()  # remove the field (JSON) / leave it empty (CSV) / null (parquet)
 
 
 class _Rec:
-    """One record opened for mutation, addressed by logical field names."""
+    """One record opened for mutation, addressed by staging field names (formats.RECORD_FIELDS)."""
 
     def __init__(self, doc: _Doc, fmt: str, f: int, i: int):
         self.doc, self.fmt, self.f, self.i = doc, fmt, f, i
         self.kind = "imp" if doc.kinds[f][i] in ("imp", "imp_ev") else doc.kinds[f][i]
-        if fmt in _JSON_PATHS:
+        self.fields = F.RECORD_FIELDS[fmt]["impression" if self.kind == "imp" else "organic"]
+        if fmt in _JSON_FORMATS:
             self.obj = json.loads(doc.files[f][i])
         elif fmt == "csv_ms":
             self.obj = doc.files[f][i].split(",")
@@ -754,27 +718,20 @@ class _Rec:
             self.obj = {c: v[doc.files[f][i]] for c, v in doc.cols[f].items()}
 
     def has(self, field: str) -> bool:
-        return field in self._fields()
-
-    def _fields(self) -> dict:
-        if self.fmt in _JSON_PATHS:
-            return _JSON_PATHS[self.fmt][self.kind]
-        return (_CSV_FIELDS if self.fmt == "csv_ms" else _PARQUET_FIELDS)[self.kind]
+        return field in self.fields
 
     def get(self, field: str):
-        loc = self._fields()[field]
-        if self.fmt in _JSON_PATHS:
+        loc = self.fields[field]
+        if self.fmt in _JSON_FORMATS:
             d = self.obj
             for k in loc:
                 d = d.get(k) if isinstance(d, dict) else None
             return d
-        if self.fmt == "csv_ms":
-            return self.obj[self.index[loc]]
-        return self.obj[loc]
+        return self.obj[self.index[loc[0]]] if self.fmt == "csv_ms" else self.obj[loc[0]]
 
     def set(self, field: str, value) -> None:
-        loc = self._fields()[field]
-        if self.fmt in _JSON_PATHS:
+        loc = self.fields[field]
+        if self.fmt in _JSON_FORMATS:
             d = self.obj
             for k in loc[:-1]:
                 d = d[k]
@@ -787,9 +744,9 @@ class _Rec:
                 value = ""
             elif isinstance(value, bool):
                 value = str(int(value))
-            self.obj[self.index[loc]] = str(value)
+            self.obj[self.index[loc[0]]] = str(value)
         else:
-            self.obj[loc] = None if value is _DELETE else value
+            self.obj[loc[0]] = None if value is _DELETE else value
 
     def get_ms(self, field: str) -> int | None:
         v = self.get(field)
@@ -814,7 +771,7 @@ class _Rec:
             self.set(field, ms * 1000)
 
     def dump(self) -> None:
-        if self.fmt in _JSON_PATHS:
+        if self.fmt in _JSON_FORMATS:
             self.doc.files[self.f][self.i] = json.dumps(self.obj, separators=(",", ":"))
         elif self.fmt == "csv_ms":
             self.doc.files[self.f][self.i] = ",".join(self.obj)
@@ -847,7 +804,7 @@ def _mutate(rec: _Rec, reason: str, rng: np.random.Generator) -> None:
             field, value = _pick(rng, [("item_id", "12a"), ("user_id", "user-17")])
         rec.set(field, value)
     elif reason == "out_of_range_value":
-        field = "bid" if rng.random() < 0.75 else "tenure"
+        field = "bid" if rng.random() < 0.75 else "user_tenure_days"
         v = float(rec.get(field))
         rec.set(field, -round(abs(v) + 0.5, 4))
     elif reason == "out_of_range_ts":
@@ -1019,97 +976,72 @@ def _doc_from_lines(name: str, parts: list[pl.DataFrame]) -> _Doc:
                 [df["rid"].to_list()], [None])  # fmt: skip
 
 
-def _build_jsonl_nested(imp: pl.DataFrame, org: pl.DataFrame) -> _Doc:
-    c = pl.col
-    ad = pl.struct(
-        pl.lit("ad").alias("kind"),
-        c.request_id,
-        _iso(c.ts).alias("ts"),
-        pl.struct(c.user_id.alias("id"), c.device, c.user_tenure_days.alias("tenure_days")).alias("user"),
-        pl.struct(c.ad_id.alias("id"), c.advertiser_id, c.objective, c.creative_format, c.bid).alias("ad"),
-        pl.struct(c.position).alias("slot"),
-        pl.struct(
-            c.click.cast(pl.Boolean),
-            _iso(c.click_ts).alias("click_ts"),
-            c.conversion.cast(pl.Boolean),
-            _iso(c.conversion_ts).alias("conversion_ts"),
-        ).alias("engagement"),
-    )
-    organic = pl.struct(
-        pl.lit("organic").alias("kind"),
-        _iso(c.ts).alias("ts"),
-        pl.struct(c.user_id.alias("id")).alias("user"),
-        c.item_id,
-        c.action,
-    )
-    return _doc_from_lines(
-        "feed.jsonl",
-        [
-            _lines(imp, pl.lit("imp"), _ms(c.ts), c.request_id, ad),
-            _lines(org, pl.lit("org"), _ms(c.ts), pl.lit(None), organic),
-        ],
-    )
+_WRITE_TS = {"jsonl_nested": _iso, "event_stream": _epoch_s, "csv_ms": _ms, "parquet": lambda e: e}
 
 
-def _build_event_stream(imp: pl.DataFrame, org: pl.DataFrame) -> _Doc:
-    c = pl.col
-    impression = pl.struct(
-        pl.lit("impression").alias("event"),
-        c.request_id,
-        _epoch_s(c.ts).alias("ts"),
-        pl.struct(
-            c.user_id,
-            c.device,
-            c.user_tenure_days.alias("tenure_days"),
-            c.ad_id,
-            c.advertiser_id,
-            c.objective,
-            c.creative_format,
-            c.position,
-            c.bid,
-        ).alias("payload"),  # fmt: skip
-    )
-    has_events = (c.click == 1) | (c.conversion == 1).fill_null(False)
-    parts = [_lines(imp, pl.when(has_events).then(pl.lit("imp_ev")).otherwise(pl.lit("imp")), _ms(c.ts),
-                    c.request_id, impression)]  # fmt: skip
-    for label, kind in (("click", "click"), ("conversion", "conv")):
+def _values(fmt: str, kind: str, label: str | None = None) -> dict[str, pl.Expr]:
+    """Each field of `kind` records (formats.RECORD_FIELDS) as `fmt` writes it; `label`: the record kind's."""
+    out = {}
+    for name in F.RECORD_FIELDS[fmt][kind]:
+        e = pl.col(name)
+        if name == "kind":
+            e = pl.lit(label)
+        elif name == "ts" or name.endswith("_ts"):
+            e = _WRITE_TS[fmt](e)
+        elif name in ("click", "conversion") and fmt != "csv_ms":  # CSV writes 0/1
+            e = e.cast(pl.Boolean)
+        out[name] = e
+    return out
+
+
+def _record(fmt: str, kind: str, label: str) -> pl.Expr:
+    """A JSON format's record: its fields' values nested at their paths."""
+    values = _values(fmt, kind, label)
+
+    def nest(tree: dict) -> pl.Expr:
+        return pl.struct(*((nest(v) if isinstance(v, dict) else values[v]).alias(k) for k, v in tree.items()))
+
+    return nest(F.path_tree(F.RECORD_FIELDS[fmt][kind]))
+
+
+def _build_json(fmt: str, imp: pl.DataFrame, org: pl.DataFrame) -> _Doc:
+    c, stream = pl.col, fmt == "event_stream"
+    has_events = pl.lit(stream) & ((c.click == 1) | (c.conversion == 1).fill_null(False))
+    imp_kind = pl.when(has_events).then(pl.lit("imp_ev")).otherwise(pl.lit("imp"))  # see _Doc
+    impression = _record(fmt, "impression", "impression" if stream else "ad")
+    parts = [_lines(imp, imp_kind, _ms(c.ts), c.request_id, impression)]
+    for label, kind in (("click", "click"), ("conversion", "conv")) if stream else ():
         sub = imp.filter(pl.col(label) == 1)
         event = pl.struct(
             pl.lit(label).alias("event"), c.request_id, _epoch_s(pl.col(f"{label}_ts")).alias("ts")
         )
         parts.append(_lines(sub, pl.lit(kind), _ms(pl.col(f"{label}_ts")), c.request_id, event))
-    organic = pl.struct(
-        pl.lit("organic").alias("event"),
-        _epoch_s(c.ts).alias("ts"),
-        pl.struct(c.user_id, c.item_id, c.action).alias("payload"),
-    )
-    parts.append(_lines(org, pl.lit("org"), _ms(c.ts), pl.lit(None), organic))
-    return _doc_from_lines("events.jsonl", parts)
+    parts.append(_lines(org, pl.lit("org"), _ms(c.ts), pl.lit(None), _record(fmt, "organic", "organic")))
+    return _doc_from_lines(F.LANDING_FILES[fmt][0], parts)
 
 
-def _build_csv_ms(imp: pl.DataFrame, org: pl.DataFrame) -> _Doc:
-    c = pl.col
-    imp_csv = imp.select(
-        c.request_id.alias("req_id"), _ms(c.ts).alias("event_time_ms"), c.user_id.alias("uid"),
-        c.device.alias("device_type"), c.user_tenure_days.alias("tenure_d"), c.ad_id.alias("ad"),
-        c.advertiser_id.alias("advertiser"), c.objective, c.creative_format.alias("format"),
-        c.position.alias("slot"), c.bid.alias("bid_usd"), c.click.alias("clicked"),
-        _ms(c.click_ts).alias("click_time_ms"), c.conversion.alias("converted"),
-        _ms(c.conversion_ts).alias("conversion_time_ms"),
-    )  # fmt: skip
-    act_csv = org.select(c.user_id.alias("uid"), _ms(c.ts).alias("event_time_ms"), c.item_id.alias("item"),
-                         c.action)  # fmt: skip
-    files, headers, kinds, ts, rids = [], [], [], [], []
-    for df, kind, rid in ((imp_csv, "imp", "req_id"), (act_csv, "org", None)):
-        text = df.write_csv(null_value="", line_terminator="\n")
-        header, *lines = text.rstrip("\n").split("\n") if len(df) else (text.rstrip("\n"),)
-        files.append(list(lines))
-        headers.append(header)
-        kinds.append([kind] * len(df))
-        ts.append(df["event_time_ms"].to_list())
-        rids.append(df[rid].to_list() if rid else [None] * len(df))
-    assert headers == [_CSV_IMP_HEADER, _CSV_ACT_HEADER], headers
-    return _Doc(["impressions.csv", "activity.csv"], files, kinds, ts, rids, headers)
+def _build_flat(fmt: str, imp: pl.DataFrame, org: pl.DataFrame) -> _Doc:
+    """csv_ms: lines of text; parquet: rows of columns (timestamps as epoch us while mutating)."""
+    doc = _Doc(list(F.LANDING_FILES[fmt]), [], [], [], [], [], [] if fmt == "parquet" else None)
+    for df, kind, short in ((imp, "impression", "imp"), (org, "organic", "org")):
+        fields = F.RECORD_FIELDS[fmt][kind]
+        values = _values(fmt, kind).values()
+        df = df.select(**{loc: e for (loc,), e in zip(fields.values(), values, strict=True)})
+        if doc.cols is None:
+            text = df.write_csv(null_value="", line_terminator="\n")
+            header, *lines = text.rstrip("\n").split("\n") if len(df) else (text.rstrip("\n"),)
+            doc.files.append(list(lines))
+            doc.headers.append(header)
+            doc.ts_ms.append(df[fields["ts"][0]].to_list())
+        else:
+            df = df.with_columns(pl.col(pl.Datetime).dt.epoch("us"))
+            doc.cols.append(df.to_dict(as_series=False))
+            doc.files.append(list(range(len(df))))
+            doc.headers.append(None)
+            doc.ts_ms.append([v // 1000 for v in doc.cols[-1]["ts"]])
+        doc.kinds.append([short] * len(df))
+        doc.rids.append(df[fields["request_id"][0]].to_list() if kind == "impression" else [None] * len(df))
+    return doc
 
 
 _PARQUET_SCHEMAS = {
@@ -1126,34 +1058,6 @@ _PARQUET_SCHEMAS = {
         ("action", pa.string()),
     ]),
 }  # fmt: skip
-
-
-def _build_parquet(imp: pl.DataFrame, org: pl.DataFrame) -> _Doc:
-    c = pl.col
-    names = list(_PARQUET_SCHEMAS)
-    frames = [
-        imp.select([n for n in _PARQUET_SCHEMAS[names[0]].names]).with_columns(
-            c.click.cast(pl.Boolean), c.conversion.cast(pl.Boolean)
-        ),
-        org.select(_PARQUET_SCHEMAS[names[1]].names),
-    ]
-    cols, files, kinds, ts, rids = [], [], [], [], []
-    for df, kind in zip(frames, ("imp", "org"), strict=True):
-        df = df.with_columns(pl.col(pl.Datetime).dt.epoch("us"))  # timestamps as epoch us while mutating
-        cols.append(df.to_dict(as_series=False))
-        files.append(list(range(len(df))))
-        kinds.append([kind] * len(df))
-        ts.append([v // 1000 for v in cols[-1]["ts"]])
-        rids.append(cols[-1]["request_id"] if kind == "imp" else [None] * len(df))
-    return _Doc(names, files, kinds, ts, rids, [None, None], cols)
-
-
-_BUILDERS = {
-    "jsonl_nested": _build_jsonl_nested,
-    "event_stream": _build_event_stream,
-    "csv_ms": _build_csv_ms,
-    "parquet": _build_parquet,
-}
 
 
 def _serialise(doc: _Doc) -> dict[str, bytes]:
@@ -1221,7 +1125,7 @@ def simulate_partition(
     (replacing what was there). Deterministic in (cfg, surface, date) alone."""
     surf = surfaces.get(surface)
     imp, org = simulate_day_frames(cfg, surfaces, surface, date)
-    doc = _BUILDERS[surf.format](imp, org)
+    doc = (_build_json if surf.format in _JSON_FORMATS else _build_flat)(surf.format, imp, org)
     rng = np.random.default_rng([cfg.seed, _day_index(date), _surface_key(surf.name), 2])
     n_corrupted = _corrupt(doc, surf, date, len(imp), cfg.corruption_rate, rng)
     files = _write_atomic(Path(landing_root) / surf.name / date.isoformat(), _serialise(doc))
