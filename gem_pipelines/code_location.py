@@ -6,6 +6,12 @@ workspace.yaml location is loaded once, in this process; each run is created exa
 the daemon would create it (job snapshot, execution plan, and the workspace's own origin, so the
 job page lists it and re-execution shows no version warning), then executed synchronously in this
 process, with the in-process executor, as a run worker would execute it.
+
+Dagster has no public API for that (`execute_job` stamps no code-location origin; `DagsterInstance.submit_run`
+goes through a run launcher: a process per run), nor for the schedules' and sensors' stored state, so this is
+the one module of the repo that imports private Dagster names (tests/test_layout.py), written against
+dagster==1.13.27 as pinned in pyproject.toml; tests/pipelines/test_code_location.py uses each of them, so an
+upgrade that moves or changes one fails there.
 """
 
 from __future__ import annotations
@@ -131,10 +137,20 @@ class CodeLocation:
         else:
             self.instance.update_instigator_state(state)
 
-    def instigator_status(self, name: str) -> InstigatorStatus | None:
+    def instigator_state(self, name: str) -> InstigatorState | None:
+        """The stored state of a schedule or sensor (None: never switched on or off)."""
         remote = self.repo.get_sensor(name) if self.repo.has_sensor(name) else self.repo.get_schedule(name)
-        state = self.instance.get_instigator_state(self._instigator_origin(name).get_id(), remote.selector_id)
-        return state.status if state else None
+        return self.instance.get_instigator_state(self._instigator_origin(name).get_id(), remote.selector_id)
+
+    def sensor_cursor(self, name: str) -> str | None:
+        state = self.instigator_state(name)
+        return state.instigator_data.cursor if state and state.instigator_data else None  # type: ignore[union-attr]
+
+    def set_sensor_cursor(self, name: str, cursor: str | None) -> None:
+        """Keep the cursor an evaluation of the sensor ended with, as a tick would (if the sensor has a state)."""
+        state = self.instigator_state(name)
+        if state is not None:
+            self.instance.update_instigator_state(state.with_data(state.instigator_data._replace(cursor=cursor)))  # type: ignore[union-attr]
 
 
 def status(location: CodeLocation) -> dict[str, object]:
@@ -144,8 +160,7 @@ def status(location: CodeLocation) -> dict[str, object]:
 
     instigators = {}
     for remote in [*location.repo.get_schedules(), *location.repo.get_sensors()]:
-        state = location.instance.get_instigator_state(location._instigator_origin(remote.name).get_id(),  # noqa: SLF001
-                                                       remote.selector_id)
+        state = location.instigator_state(remote.name)
         instigators[remote.name] = {
             "status": state.status.value if state else "DEFAULT",
             "description": remote.description,

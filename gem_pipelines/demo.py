@@ -13,7 +13,8 @@ from dagster import DagsterRunStatus
 
 from gem_model.store.paths import gem_home, lake_root, reports_dir
 from gem_pipelines.code_location import CodeLocation
-from gem_pipelines.instance import get_instance, start_automation
+from gem_pipelines.instance import get_instance
+from gem_pipelines.next_day import start_automation
 
 
 def _run(location: CodeLocation, job: str, partition_key: str | None = None, ops: dict | None = None) -> None:

@@ -23,17 +23,19 @@ import datetime as dt
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
-from dagster_shared.serdes import deserialize_value, serialize_value
 
+from gem_model.store.atomic import write_json, write_text
 from gem_model.store.paths import gem_home, reports_dir
 
 if TYPE_CHECKING:
-    from dagster._core.definitions.asset_daemon_cursor import AssetDaemonCursor
-
     from gem_pipelines.code_location import CodeLocation
+
+# The automation's cursor: opaque here, as `dg.evaluate_automation_conditions` returns and takes it, kept on
+# disk with Dagster's public serializer.
+Cursor = Any
 
 MAX_WAVES = 12  # the longest chain (ingest -> features -> teacher -> domains -> predictions -> report -> students) is 7
 DAEMON_FRESH_S = 120
@@ -54,18 +56,13 @@ def _cursor_path():
     return gem_home() / "automation_cursor.json"
 
 
-def _load_cursor() -> AssetDaemonCursor | None:
-    from dagster._core.definitions.asset_daemon_cursor import AssetDaemonCursor
-
+def _load_cursor() -> Cursor | None:
     path = _cursor_path()
-    return deserialize_value(path.read_text(), AssetDaemonCursor) if path.exists() else None
+    return dg.deserialize_value(path.read_text()) if path.exists() else None
 
 
-def _save_cursor(cursor: AssetDaemonCursor) -> None:
-    path = _cursor_path()
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(serialize_value(cursor))
-    tmp.replace(path)
+def _save_cursor(cursor: Cursor) -> None:
+    write_text(_cursor_path(), dg.serialize_value(cursor))
 
 
 def _defs() -> dg.Definitions:
@@ -118,8 +115,8 @@ def frontier(requests: list[dg.RunRequest], defs: dg.Definitions) -> list[dg.Run
     return out
 
 
-def evaluate(instance: dg.DagsterInstance, when: dt.datetime, cursor: AssetDaemonCursor | None
-             ) -> tuple[list[dg.RunRequest], AssetDaemonCursor]:
+def evaluate(instance: dg.DagsterInstance, when: dt.datetime, cursor: Cursor | None
+             ) -> tuple[list[dg.RunRequest], Cursor]:
     defs = _defs()
     result = dg.evaluate_automation_conditions(defs=defs, instance=instance, evaluation_time=when, cursor=cursor)
     return automation_requests(result, defs), result.cursor
@@ -130,6 +127,23 @@ def seed_automation_cursor(instance: dg.DagsterInstance) -> None:
     built everything already; later evaluations see only what changes after it."""
     _, cursor = evaluate(instance, at(5), None)
     _save_cursor(cursor)
+
+
+def start_automation(location: CodeLocation) -> list[str]:
+    """Switch every schedule and sensor on, as the UI's toggles would, and hand the landing sensor a
+    cursor that already knows the files the demo ingested (it must not ingest them again)."""
+    from gem_pipelines.sensors import landing_cursor, landing_sensor
+
+    started = []
+    for schedule in location.repo.get_schedules():
+        location.start_schedule(schedule.name)
+        started.append(f"{schedule.name} RUNNING")
+    for sensor in location.repo.get_sensors():
+        cursor = landing_cursor() if sensor.name == landing_sensor.name else None
+        location.start_sensor(sensor.name, cursor=cursor)
+        started.append(f"{sensor.name} RUNNING" + (f" (cursor: {len(json.loads(cursor))} partitions)" if cursor else ""))
+    seed_automation_cursor(location.instance)
+    return started
 
 
 def _describe(request: dg.RunRequest) -> str:
@@ -143,12 +157,6 @@ def _refuse_if_daemon_runs(instance: dg.DagsterInstance) -> None:
         if now - beat.timestamp < DAEMON_FRESH_S:
             raise SystemExit(f"dagster-daemon ({daemon}) is running on {instance.root_directory}: stop `make ui` "
                              "first, or it would launch the same runs as `make next-day`")
-
-
-def _sensor_cursor(location: CodeLocation, name: str) -> tuple[object | None, str | None]:
-    remote = location.repo.get_sensor(name)
-    state = location.instance.get_instigator_state(location._instigator_origin(name).get_id(), remote.selector_id)  # noqa: SLF001
-    return state, (state.instigator_data.cursor if state and state.instigator_data else None)
 
 
 class _Launcher:
@@ -217,11 +225,9 @@ def run_day(location: CodeLocation, log=print) -> dict[str, object]:
     requests = [] if isinstance(result, dg.SkipReason) else list(result)
     summary["schedule"] = launch("schedule", requests, daily_ingest_schedule.job_name)
 
-    state, cursor = _sensor_cursor(location, landing_sensor.name)
-    ctx = dg.build_sensor_context(instance=instance, cursor=cursor)
+    ctx = dg.build_sensor_context(instance=instance, cursor=location.sensor_cursor(landing_sensor.name))
     result = landing_sensor(ctx)
-    if state is not None:
-        instance.update_instigator_state(state.with_data(state.instigator_data._replace(cursor=ctx.cursor)))  # type: ignore[union-attr]
+    location.set_sensor_cursor(landing_sensor.name, ctx.cursor)
     requests = [] if isinstance(result, dg.SkipReason) else list(result)
     summary["sensor"] = launch("sensor", requests, landing_sensor.job_name)
 
@@ -249,7 +255,7 @@ def _several_days(days: int, summary_path: str | None) -> None:
             if proc.returncode != 0:
                 raise SystemExit(f"day {i + 1} of {days} failed (exit {proc.returncode}): the days after it were not run")
     if summary_path:
-        Path(summary_path).write_text(json.dumps(summaries, indent=2))
+        write_json(summary_path, summaries)
     print(f"{days} days done: {reports_dir() / (day_report.REPORT + '.md')}")
 
 
@@ -283,8 +289,7 @@ def main(argv: list[str] | None = None) -> None:
     day_report.write_day(evaluation_day, summary, summary["retrained"], summary["wall_s"])  # type: ignore[arg-type]
     report = day_report.render(instance)
     if args.summary:
-        with open(args.summary, "w") as f:
-            json.dump(summary, f, indent=2)
+        write_json(args.summary, summary)
     print(f"Done in {time.time() - start:.0f}s; report: {report}; reload definitions in `make ui` to see the new day.")
     if summary["failed"]:
         raise SystemExit(f"{len(summary['failed'])} run(s) failed: {summary['failed']}")
