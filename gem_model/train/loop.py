@@ -60,10 +60,6 @@ def atomic_write_json(obj: Any, path: Path) -> None:
     atomic.write_json(path, obj, allow_nan=True)
 
 
-# ------------------------------------------------------------------------------------------------
-# Small helpers
-
-
 def dist_env() -> tuple[int, int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
 
@@ -137,10 +133,6 @@ def _say(rank: int, msg: str) -> None:
         print(f"[gem_model.train.loop] {msg}", flush=True)
 
 
-# ------------------------------------------------------------------------------------------------
-# What the set-up builds, and the progress a checkpoint carries
-
-
 @dataclass
 class Run:
     cfg: dict[str, Any]  # the resolved config (gem_model.train.config.resolve_config)
@@ -186,10 +178,6 @@ class State:
     resumed_from: int | None = None
     n_samples: int = 0
     t_train: float = 0.0
-
-
-# ------------------------------------------------------------------------------------------------
-# Set-up
 
 
 def setup(cfg: dict[str, Any], *, init_from: str | Path | None, resume: bool, features: FeaturesConfig,
@@ -242,10 +230,6 @@ def setup(cfg: dict[str, Any], *, init_from: str | Path | None, resume: bool, fe
     run = Run(cfg, mcfg, out, rank, world, device, model, core, layout, opt_dense, opt_emb, emb_lrs,
               autocast_dtype(str(tcfg["precision"]), device), streams)
     return run, warm
-
-
-# ------------------------------------------------------------------------------------------------
-# Checkpoints and validation
 
 
 def save_checkpoint(run: Run, st: State) -> None:
@@ -313,10 +297,6 @@ def validate(run: Run, st: State) -> None:
     else:
         st.best["evals_since"] += 1
     run.say(f"valid step {st.step}: mean NE {score:.4f} (best {st.best['score']:.4f} at step {st.best['step']})")
-
-
-# ------------------------------------------------------------------------------------------------
-# The loop
 
 
 def train_loop(run: Run, st: State, total_steps: int) -> None:
@@ -387,10 +367,6 @@ def train_loop(run: Run, st: State, total_steps: int) -> None:
         validate(run, st)
 
 
-# ------------------------------------------------------------------------------------------------
-# Finish: select, calibrate, evaluate
-
-
 def select_and_calibrate(run: Run) -> Calibrator | None:
     """Load the best E-1 weights; fit the post-hoc Platt map per (surface, task) on the selected model's
     predictions of every day after its window up to E-1 (gem_model.models.calibration)."""
@@ -445,10 +421,6 @@ def write_outputs(run: Run, st: State, summary: dict[str, Any], calibrator: Cali
         run.tracker.log_metric_rows(summary["rows"], "eval", step=st.step)
         run.tracker.summary({"samples_per_s": summary["samples_per_s"], "best_valid_score": summary["best_valid_score"]})
         run.tracker.log_artifact(out / MODEL, f"gem-{cfg['tracking'].get('name') or 'model'}", metadata={"step": st.step})
-
-
-# ------------------------------------------------------------------------------------------------
-# train()
 
 
 def train(
