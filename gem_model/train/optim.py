@@ -7,7 +7,7 @@ have a zero gradient and are left untouched (their accumulator does not grow).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import torch
 
@@ -21,11 +21,7 @@ class RowWiseAdagrad(torch.optim.Optimizer):
                                   "initial_accumulator_value": initial_accumulator_value})
 
     @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+    def step(self, closure: None = None) -> None:  # callers compute the loss themselves: no closure
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
             for p in params:
@@ -43,7 +39,6 @@ class RowWiseAdagrad(torch.optim.Optimizer):
             for p in params:
                 if type(p.grad) is not torch.Tensor:
                     self._update([p], group, foreach=False)
-        return loss
 
     def _update(self, params: list[torch.Tensor], group: dict, foreach: bool) -> None:
         """acc += mean(g^2) per row; p -= lr * g / (sqrt(acc) + eps), per row. The foreach path does
