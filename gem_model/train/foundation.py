@@ -1,19 +1,12 @@
 """The foundation model and its single-surface baselines, trained on the calendar's teacher window.
 
-`run_foundation` is what the `foundation_model` Dagster asset calls: it trains the GEM teacher on
-every surface (window roles().teacher, selection on the validation day E-1, metrics on the
-evaluation day E), then the same architecture on one surface at a time, reading only that surface's
-data (its rows, its users' history there, its counters: gem_model.data.own_surface), and writes each
-model to its version directory:
-
-    $GEM_HOME/models/foundation_model/<version>/                       the teacher
-    $GEM_HOME/models/single_surface_baseline/<surface>/<version>/      one baseline per surface
-
-(extra seeds under <version>/seed<k>/). It never writes ACCEPTED: the quality gate does.
-
-One code path for every world size: the asset calls `run_foundation(**args)` in process, or launches
-`torchrun ... -m gem_model.train.foundation --args args.json` whose every rank calls `run_foundation(**args)`
-with the same arguments (`main` below); rank 0 alone tracks, writes and reports (gem_model.train.distributed).
+`run_foundation` (what the `foundation_model` asset calls) trains the GEM teacher on every surface (selection
+on E-1, metrics on E), then the same architecture on one surface at a time, reading only that surface's data
+(gem_model.data.own_surface), into $GEM_HOME/models/foundation_model/<version>/ and
+$GEM_HOME/models/single_surface_baseline/<surface>/<version>/ (extra seeds under <version>/seed<k>/). It never
+writes ACCEPTED: the quality gate does. The asset calls it in process, or launches
+`torchrun ... -m gem_model.train.foundation --args args.json` whose every rank calls it with the same
+arguments (`main`); rank 0 alone tracks, writes and reports (gem_model.train.distributed).
 """
 
 from __future__ import annotations

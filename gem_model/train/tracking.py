@@ -65,21 +65,12 @@ class Tracker:
     def enabled(self) -> bool:
         return self._run is not None
 
-    @property
-    def run_id(self) -> str | None:
-        return self._run.id if self._run is not None else None
-
-    @property
-    def run_dir(self) -> str | None:
-        return str(Path(self._run.dir).parent) if self._run is not None else None
-
-    @property
-    def url(self) -> str | None:
-        return self._run.url if self._run is not None and self.mode == "online" else None
-
     def info(self) -> dict[str, Any]:
+        run = self._run
         return {"mode": self.mode, "project": self.project, "group": self.group,
-                "run_id": self.run_id, "run_dir": self.run_dir, "url": self.url}
+                "run_id": run.id if run is not None else None,
+                "run_dir": str(Path(run.dir).parent) if run is not None else None,
+                "url": run.url if run is not None and self.mode == "online" else None}
 
     def log(self, data: dict[str, Any], step: int | None = None) -> None:
         if self._run is not None:
