@@ -96,8 +96,6 @@ ASSETS_DIR = Path(env("GEM_ASSETS_DIR") or REPO_ROOT / "assets")
 SOURCES_DIR = ASSETS_DIR / "sources"
 SIM = "sim"
 NAME_RE = re.compile(r"^[a-z0-9_]+$")
-RAW_FORMATS = ("jsonl_nested", "csv_ms", "parquet", "event_stream")
-TASKS = ("click", "conversion")
 
 
 _M = TypeVar("_M", bound="BaseModel")

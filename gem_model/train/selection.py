@@ -55,11 +55,8 @@ def score_variant(
            "tracking": {"project": "validate", "group": "validate", "name": name, "job_type": "validate"}}
     features = variant_features(load_features(), overrides)
     t = time.time()
-    if keep:
-        s = train(cfg, out_dir=keep, features=features)
-    else:
-        with tempfile.TemporaryDirectory() as out:
-            s = train(cfg, out_dir=out, features=features)
+    with tempfile.TemporaryDirectory() as out:  # unused when `keep` names the run's folder
+        s = train(cfg, out_dir=keep or out, features=features)
     return {"score": s["best_valid_score"], "best_step": s["best_step"], "steps": s["step"],
             "valid_history": s["valid_history"], "seconds": round(time.time() - t),
             "ne": {r["surface"]: r["ne"] for r in s["valid_rows"] if r["task"] == "click" and math.isfinite(r["ne"])}}

@@ -21,7 +21,9 @@ import torch
 from gem_model.data.batch import TASKS
 from gem_model.data.normalization import base_rates, dense_stats
 from gem_model.models.gem import GEM
+from gem_model.train.item_svd import start_item_table
 from gem_model.train.streams import RunStreams
+from gem_model.train.wide_prior import set_dense_prior, set_wide_prior
 
 
 @torch.no_grad()
@@ -44,21 +46,15 @@ def apply_startup_fits(core: GEM, train: dict[str, Any], streams: RunStreams, *,
     if train["head_bias"] == "base_rate" and not warm:  # -3 logits is 400 steps away from a 70% rating-click world
         set_head_bias(core, base_rates(streams.uri, streams.days, streams.data["surfaces"], streams.storage_options))
     if (dp := train["dense_prior"]) and not warm:
-        from gem_model.train.wide_prior import set_dense_prior
-
         rows = set_dense_prior(core, streams.window(), list(dp["features"]), float(dp["l2"]))
         say(f"dense prior on {list(dp['features'])}: labelled click rows {rows}")
     if (wp := train["wide_prior"]) and not warm:
         if sharded:
             raise ValueError("train.wide_prior needs replicated embedding tables")
-        from gem_model.train.wide_prior import set_wide_prior
-
         seen = set_wide_prior(core, streams.window(), list(wp["features"]), float(wp["l2"]), passes=int(wp["passes"]))
         say(f"wide prior (l2 {wp['l2']}, {int(wp['passes'])} pass(es)): ids with labels {seen}")
     if (svd := train["item_svd"]) and not resuming:
         if sharded:
             raise ValueError("train.item_svd needs replicated embedding tables")
-        from gem_model.train.item_svd import start_item_table
-
         info = start_item_table(core, streams.window(), int(svd["dim"]), int(svd["max_rows"]), warm=warm)
         say(f"item table from PPMI-SVD: {info}")

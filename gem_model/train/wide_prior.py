@@ -104,14 +104,11 @@ def _dense_term(model: GEM, dense: torch.Tensor, surface: torch.Tensor) -> torch
 @torch.no_grad()
 def set_dense_prior(model: GEM, batches: Iterable[Batch], features: list[str], l2: float = 1.0,
                     iters: int = 8) -> dict[str, int]:
-    """Fit, per (surface, task) head, an L2 logistic regression of the label on the listed dense
-    features (standardised) and an intercept on the training window (`train.dense_prior`), by Newton
-    steps, and start the head's bias and its wide path there (the fitted weights on the listed
-    features, 0 on every other wide input: the switched-on match statistics would move the start
-    off the fit, E-1 1.27 before the first step, bench/MODEL_SEARCH.md 8). Meant for counters
-    (gem_pipelines/data/counters.py): they come from earlier days, so a fit on the window's own rows
-    is not in-sample for them, while the per-id embeddings and offsets are; trained from zero, the
-    ids learn those rows first and the counters get little weight (E-1, bench/MODEL_SEARCH.md 8).
+    """Fit, per (surface, task) head, an L2 logistic regression (Newton steps) of the label on the listed
+    dense features (standardised) and an intercept on the window (`train.dense_prior`); the head's bias and
+    wide path start there (0 on every other wide input: the match statistics would move the start off the
+    fit). Meant for counters (gem_pipelines/data/counters.py): from earlier days, they are not in-sample,
+    while trained from zero the ids learn the window's rows first (bench/MODEL_SEARCH.md 8).
     Returns {surface: labelled click rows}."""
     names = model.cfg.dense_features
     if unknown := sorted(set(features) - set(names)):
