@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,14 +91,6 @@ def config_files(group: str | None, assets_dir: Path = ASSETS_DIR) -> list[Path]
     return [f for root in roots for rel in rels for f in _files(root / rel, "*.json") if f.is_file()]
 
 
-def _hash_paths(paths: Iterable[tuple[str, Path]]) -> str:
-    h = hashlib.sha256()
-    for label, p in sorted(paths):
-        h.update(label.encode())
-        h.update(p.read_bytes())
-    return h.hexdigest()[:12]
-
-
 def code_version(module: str, group: str | None, assets_dir: Path = ASSETS_DIR) -> str:
     """Hash of the asset's module, its group's library code and the specs the group reads."""
     code = [Path(sys.modules[module].__file__ or "")]
@@ -106,7 +98,11 @@ def code_version(module: str, group: str | None, assets_dir: Path = ASSETS_DIR) 
         code += _files(REPO_ROOT / rel, "*.py")
     labelled = [(p.relative_to(REPO_ROOT).as_posix(), p) for p in code if p.is_file()]
     labelled += [("assets/" + p.relative_to(assets_dir).as_posix(), p) for p in config_files(group, assets_dir)]
-    return _hash_paths(labelled)
+    h = hashlib.sha256()
+    for label, p in sorted(labelled):
+        h.update(label.encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:12]
 
 
 def annotate(assets: Sequence[dg.AssetsDefinition], catalog_path: Path | None = None) -> list[Any]:

@@ -66,17 +66,11 @@ def retrained(before: dict[str, str], after: dict[str, str]) -> list[dict[str, s
     return [{"model": name, "start": _start(name, v)} for name, v in sorted(after.items()) if before.get(name) != v]
 
 
-def _ne(y: np.ndarray, p: np.ndarray) -> float:
-    from gem_model.eval.metrics import normalized_entropy
-
-    return normalized_entropy(y, p) if len(y) and 0 < y.sum() < len(y) else float("nan")
-
-
 def surface_rows(day: dt.date) -> list[dict[str, Any]]:
     """Per surface: the foundation's NE, share of the oracle gap, calibration against the truth and
     new-ad NE on `day`, with the ACCEPTED student's NE (empty when `day` has no foundation predictions)."""
     from gem_model.eval.ad_age import ad_ages, read_events
-    from gem_model.eval.metrics import read_oracle
+    from gem_model.eval.metrics import normalized_entropy, read_oracle
     from gem_model.store.paths import storage_options
 
     tp_uri, ev_uri = table_uri("teacher_predictions"), table_uri("events")
@@ -97,31 +91,28 @@ def surface_rows(day: dt.date) -> list[dict[str, Any]]:
         s = df.filter(pl.col("surface") == surface)
         y, p = s["click"].to_numpy(), s["p_click"].to_numpy()
         row: dict[str, Any] = {"day": day.isoformat(), "surface": surface, "impressions": s.height,
-                               "clicks": int(y.sum()), "ne": _ne(y, p), "oracle_ne": None, "gap_closed": None,
-                               "calibration": None}
+                               "clicks": int(y.sum()), "ne": normalized_entropy(y, p), "oracle_ne": None,
+                               "gap_closed": None, "calibration": None}
         if "oracle_p" in s.columns and s["oracle_p"].null_count() == 0:
             q = s["oracle_p"].to_numpy()
-            row["oracle_ne"] = _ne(y, q)
+            row["oracle_ne"] = normalized_entropy(y, q)
             row["gap_closed"] = (1 - row["ne"]) / (1 - row["oracle_ne"]) if row["oracle_ne"] < 1 else None
             row["calibration"] = float(p.mean() / q.mean())
         new = s.filter(pl.col("ad_age") == "new")
         row.update(new_ad_impressions=new.height, new_ad_clicks=int(new["click"].sum()),
-                   new_ad_ne=_ne(new["click"].to_numpy(), new["p_click"].to_numpy()))
+                   new_ad_ne=normalized_entropy(new["click"].to_numpy(), new["p_click"].to_numpy()))
         row.update(_student(surface, day))
         rows.append(row)
     return rows
 
 
 def _student(surface: str, day: dt.date) -> dict[str, Any]:
-    from gem_model.models.registry import read_accepted
+    """The ACCEPTED student's click NE on `day`, from its quality gate's rows when it was gated on `day`."""
+    from gem_pipelines.quality_gate import accepted_rows
 
-    version_dir = read_accepted("students", surface)
-    gate = version_dir / "gate.json" if version_dir else None
-    if gate is None or not gate.is_file():
-        return {"student_ne": None, "student_gap_closed": None}
-    doc = json.loads(gate.read_text())
-    rows = [r for r in doc["rows"] if r.get("task") == "click" and r.get("surface") == surface]
-    if doc.get("evaluation_date") != day.isoformat() or not rows:
+    rows = [r for r in accepted_rows("students", day.isoformat(), surface) or []
+            if r.get("task") == "click" and r.get("surface") == surface]
+    if not rows:
         return {"student_ne": None, "student_gap_closed": None}
     ne, o = rows[0]["ne"], rows[0].get("oracle_ne")
     return {"student_ne": ne, "student_gap_closed": (1 - ne) / (1 - o) if o is not None and o < 1 else None}

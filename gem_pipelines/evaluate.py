@@ -29,6 +29,7 @@ import polars as pl
 from gem_model.config import SIM, dataset_name
 from gem_model.eval.model_quality import model_quality, quality_markdown, run_lr_baselines
 from gem_model.models.registry import list_versions, version_dir
+from gem_model.store.atomic import write_json, write_text
 from gem_model.store.paths import gem_home, reports_dir
 
 FOUNDATION_ASSET = "foundation_model"
@@ -145,8 +146,7 @@ def protocol(args: argparse.Namespace, world: EvalWorld | None, out_dir: Path, t
         rows += result["rows"] + run_lr_baselines(result, [seed])
         quality = model_quality(results, [r["seeds"][0] for r in results])
         path = write_eval_report(rows, out_dir / "foundation_eval_3seeds.json", extra={"quality": quality})
-        md = out_dir / "model_quality.md"
-        md.write_text(quality_markdown(quality, len(results), time.time() - t0))
+        md = write_text(out_dir / "model_quality.md", quality_markdown(quality, len(results), time.time() - t0))
         print(f"\nafter seed {seed}:\n" + md.read_text(), flush=True)
     result = results[0]
     print(f"\nfoundation ({len(args.seeds)} seeds, click NE on E, mean +- sd)  -> {path}")
@@ -194,14 +194,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.build_only:
         return
     if args.rescore_versions:  # the table again from versions already trained (no training)
-        from gem_model.store.atomic import write_json
-
         results = [{"version_dir": str(version_dir(FOUNDATION_ASSET, v)), "seeds": [s]}
                    for v, s in zip(args.rescore_versions, args.seeds, strict=True)]
         quality = model_quality(results, list(args.seeds))
         write_json(out_dir / "model_quality_rescored.json", quality)
-        md = out_dir / "model_quality_rescored.md"
-        md.write_text(quality_markdown(quality, len(results), time.time() - t0))
+        md = write_text(out_dir / "model_quality_rescored.md", quality_markdown(quality, len(results), time.time() - t0))
         print(md.read_text(), flush=True)
         return
     from gem_model.distill import ARMS, DEFAULT_PATHS, run_distillation, write_report
@@ -242,8 +239,7 @@ def main(argv: list[str] | None = None) -> None:
         path = write_report(rows, out_dir / "distillation_report_3seeds.json")
         from gem_model.distill.kd_intervals import intervals_from_rows, intervals_markdown
 
-        kd_md = out_dir / "distillation_kd_gains.md"  # KD gains on E with paired bootstrap intervals
-        kd_md.write_text(intervals_markdown(intervals_from_rows(rows)))
+        kd_md = write_text(out_dir / "distillation_kd_gains.md", intervals_markdown(intervals_from_rows(rows)))
         print(f"\nKD gains over labels_only (-> {kd_md}):\n" + kd_md.read_text(), flush=True)
         print(f"\ndistillation (click NE on E, mean +- sd over seeds)  -> {path}")
         for (arm, p, surface, split, task), m, sd, _n in mean_spread(rows, ("arm", "path", "surface", "split", "task")):

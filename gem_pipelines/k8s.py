@@ -33,15 +33,9 @@ def gpu_step_tags(gpus: int = 1, cfg: KubernetesConfig | None = None) -> dict[st
         raise ValueError(f"a GPU step needs at least one GPU, got {gpus}")
     cfg = cfg or load_kubernetes()
     gpu = {cfg.gpu_resource: str(gpus)}
-    pod_spec: dict[str, object] = {}
-    if cfg.node_selector:
-        pod_spec["node_selector"] = dict(cfg.node_selector)
-    if cfg.tolerations:
-        pod_spec["tolerations"] = [dict(t) for t in cfg.tolerations]
+    pod_spec = cfg.model_dump(include={"node_selector", "tolerations"}, exclude_defaults=True)  # the ones set
     config: dict[str, object] = {"container_config": {"resources": {"limits": gpu, "requests": dict(gpu)}}}
-    if pod_spec:
-        config["pod_spec_config"] = pod_spec
-    return {TAG: config}
+    return {TAG: config | ({"pod_spec_config": pod_spec} if pod_spec else {})}
 
 
 def training_gpus() -> int:

@@ -63,13 +63,10 @@ def raw_logs(context: dg.AssetExecutionContext, lake: LakeResource, simulator: S
 
 
 _P = {"partitions_def": date_surface_partitions_def}  # results recorded per partition, as the UI shows them
+SUITES = ("events", "user_activity")  # the tables with a GX suite
 INGEST_CHECKS = [
-    dg.AssetCheckSpec("gx_suite", asset="events", blocking=True, description="GX suite assets/expectations/events.json",
-                      **_P),
-    dg.AssetCheckSpec(
-        "gx_suite", asset="user_activity", blocking=True, description="GX suite assets/expectations/user_activity.json",
-        **_P,
-    ),
+    *(dg.AssetCheckSpec("gx_suite", asset=t, blocking=True, description=f"GX suite assets/expectations/{t}.json", **_P)
+      for t in SUITES),
     dg.AssetCheckSpec(
         "row_conservation",
         asset="events",
@@ -113,7 +110,7 @@ def ingest(context: dg.AssetExecutionContext, lake: LakeResource, simulator: Sim
         result = ingest_partition(surface, date, simulator.landing_root(), docs_dir=docs, lake_root=lake.uri())
     except SuiteFailed as failed:
         for table, suite in failed.results.items():
-            if table in ("events", "user_activity"):
+            if table in SUITES:
                 yield dg.AssetCheckResult(
                     asset_key=table, check_name="gx_suite", passed=suite.success, metadata=suite_metadata(suite)
                 )
@@ -132,7 +129,7 @@ def ingest(context: dg.AssetExecutionContext, lake: LakeResource, simulator: Sim
             metadata={"rows": df.height, "quarantined_rows": norm.quarantine.height,
                       "delta_version": result.versions[table], **extra, "preview": preview(df)},
         )
-    for table in ("events", "user_activity"):
+    for table in SUITES:
         suite = result.suites.get(table)
         yield dg.AssetCheckResult(
             asset_key=table,
