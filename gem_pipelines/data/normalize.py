@@ -94,10 +94,12 @@ def _first_reason(rules: list[tuple[str, pl.Expr]]) -> pl.Expr:
 
 
 def _missing(*cols: str) -> pl.Expr:
-    out = pl.lit(False)
-    for c in cols:
-        out = out | pl.col(c).is_null()
-    return out
+    return pl.any_horizontal(pl.col(*cols).is_null())
+
+
+def _within_window(col: str, start: str) -> pl.Expr:
+    """A label time at or after `start` and at most LABEL_WINDOW later."""
+    return (pl.col(col) >= pl.col(start)) & (pl.col(col) <= pl.col(start) + LABEL_WINDOW)
 
 
 def normalize_partition(stage: pl.DataFrame, surface: Surface, date: dt.date) -> NormalizedPartition:
@@ -124,15 +126,8 @@ def normalize_partition(stage: pl.DataFrame, surface: Surface, date: dt.date) ->
     kind = pl.col("kind")
     imp, org, lab = kind == "impression", kind == "organic", kind.is_in(["click", "conversion"])
     in_day = (pl.col("ts_t") >= day_start) & (pl.col("ts_t") < day_end)
-    label_ts_ok = (
-        pl.col("click_ts_t").is_null()
-        | ((pl.col("click_ts_t") >= pl.col("ts_t")) & (pl.col("click_ts_t") <= pl.col("ts_t") + LABEL_WINDOW))
-    ) & (
-        pl.col("conversion_ts_t").is_null()
-        | (
-            (pl.col("conversion_ts_t") >= pl.col("ts_t"))
-            & (pl.col("conversion_ts_t") <= pl.col("ts_t") + LABEL_WINDOW)
-        )
+    label_ts_ok = (pl.col("click_ts_t").is_null() | _within_window("click_ts_t", "ts_t")) & (
+        pl.col("conversion_ts_t").is_null() | _within_window("conversion_ts_t", "ts_t")
     )
     # Row formats carry labels inline; the event stream derives them from click/conversion events.
     inline_labels = surface.format != "event_stream"
@@ -218,7 +213,7 @@ def normalize_partition(stage: pl.DataFrame, surface: Surface, date: dt.date) ->
     lab_reason = (
         pl.when(pl.col("imp_ts").is_null())
         .then(pl.lit("orphan_event"))
-        .when((pl.col("ts_t") < pl.col("imp_ts")) | (pl.col("ts_t") > pl.col("imp_ts") + LABEL_WINDOW))
+        .when(~_within_window("ts_t", "imp_ts"))
         .then(pl.lit("out_of_range_ts"))
     )
     events_lab = events_lab.with_columns(reason=lab_reason)
@@ -303,14 +298,10 @@ def normalize_partition(stage: pl.DataFrame, surface: Surface, date: dt.date) ->
 
 def paid_activity(events: pl.DataFrame) -> pl.DataFrame:
     """Clicks and conversions on ads, as activity at their own time (derived, never counted twice)."""
-    base = events.select("user_id", "date", "surface", item_id="ad_id", click="click", click_ts="click_ts",
-                         conversion="conversion", conversion_ts="conversion_ts")
-    clicks = base.filter(pl.col("click") == 1).select(
-        "user_id", ts="click_ts", date="date", surface="surface", item_id="item_id",
-        action=pl.lit("click"), source=pl.lit("paid"),
-    )  # fmt: skip
-    convs = base.filter(pl.col("conversion") == 1).select(
-        "user_id", ts="conversion_ts", date="date", surface="surface", item_id="item_id",
-        action=pl.lit("conversion"), source=pl.lit("paid"),
-    )  # fmt: skip
-    return pl.concat([clicks, convs]).select(list(USER_ACTIVITY_SCHEMA)).cast(USER_ACTIVITY_SCHEMA)  # type: ignore[arg-type]
+    return pl.concat([
+        events.filter(pl.col(action) == 1).select(
+            "user_id", ts=f"{action}_ts", date="date", surface="surface", item_id="ad_id",
+            action=pl.lit(action), source=pl.lit("paid"),
+        )
+        for action in ("click", "conversion")
+    ]).select(list(USER_ACTIVITY_SCHEMA)).cast(USER_ACTIVITY_SCHEMA)  # type: ignore[arg-type]  # fmt: skip
