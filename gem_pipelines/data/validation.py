@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime as dt
+import functools
 import json
 import logging
 import os
@@ -115,26 +116,21 @@ def load_suite_spec(table: str) -> dict[str, Any]:
     return spec
 
 
-_PARAMETERS: dict[tuple[str, int, int], dict[str, list[str]]] = {}
-
-
 def suite_parameters() -> dict[str, list[str]]:
     """Values of the `$PARAMETER`s the suites may reference; the surfaces file is parsed again only when it
     changed (reading it costs as much as validating a small table, and every suite run needs it)."""
     path = spec_path("surfaces.yaml")
     try:
         st = path.stat()
+        return copy.deepcopy(_parameters(str(path), st.st_mtime_ns, st.st_size))
     except OSError:
-        st = None
-    key = (str(path), st.st_mtime_ns, st.st_size) if st is not None else None
-    cached = _PARAMETERS.get(key) if key is not None else None
-    if cached is None:
-        surfaces = load_surfaces()
-        cached = {"surfaces": list(surfaces.names), "domains": list(surfaces.domains)}
-        if key is not None:
-            _PARAMETERS.clear()
-            _PARAMETERS[key] = cached
-    return copy.deepcopy(cached)
+        return _parameters.__wrapped__(str(path), 0, 0)
+
+
+@functools.lru_cache(maxsize=1)
+def _parameters(path: str, mtime_ns: int, size: int) -> dict[str, list[str]]:
+    surfaces = load_surfaces()
+    return {"surfaces": list(surfaces.names), "domains": list(surfaces.domains)}
 
 
 # --- GX context, one per docs_dir and process -------------------------------------------------------
@@ -225,22 +221,13 @@ def _gx() -> _Gx:
         return _GX
 
 
-@contextlib.contextmanager
-def _site_lock(docs_dir: Path) -> Iterator[None]:
+def _site_lock(docs_dir: Path) -> contextlib.AbstractContextManager[None]:
     """Serialise writers of one Data Docs site across processes (the index build removes pages whose
     result it has not seen yet, so two concurrent runs could drop each other's page)."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: no cross-process lock
-        yield
-        return
+    from gem_model.store.delta import _flock  # deltalake: imported when a site is written
+
     (docs_dir / STORES_SUBDIR).mkdir(parents=True, exist_ok=True)
-    with open(docs_dir / STORES_SUBDIR / ".lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    return _flock(docs_dir / STORES_SUBDIR / ".lock", exclusive=True)
 
 
 # --- results -------------------------------------------------------------------------------------------
