@@ -49,20 +49,6 @@ from gem_model.config import SimulatorConfig, Surface, SurfacesConfig
 from gem_model.store.atomic import write_bytes
 from gem_pipelines.data import formats as F
 
-__all__ = [
-    "Catalogue",
-    "SimulatedPartition",
-    "active_catalogue",
-    "simulate_partition",
-    "simulate_day_frames",
-    "user_interests",
-    "topics_of",
-    "window_topics",
-    "user_propensity",
-    "interest_affinity",
-    "applicable_reasons",
-]
-
 _EPOCH = dt.date(2020, 1, 1)
 _REF_DAY = (dt.date(2026, 1, 1) - _EPOCH).days  # users' signup days are drawn before this day
 _DAY_MS = 86_400_000
@@ -450,12 +436,6 @@ def active_catalogue(cfg: SimulatorConfig, date: dt.date) -> Catalogue:
     return Catalogue(c.ad_ids.copy(), c.item_ids.copy(), c.user_ids.copy())
 
 
-def user_interests(cfg: SimulatorConfig, date: dt.date) -> np.ndarray:
-    """Interest vectors of the users alive on `date` (slot order, as active_catalogue's user_ids),
-    shape (n_users, n_topics); O(1) in the date."""
-    return _interests(cfg, _day_catalogue(cfg, _day_index(date)).user, date)
-
-
 def topics_of(cfg: SimulatorConfig, ids: np.ndarray) -> np.ndarray:
     """The true topic of ad or organic item ids (any generation), for diagnostics."""
     slot, gen = _slots(ids, cfg.n_ads + cfg.n_organic_items)
@@ -679,6 +659,15 @@ def _ms_from_iso(s: str) -> int:
     return round(t.timestamp() * 1000)
 
 
+# a record's time as each format writes it: (epoch ms of the written value, written value of epoch ms)
+_TS_CODECS = {
+    "jsonl_nested": (_ms_from_iso, _iso_from_ms),
+    "event_stream": (lambda v: round(float(v) * 1000), lambda ms: ms / 1000.0),
+    "csv_ms": (int, lambda ms: ms),
+    "parquet": (lambda v: int(v) // 1000, lambda ms: ms * 1000),  # epoch microseconds
+}
+
+
 @dataclass
 class _Doc:
     """The raw records of one partition, before serialisation; what corruption operates on.
@@ -750,25 +739,10 @@ class _Rec:
 
     def get_ms(self, field: str) -> int | None:
         v = self.get(field)
-        if v is None or v == "":
-            return None
-        if self.fmt == "jsonl_nested":
-            return _ms_from_iso(v)
-        if self.fmt == "event_stream":
-            return round(float(v) * 1000)
-        if self.fmt == "csv_ms":
-            return int(v)
-        return int(v) // 1000  # parquet: epoch microseconds
+        return None if v is None or v == "" else _TS_CODECS[self.fmt][0](v)
 
     def set_ms(self, field: str, ms: int) -> None:
-        if self.fmt == "jsonl_nested":
-            self.set(field, _iso_from_ms(ms))
-        elif self.fmt == "event_stream":
-            self.set(field, ms / 1000.0)
-        elif self.fmt == "csv_ms":
-            self.set(field, ms)
-        else:
-            self.set(field, ms * 1000)
+        self.set(field, _TS_CODECS[self.fmt][1](ms))
 
     def dump(self) -> None:
         if self.fmt in _JSON_FORMATS:
@@ -945,19 +919,11 @@ def _corrupt(doc: _Doc, surf: Surface, date: dt.date, n_imp: int, rate: float, r
             else:  # pragma: no cover
                 raise ValueError(reason)
             injected[reason] += 1
-    for f in range(len(doc.files)):
-        mine = sorted(((pos, seq, rec) for seq, (ff, pos, rec) in enumerate(extras) if ff == f),
-                      key=lambda t: (t[0], t[1]))  # fmt: skip
-        if not mine:
-            continue
-        out, k = [], 0
-        for i, rec in enumerate(doc.files[f]):
-            while k < len(mine) and mine[k][0] < i:
-                out.append(mine[k][2])
-                k += 1
-            out.append(rec)
-        out.extend(m[2] for m in mine[k:])
-        doc.files[f] = out
+    for f in range(len(doc.files)):  # extras sit at half positions, records at whole ones: sort them together
+        mine = [(pos, seq, rec) for seq, (ff, pos, rec) in enumerate(extras, 1) if ff == f]
+        if mine:
+            merged = sorted([(i, 0, rec) for i, rec in enumerate(doc.files[f])] + mine, key=lambda t: t[:2])
+            doc.files[f] = [rec for _, _, rec in merged]
     return injected
 
 
