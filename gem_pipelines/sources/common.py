@@ -1,14 +1,10 @@
 """What every importer shares: its config (assets/sources/<name>/source.yaml), reading the source
 rows, the split of rows onto the calendar's days, and writing `landing/` in the jsonl_nested format.
 
-An importer turns each data row of a public file into exactly one impression record (plus, where
-the data has behaviour sequences, organic activity records for the user's history). A row it can
-map (right number of fields) becomes a JSON record whose fields are the source text as JSON
-strings, so a bad value (user id "abc", label "2", an empty id) reaches the unchanged row rules in
-gem_pipelines/data/normalize.py and is quarantined there with its code (bad_type, missing_id ...).
-A row it cannot map (wrong number of fields, a surface value the dataset does not declare) is
-written verbatim and quarantined as `unparseable` with the original line as `raw`. Nothing is
-dropped: `imports/<dataset>/lineage.parquet` maps every landing line back to (source file, line).
+A mapped row lands with its fields as source text, so a bad value reaches the unchanged row rules
+(gem_pipelines/data/normalize.py) and is quarantined there with its code; a row that cannot be
+mapped lands verbatim (unparseable). Nothing is dropped: `imports/<dataset>/lineage.parquet` maps
+every landing line back to (source file, line).
 """
 
 from __future__ import annotations
@@ -16,17 +12,15 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import hashlib
-import json
-import os
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from itertools import accumulate
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import polars as pl
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from gem_model.config import (
     REPO_ROOT,
@@ -35,13 +29,14 @@ from gem_model.config import (
     SurfacesConfig,
     _load,
     _Strict,
+    env,
     validate_name,
 )
-from gem_pipelines.sources.layout import Columns, Fields, Read, SideTable, Time
+from gem_model.store.atomic import atomic_path, write_json, write_text
+from gem_pipelines.sources.layout import Columns, Fields, PlainName, Read, SideTable, Time
 
 FEED = "feed.jsonl"  # every imported surface uses the jsonl_nested format
-ROLES = ("train", "val", "test", "all")
-_FILE_RE = re.compile(r"^[A-Za-z0-9*?\[][A-Za-z0-9_.*?\[\]-]*$")
+PURCHASE_WITHOUT_CLICK = "purchase_without_click"  # the import's note: rows the rule applied to
 # Ads fields the public datasets do not have: constants from the closed vocabularies, documented in
 # docs/real_data.md. They carry no signal, so the model learns nothing from them.
 DEVICE, OBJECTIVE, CREATIVE_FORMAT, POSITION, BID, TENURE = "web", "traffic", "image", "1", "0.0", "0.0"
@@ -49,40 +44,31 @@ NOON = 12 * 3600  # datasets without time: every impression of day D at D 12:00:
 CLICK_DELAY_S = 1  # a click (and a conversion) is stamped 1 s after its impression
 
 
-class TrainDays(_Strict):
-    """How the train role is spread over the days before validation (shares, must sum to 1)."""
+class _Shares(_Strict):
+    @model_validator(mode="after")
+    def _sum(self) -> _Shares:
+        if abs(sum(self.model_dump().values()) - 1.0) > 1e-6:
+            raise ValueError(" + ".join(type(self).model_fields) + " must sum to 1")
+        return self
+
+
+class TrainDays(_Shares):
+    """How the train role is spread over the days before validation."""
 
     warmup: float = Field(default=0.1, ge=0, le=1)  # histories only: no model trains on the first day
     teacher: float = Field(default=0.75, ge=0, le=1)  # spread evenly over the teacher's days
     student_only: float = Field(default=0.15, ge=0, le=1)  # days only the students see (teacher lag)
 
-    @model_validator(mode="after")
-    def _sum(self) -> TrainDays:
-        if abs(self.warmup + self.teacher + self.student_only - 1.0) > 1e-6:
-            raise ValueError("train_days: warmup + teacher + student_only must sum to 1")
-        return self
 
-
-class UserSplit(_Strict):
+class UserSplit(_Shares):
     """Datasets without their own split files: users are assigned to a role by a seeded hash."""
 
     train: float = Field(default=0.8, ge=0, le=1)
     val: float = Field(default=0.1, ge=0, le=1)
     test: float = Field(default=0.1, ge=0, le=1)
 
-    @model_validator(mode="after")
-    def _sum(self) -> UserSplit:
-        if abs(self.train + self.val + self.test - 1.0) > 1e-6:
-            raise ValueError("user_split: train + val + test must sum to 1")
-        return self
 
-
-def _plain_names(names: Sequence[str]) -> tuple[str, ...]:
-    """File names or globs (`*`, `?`, `[...]`) of the source dir itself: no path, no '..'."""
-    for name in names:
-        if not _FILE_RE.match(name) or ".." in name:
-            raise ValueError(f"files: {name!r} must be a plain file name or glob (no path, no '..')")
-    return tuple(names)
+SurfaceName = Annotated[str, AfterValidator(lambda v: validate_name(v, "surface"))]
 
 
 class SourceConfig(_Strict):
@@ -92,7 +78,7 @@ class SourceConfig(_Strict):
     default_dir: str  # relative to the repo root (the shared samples); GEM_SOURCE_DIR overrides it
     # role (train | val | test | all) -> file names or globs in the source dir. Timed data: `all`
     # (the time decides the day); untimed: split files by role, or `all` with the per-user split
-    files: dict[str, tuple[str, ...]]
+    files: dict[Literal["train", "val", "test", "all"], tuple[PlainName, ...]]
     read: Read = Read()
     columns: Columns | None = None  # required by importer: spec
     time: Time | None = None  # None: no time in the data (the seeded day rule of docs/real_data.md)
@@ -102,38 +88,21 @@ class SourceConfig(_Strict):
     # as duplicate_record; keep: every line is its own impression
     duplicates: Literal["keep", "quarantine"] = "keep"
     seed: int = 0
-    surfaces: dict[str, str]  # raw value of the dataset's surface column (or file key) -> surface name
+    surfaces: dict[str, SurfaceName]  # raw value of the dataset's surface column -> surface name
     train_days: TrainDays = TrainDays()
     user_split: UserSplit = UserSplit()
-    val_to_train: dict[str, float] = {}  # surface -> share of its val rows moved to the train days
-    purchase_without_click: Literal["drop_purchase", "keep"] = "drop_purchase"
+    # surface -> share of its val rows moved to the train days
+    val_to_train: dict[SurfaceName, Annotated[float, Field(ge=0, lt=1)]] = {}
+    # a purchase with click 0 (Ali-CCP): drop_purchase (conversion 0, counted) | keep (a view-through
+    # conversion, counted); None: labels as they are, nothing counted
+    purchase_without_click: Literal["drop_purchase", "keep"] | None = None
     peer_ne: dict[str, float] = {}  # surface -> test click NE of public peer models (targets, not ours)
-    news: tuple[str, ...] = ()  # MIND original layout: the news.tsv files (news id -> category, subcategory)
-    common: tuple[str, ...] = ()  # Ali-CCP Tianchi layout: the common_features files (md5 -> user features)
+    news: tuple[PlainName, ...] = ()  # MIND original layout: the news.tsv files (news id -> category, subcategory)
+    common: tuple[PlainName, ...] = ()  # Ali-CCP Tianchi layout: the common_features files (md5 -> user features)
     # Douban: a rated item the label calls negative was still consumed; `view` also writes it as the
     # user's organic `view` activity at the impression's time (later days' histories then hold what the
     # user rated low, not only the clicks). None: histories hold clicks only.
     unclicked_as: Literal["view"] | None = None
-
-    @field_validator("files")
-    @classmethod
-    def _files(cls, v: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
-        for role, names in v.items():
-            if role not in ROLES:
-                raise ValueError(f"files: unknown role {role!r}; roles: {ROLES}")
-            _plain_names(names)
-        return v
-
-    @field_validator("news", "common")
-    @classmethod
-    def _lookup_files(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        return _plain_names(v)
-
-    @field_validator("side_tables")
-    @classmethod
-    def _side_files(cls, v: tuple[SideTable, ...]) -> tuple[SideTable, ...]:
-        _plain_names([t.file for t in v])
-        return v
 
     @model_validator(mode="after")
     def _spec(self) -> SourceConfig:
@@ -143,20 +112,6 @@ class SourceConfig(_Strict):
             raise ValueError("files: timed data lists its files under `all` (the time decides each row's day)")
         return self
 
-    @field_validator("surfaces")
-    @classmethod
-    def _surfaces(cls, v: dict[str, str]) -> dict[str, str]:
-        return {k: validate_name(s, "surface") for k, s in v.items()}
-
-    @field_validator("val_to_train")
-    @classmethod
-    def _shares(cls, v: dict[str, float]) -> dict[str, float]:
-        for s, share in v.items():
-            validate_name(s, "surface")
-            if not 0 <= share < 1:
-                raise ValueError(f"val_to_train: share of {s!r} must be in [0, 1)")
-        return v
-
 
 def load_source(name: str) -> SourceConfig:
     validate_name(name, "dataset")
@@ -165,18 +120,20 @@ def load_source(name: str) -> SourceConfig:
 
 def source_dir(cfg: SourceConfig) -> Path:
     """GEM_SOURCE_DIR (a full download) or the config's default (the shared sample)."""
-    env = os.environ.get("GEM_SOURCE_DIR")
-    d = Path(env).expanduser() if env else REPO_ROOT / cfg.default_dir
-    return d.resolve()
+    given = env("GEM_SOURCE_DIR")
+    return (Path(given).expanduser() if given else REPO_ROOT / cfg.default_dir).resolve()
+
+
+def need_file(path: Path) -> Path:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: source file is missing (see docs/real_data.md)")
+    return path
 
 
 def _matches(directory: Path, name: str) -> list[Path]:
     """A plain name must exist; a glob may match nothing (a role's globs together must match a file)."""
     if not any(c in name for c in "*?["):
-        path = directory / name
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: source file is missing (see docs/real_data.md)")
-        return [path]
+        return [need_file(directory / name)]
     return sorted(p for p in directory.glob(name) if p.is_file())
 
 
@@ -200,18 +157,20 @@ def side_files(cfg: SourceConfig, directory: Path) -> list[Path]:
 # Reading rows
 
 
+def read_lines(path: Path) -> list[str]:
+    """The file's lines (gunzipped by suffix), without the empty one after a final newline."""
+    data = path.read_bytes()
+    lines = (gzip.decompress(data) if path.suffix == ".gz" else data).decode("utf-8", errors="replace").split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
 def read_rows(path: Path, *, sep: str = ",", header: bool = True, n_fields: int | None = None) -> tuple[pl.DataFrame, list[str]]:
     """Data rows of a delimited text file: (source_file, line_no, raw, fields, ok), and the header.
 
     line_no is the 1-based line of the file (a header is line 1). ok: the row has as many fields
     as the header (or `n_fields`); rows are split on `sep` only (these datasets use no quoting).
     """
-    data = path.read_bytes()
-    text = (gzip.decompress(data) if path.suffix == ".gz" else data).decode("utf-8", errors="replace")
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    lines = [ln.removesuffix("\r") for ln in lines]
+    lines = [ln.removesuffix("\r") for ln in read_lines(path)]
     head: list[str] = []
     first = 1
     if header:
@@ -236,15 +195,15 @@ def field_at(i: int) -> pl.Expr:
     return pl.when(v.str.strip_chars() == "").then(None).otherwise(v)
 
 
-def map_surface(rows: pl.DataFrame, raw_value: pl.Expr, cfg: SourceConfig, fallback: str) -> pl.DataFrame:
-    """`surface` from the dataset's surface column; a value not declared in source.yaml makes the
-    row `unmapped` (landed in `fallback`'s partition as a record of an unknown kind: unknown_enum)."""
+def map_surface(rows: pl.DataFrame, raw_value: pl.Expr, cfg: SourceConfig) -> pl.DataFrame:
+    """`surface` from the dataset's surface column; a value not declared in source.yaml makes the row
+    `unmapped` (landed in the first surface's partition as a record of an unknown kind: unknown_enum)."""
     mapping = pl.DataFrame({"_key": list(cfg.surfaces), "_surface": list(cfg.surfaces.values())})
     rows = rows.with_columns(_key=raw_value).join(mapping, on="_key", how="left", maintain_order="left")
     return rows.with_columns(
         unmapped=pl.col("ok") & pl.col("_surface").is_null(),
         ok=pl.col("ok") & pl.col("_surface").is_not_null(),
-        surface=pl.col("_surface").fill_null(fallback),
+        surface=pl.col("_surface").fill_null(next(iter(cfg.surfaces.values()))),
     ).drop("_key", "_surface")
 
 
@@ -279,21 +238,15 @@ def row_unit(seed: int, source_file: pl.Series, line_no: pl.Series) -> np.ndarra
 
 def train_day_cuts(cfg: SourceConfig, calendar: CalendarConfig) -> tuple[list[dt.date], list[float]]:
     """The train days (warm-up .. E-2) and the cumulative share cut of each."""
-    roles = calendar.roles()
-    teacher = [roles.teacher[0] + dt.timedelta(days=i) for i in range((roles.teacher[1] - roles.teacher[0]).days + 1)]
-    student_only = [roles.teacher[1] + dt.timedelta(days=i) for i in range(1, (roles.student[1] - roles.teacher[1]).days + 1)]
-    weights = [(roles.warmup, cfg.train_days.warmup)]
-    weights += [(d, cfg.train_days.teacher / len(teacher)) for d in teacher]
-    so = cfg.train_days.student_only if student_only else 0.0
-    weights += [(d, so / len(student_only)) for d in student_only]
-    total = sum(w for _, w in weights)  # renormalise when there are no student-only days
-    days, cuts, acc = [], [], 0.0
-    for d, w in weights:
-        acc += w / total
-        days.append(d)
-        cuts.append(acc)
+    roles, s = calendar.roles(), cfg.train_days
+    n_teacher = (roles.teacher[1] - roles.teacher[0]).days + 1
+    n_student_only = (roles.student[1] - roles.teacher[1]).days
+    weights = [s.warmup] + [s.teacher / n_teacher] * n_teacher
+    weights += [s.student_only / n_student_only] * n_student_only if n_student_only else []
+    total = sum(weights)  # renormalise when there are no student-only days
+    cuts = list(accumulate(w / total for w in weights))
     cuts[-1] = 1.0
-    return days, cuts
+    return [roles.warmup + dt.timedelta(days=i) for i in range(len(weights))], cuts
 
 
 def assign_days(rows: pl.DataFrame, cfg: SourceConfig, calendar: CalendarConfig) -> pl.DataFrame:
@@ -304,34 +257,30 @@ def assign_days(rows: pl.DataFrame, cfg: SourceConfig, calendar: CalendarConfig)
     hash and the `train_days` shares. Nothing here ever looks at a label.
     """
     roles = calendar.roles()
-    u = row_unit(cfg.seed, rows["source_file"], rows["line_no"])
-    rows = rows.with_columns(u=pl.Series(u, dtype=pl.Float64))
-    moved = pl.lit(False)
-    for surface, share in cfg.val_to_train.items():
-        # a second, independent hash: which val rows move does not depend on which day they get
-        moved = moved | ((pl.col("surface") == surface) & (pl.col("u2") < share))
-    u2 = row_unit(cfg.seed + 1, rows["source_file"], rows["line_no"])
-    rows = rows.with_columns(u2=pl.Series(u2, dtype=pl.Float64))
-    rows = rows.with_columns(role=pl.when((pl.col("role") == "val") & moved).then(pl.lit("train")).otherwise("role"))
+    u = pl.lit(pl.Series(row_unit(cfg.seed, rows["source_file"], rows["line_no"]), dtype=pl.Float64))
+    # a second, independent hash: which val rows move does not depend on which day they get
+    u2 = pl.lit(pl.Series(row_unit(cfg.seed + 1, rows["source_file"], rows["line_no"]), dtype=pl.Float64))
+    moved = u2 < pl.col("surface").replace_strict(cfg.val_to_train, default=0.0, return_dtype=pl.Float64)
     days, cuts = train_day_cuts(cfg, calendar)
     train_day = pl.lit(days[-1])
     for d, c in reversed(list(zip(days, cuts, strict=True))):
-        train_day = pl.when(pl.col("u") < c).then(pl.lit(d)).otherwise(train_day)
+        train_day = pl.when(u < c).then(pl.lit(d)).otherwise(train_day)
     date = (
         pl.when(pl.col("role") == "test").then(pl.lit(roles.evaluation))
-        .when(pl.col("role") == "val").then(pl.lit(roles.validation))
+        .when((pl.col("role") == "val") & ~moved).then(pl.lit(roles.validation))
         .otherwise(train_day)
     )  # fmt: skip
-    return rows.with_columns(date=date.cast(pl.Date)).drop("u", "u2")
+    return rows.with_columns(role=pl.when((pl.col("role") == "val") & moved).then(pl.lit("train")).otherwise("role"),
+                             date=date.cast(pl.Date))
 
 
-def user_roles(users: Sequence[str | None], cfg: SourceConfig) -> list[str]:
-    """Seeded per-user rule for datasets without split files: the same user always gets one role."""
+def split_by_user(rows: pl.DataFrame, cfg: SourceConfig) -> pl.DataFrame:
+    """`role` by the seeded per-user rule (datasets without split files): a user always gets one role;
+    a row that could not be read is keyed by its text."""
     s = cfg.user_split
-    out = []
-    for u in unit_hash(cfg.seed + 2, users):
-        out.append("train" if u < s.train else "val" if u < s.train + s.val else "test")
-    return out
+    key = rows.select(pl.when(pl.col("ok")).then(pl.col("user_id")).otherwise(pl.col("raw")))["user_id"]
+    roles = ["train" if u < s.train else "val" if u < s.train + s.val else "test" for u in unit_hash(cfg.seed + 2, key)]
+    return rows.with_columns(role=pl.Series(roles, dtype=pl.String))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -399,13 +348,6 @@ class ImportResult:
     notes: dict[str, Any] = field(default_factory=dict)  # e.g. purchase_without_click rows and rule
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def write_landing(
     dataset: str,
     src: Path,
@@ -438,10 +380,8 @@ def write_landing(
     counts: dict[str, int] = {}
     for day in calendar.dates():
         for s in surfaces.names:
-            validate_name(s, "surface")
             part = allrec.filter((pl.col("surface") == s) & (pl.col("date") == day))
-            text = "".join(line + "\n" for line in part["line"].to_list())
-            _atomic_write(landing / s / day.isoformat() / FEED, text)
+            write_text(landing / s / day.isoformat() / FEED, "".join(line + "\n" for line in part["line"].to_list()))
             counts[f"{day.isoformat()}|{s}"] = part.height
     outside = allrec.filter(~pl.col("surface").is_in(surfaces.names) | ~pl.col("date").is_in(calendar.dates()))
     if outside.height:
@@ -451,9 +391,8 @@ def write_landing(
         "request_id",  # the impression's own id (a source line may hold several impressions: MIND behaviors)
     )
     out = home / "imports" / dataset
-    out.mkdir(parents=True, exist_ok=True)
-    lineage.write_parquet(out / ".lineage.parquet.tmp")
-    os.replace(out / ".lineage.parquet.tmp", out / "lineage.parquet")
+    with atomic_path(out / "lineage.parquet") as tmp:
+        lineage.write_parquet(tmp)
     result = ImportResult(
         dataset=dataset,
         source_dir=src,
@@ -463,12 +402,22 @@ def write_landing(
         history_records=0 if history is None else history.height,
         notes=dict(notes or {}),
     )
-    manifest = {"dataset": dataset, "source_dir": str(src), "files": result.files, "unmapped": result.unmapped,
-                "history_records": result.history_records, "notes": result.notes, "partitions": counts}
-    _atomic_write(out / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True))
+    write_json(out / "manifest.json", asdict(result), sort_keys=True)
     return result
 
 
-def request_ids(rows: pl.DataFrame) -> pl.Expr:
+def apply_purchase_rule(rows: pl.DataFrame, cfg: SourceConfig) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """source.yaml `purchase_without_click` on purchase = 1 with click = 0: (rows, the import's notes)."""
+    rule = cfg.purchase_without_click
+    if rule is None:
+        return rows, {}
+    quirk = (pl.col("conversion") == "1") & (pl.col("click") == "0")
+    n = int(rows.select(quirk.fill_null(False).sum()).item())
+    if rule == "drop_purchase":
+        rows = rows.with_columns(conversion=pl.when(quirk).then(pl.lit("0")).otherwise(pl.col("conversion")))
+    return rows, {PURCHASE_WITHOUT_CLICK: n, "purchase_without_click_rule": rule}
+
+
+def request_ids() -> pl.Expr:
     """`<file stem>:<line>`: unique per dataset, and it names the source row of every event."""
     return pl.col("source_file").str.replace(r"\.[^.]*$", "") + ":" + pl.col("line_no").cast(pl.String)

@@ -8,13 +8,14 @@ from __future__ import annotations
 import datetime as dt
 import re
 import zoneinfo
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from gem_model.config import _Strict
 
 _COLUMN_RE = re.compile(r"^[A-Za-z0-9_ .:-]{1,128}$")
+_FILE_RE = re.compile(r"^[A-Za-z0-9*?\[][A-Za-z0-9_.*?\[\]-]*$")
 
 
 def _column_name(v: str) -> str:
@@ -23,18 +24,23 @@ def _column_name(v: str) -> str:
     return v
 
 
+def _plain_name(v: str) -> str:
+    if not _FILE_RE.match(v) or ".." in v:
+        raise ValueError(f"files: {v!r} must be a plain file name or glob (no path, no '..')")
+    return v
+
+
+ColumnName = Annotated[str, AfterValidator(_column_name)]
+PlainName = Annotated[str, AfterValidator(_plain_name)]  # a file name or glob of the source dir itself
+
+
 class Read(_Strict):
     """How a file's rows are read. A `.gz` suffix is decompressed whatever the format."""
 
     format: Literal["csv", "tsv", "parquet", "jsonl"] = "csv"
     header: bool = True  # csv/tsv: the first line names the columns
     # csv/tsv without a header: the column names, in order (a row with another field count is unparseable)
-    names: tuple[str, ...] = ()
-
-    @field_validator("names")
-    @classmethod
-    def _names(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(_column_name(n) for n in v)
+    names: tuple[ColumnName, ...] = ()
 
     @model_validator(mode="after")
     def _header_or_names(self) -> Read:
@@ -51,17 +57,12 @@ class Column(_Strict):
     """A column's text, optionally cleaned: `U123` -> `123` (strip_prefix), or any text -> a stable
     31-bit id (hash: blake2b, for text ids such as a category name)."""
 
-    column: str
+    column: ColumnName
     strip_prefix: str | None = None  # only when the rest is digits (else the text stays and is quarantined bad_type)
     hash: bool = False
 
-    @field_validator("column")
-    @classmethod
-    def _col(cls, v: str) -> str:
-        return _column_name(v)
 
-
-ColumnRef = str | Column
+ColumnRef = ColumnName | Column
 
 
 def as_column(ref: ColumnRef) -> Column:
@@ -73,19 +74,9 @@ class Columns(_Strict):
 
     user: ColumnRef
     item: ColumnRef  # the ad of an impression (an item in histories)
-    surface: str  # its values map to surfaces by source.yaml `surfaces`
-    click: str
-    conversion: str | None = None  # the second task's label, where the surfaces log one (tasks: [click, conversion])
-
-    @field_validator("user", "item")
-    @classmethod
-    def _ref(cls, v: ColumnRef) -> ColumnRef:
-        return _column_name(v) if isinstance(v, str) else v
-
-    @field_validator("surface", "click", "conversion")
-    @classmethod
-    def _col(cls, v: str | None) -> str | None:
-        return None if v is None else _column_name(v)
+    surface: ColumnName  # its values map to surfaces by source.yaml `surfaces`
+    click: ColumnName
+    conversion: ColumnName | None = None  # the second task's label, where the surfaces log one (tasks: [click, conversion])
 
 
 class DayColumn(_Strict):
@@ -135,15 +126,10 @@ class Time(_Strict):
 class SideTable(_Strict):
     """A table joined to the log by key (user or item features): its columns become usable in `fields`."""
 
-    file: str
+    file: PlainName
     joins: Literal["user", "item"]
-    key: str  # the side table's column holding the user's (item's) id as the log writes it
+    key: ColumnName  # the side table's column holding the user's (item's) id as the log writes it
     read: Read = Read()
-
-    @field_validator("key")
-    @classmethod
-    def _col(cls, v: str) -> str:
-        return _column_name(v)
 
 
 class Fields(_Strict):
@@ -151,12 +137,7 @@ class Fields(_Strict):
     field's constant, docs/real_data.md). advertiser_id defaults to the item (its own advertiser)."""
 
     advertiser_id: ColumnRef | None = None
-    user_tenure_days: str | None = None  # dense, >= 0
-    position: str | None = None  # integer >= 1
-    bid: str | None = None  # dense, >= 0
-
-    @field_validator("user_tenure_days", "position", "bid")
-    @classmethod
-    def _col(cls, v: str | None) -> str | None:
-        return None if v is None else _column_name(v)
+    user_tenure_days: ColumnName | None = None  # dense, >= 0
+    position: ColumnName | None = None  # integer >= 1
+    bid: ColumnName | None = None  # dense, >= 0
 

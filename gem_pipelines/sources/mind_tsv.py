@@ -22,6 +22,7 @@ from gem_pipelines.sources.common import (
     SourceConfig,
     field_at,
     map_surface,
+    need_file,
     read_rows,
     request_ids,
     source_files,
@@ -43,10 +44,7 @@ def read_news(src: Path, cfg: SourceConfig) -> pl.DataFrame:
     category and are quarantined as unparseable."""
     frames = []
     for name in cfg.news:
-        path = src / name
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: news file of source.yaml `news` is missing (see docs/real_data.md)")
-        rows, _ = read_rows(path, sep="\t", header=False, n_fields=NEWS_FIELDS)
+        rows, _ = read_rows(need_file(src / name), sep="\t", header=False, n_fields=NEWS_FIELDS)
         frames.append(rows.filter("ok").select(news=field_at(0), category=field_at(1), subcategory=field_at(2)))
     if not frames:
         raise ValueError("MIND behaviors.tsv needs its news.tsv: list it under `news:` in source.yaml")
@@ -78,7 +76,7 @@ def read_mind_tsv(src: Path, cfg: SourceConfig, calendar: CalendarConfig) -> tup
     rows = lines.explode("cand").with_columns(k=pl.int_range(pl.len()).over("source_file", "line_no"))
     rows = rows.with_columns(
         ok=pl.col("ok") & pl.col("cand").str.contains(r"^[^-]+-[^-]+$").fill_null(False),
-        request_id=request_ids(rows) + ":" + pl.col("k").cast(pl.String),
+        request_id=request_ids() + ":" + pl.col("k").cast(pl.String),
         news=pl.col("cand").str.replace(r"-[^-]*$", ""),
         click=pl.col("cand").str.extract(r"-([^-]*)$"),
         day=(pl.col("ts").dt.date() - (first.date() if first else dt.date.min)).dt.total_days(),
@@ -89,7 +87,7 @@ def read_mind_tsv(src: Path, cfg: SourceConfig, calendar: CalendarConfig) -> tup
     if late.height:
         raise ValueError(f"MIND behaviors span {int(late['day'].max()) + 1} days; the calendar has {len(days)}: set "
                          "`days` in the dataset's calendar.yaml")
-    rows = map_surface(rows, pl.col("category"), cfg, next(iter(cfg.surfaces.values())))
+    rows = map_surface(rows, pl.col("category"), cfg)
     rows = rows.with_columns(
         date=pl.col("day").fill_null(0).replace_strict(list(range(len(days))), days, default=days[0]),
         user_id=_strip_prefix(field_at(1), "U"),

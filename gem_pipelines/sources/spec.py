@@ -1,12 +1,10 @@
-"""The generic importer: a log described by source.yaml alone (gem_pipelines/sources/layout.py)
-lands in landing/ as the dataset modules did, through the same machinery (common.py).
+"""The generic importer: a log described by source.yaml alone (gem_pipelines/sources/layout.py),
+landed through the machinery every importer shares (common.py).
 
-Per row: the user, the item and the surface from their columns, the labels, the landing fields
-from the log or a side table joined by key. A row that cannot be read (wrong field count, an
-unreadable time) lands verbatim (unparseable); a row of an undeclared surface as a record of an
-unknown kind (unknown_enum); a row outside the window with its own time (out_of_range_ts); a later
-exact copy of a line, with `duplicates: quarantine`, under its first copy's request id
-(duplicate_record). Every decision is the unchanged row rules' (gem_pipelines/data/normalize.py).
+A row that cannot be read (wrong field count, an unreadable time) lands verbatim (unparseable); a
+row of an undeclared surface as a record of an unknown kind (unknown_enum); a row outside the window
+(out_of_range_ts); a later exact copy of a line, with `duplicates: quarantine`, under its first
+copy's request id (duplicate_record). The row rules (gem_pipelines/data/normalize.py) decide.
 
 Timed data (`time`): each row's day is its local day (or its day column), the window the data's
 first to last day unless source.yaml bounds it, written to imports/<dataset>/calendar.yaml, which
@@ -15,7 +13,6 @@ the graph reads (gem_model.config.spec_path). Untimed data: the seeded day rule 
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 from pathlib import Path
@@ -25,17 +22,21 @@ import polars as pl
 import yaml
 
 from gem_model.config import CalendarConfig, SurfacesConfig, validate_name
+from gem_model.store.atomic import write_text
 from gem_pipelines.sources.common import (
     NOON,
     ImportResult,
     SourceConfig,
+    apply_purchase_rule,
     assign_days,
     field_at,
     map_surface,
+    need_file,
+    read_lines,
     read_rows,
     request_ids,
     source_files,
-    user_roles,
+    split_by_user,
     write_landing,
 )
 from gem_pipelines.sources.layout import Column, ColumnRef, Read, as_column
@@ -75,10 +76,7 @@ def read_table(path: Path, read: Read, need: list[str], optional: list[str] = ()
             source_file=pl.lit(path.name), line_no=pl.int_range(1, pl.len() + 1, dtype=pl.Int64),
             raw=pl.struct(pl.all()).struct.json_encode(), ok=pl.lit(True), **text,
         ).with_columns(pl.when(pl.col(c).str.strip_chars() != "").then(pl.col(c)).alias(c) for c in text)
-    data = path.read_bytes()
-    lines = (gzip.decompress(data) if path.suffix == ".gz" else data).decode("utf-8", errors="replace").split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
+    lines = read_lines(path)
     records: list[dict | None] = []
     for line in lines:
         try:
@@ -120,9 +118,7 @@ class _Log:
         assert c is not None
         sides = []
         for t in cfg.side_tables:
-            path = src / t.file
-            if not path.is_file():
-                raise FileNotFoundError(f"{path}: side table of source.yaml `side_tables` is missing (see docs/real_data.md)")
+            path = need_file(src / t.file)
             df = self._side(path, t.read)
             if t.key not in df.columns:
                 raise ValueError(f"{path}: no key column {t.key!r} (columns: {df.columns})")
@@ -223,7 +219,7 @@ def read_spec(src: Path, cfg: SourceConfig, calendar: CalendarConfig | None) -> 
     assert c is not None
     log = _Log(src, cfg)
     rows = log.rows()
-    rows = map_surface(rows, pl.col(f"c:{c.surface}"), cfg, next(iter(cfg.surfaces.values())))
+    rows = map_surface(rows, pl.col(f"c:{c.surface}"), cfg)
     advertiser = _ref(rows, f.advertiser_id, "fields.advertiser_id")
     rows = rows.with_columns(
         user_id=_ref(rows, c.user, "columns.user"),
@@ -233,10 +229,10 @@ def read_spec(src: Path, cfg: SourceConfig, calendar: CalendarConfig | None) -> 
         tenure_days=_ref(rows, f.user_tenure_days, "fields.user_tenure_days"),
         position=_ref(rows, f.position, "fields.position"),
         bid=_ref(rows, f.bid, "fields.bid"),
-        request_id=request_ids(rows),
+        request_id=request_ids(),
     )
     rows = rows.with_columns(advertiser_id=pl.col("ad_id") if advertiser is None else advertiser)  # no advertiser: the item's own
-    notes: dict[str, Any] = {}
+    rows, notes = apply_purchase_rule(rows, cfg)
     if cfg.duplicates == "quarantine":
         # every copy of a line carries its first copy's id: the row rules file the later ones duplicate_record
         first = pl.col("request_id").first().over("raw")
@@ -250,21 +246,16 @@ def read_spec(src: Path, cfg: SourceConfig, calendar: CalendarConfig | None) -> 
         if calendar is None:
             raise ValueError("untimed data needs the dataset's calendar.yaml")
         if set(cfg.files) == {"all"}:  # no split files, no time: the seeded per-user rule
-            key = rows.select(pl.when(pl.col("ok")).then(pl.col("user_id")).otherwise(pl.col("raw")))["user_id"]
-            rows = rows.with_columns(role=pl.Series(user_roles(key.to_list(), cfg)))
+            rows = split_by_user(rows, cfg)
         rows = assign_days(rows.with_columns(seconds=pl.lit(NOON)), cfg, calendar)
     return rows.drop([k for k in rows.columns if k.startswith("c:")]), calendar, notes
 
 
 def write_calendar(dataset: str, home: Path, calendar: CalendarConfig) -> Path:
     """The window a timed dataset's data gives, where the graph reads it (gem_model.config.spec_path)."""
-    path = home / "imports" / validate_name(dataset, "dataset") / "calendar.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
     doc = {"start": calendar.start.isoformat(), "days": calendar.days, "teacher_lag_days": calendar.teacher_lag_days}
-    tmp = path.with_name(".calendar.yaml.tmp")
-    tmp.write_text("# written by the import: the data's first to last day (E = the last)\n" + yaml.safe_dump(doc))
-    tmp.replace(path)
-    return path
+    return write_text(home / "imports" / validate_name(dataset, "dataset") / "calendar.yaml",
+                      "# written by the import: the data's first to last day (E = the last)\n" + yaml.safe_dump(doc))
 
 
 def import_spec(

@@ -10,7 +10,7 @@ Mapping: user -> user_id, adgroup_id -> ad_id, customer -> advertiser_id, pid ->
 (user_activity): step k with mask 1 is an activity at D 00:00 + k minutes (the impression is at
 D 12:00, so the whole sequence precedes it), item = brand_his[k] (the finest id the sequence
 has), action from btag_his[k] by BTAG_ACTIONS; identical steps of one user and day land once.
-No time in the data: users are split by the seeded per-user rule (common.user_roles).
+No time in the data: users are split by the seeded per-user rule (common.split_by_user).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from gem_pipelines.sources.common import (
     read_rows,
     request_ids,
     source_files,
-    user_roles,
+    split_by_user,
     write_landing,
 )
 
@@ -49,7 +49,7 @@ def read_taobao(src: Path, cfg: SourceConfig, calendar: CalendarConfig) -> tuple
         if role != "all":
             raise ValueError(f"{path.name}: the Taobao sample has no split files; list it under files.all")
         rows, _ = read_rows(path, header=False, n_fields=N_FIELDS)
-        rows = map_surface(rows, field_at(PID), cfg, next(iter(cfg.surfaces.values())))
+        rows = map_surface(rows, field_at(PID), cfg)
         frames.append(
             rows.with_columns(
                 user_id=field_at(USER),
@@ -58,12 +58,10 @@ def read_taobao(src: Path, cfg: SourceConfig, calendar: CalendarConfig) -> tuple
                 click=field_at(CLK),
                 conversion=pl.lit(None, pl.String),
                 seconds=pl.lit(NOON),
-                request_id=request_ids(rows),
+                request_id=request_ids(),
             )
         )
-    rows = pl.concat(frames)
-    key = rows.select(pl.when(pl.col("ok")).then(pl.col("user_id")).otherwise(pl.col("raw")))["user_id"].to_list()
-    rows = assign_days(rows.with_columns(role=pl.Series(user_roles(key, cfg))), cfg, calendar)
+    rows = assign_days(split_by_user(pl.concat(frames), cfg), cfg, calendar)
 
     steps = (
         rows.filter("ok")

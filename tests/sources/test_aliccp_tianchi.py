@@ -7,8 +7,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from gem_pipelines.sources.aliccp import PURCHASE_WITHOUT_CLICK, tianchi_field
-from gem_pipelines.sources.common import load_source
+from gem_pipelines.sources.aliccp import tianchi_field
+from gem_pipelines.sources.common import PURCHASE_WITHOUT_CLICK, load_source
 from tests.sources.helpers import account, normalize_all, run_import
 
 S1, S2, UNDECLARED = "9351665", "9351666", "9351999"

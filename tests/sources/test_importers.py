@@ -12,8 +12,7 @@ import polars as pl
 import pytest
 
 from gem_model.config import SOURCES_DIR, load_calendar, load_surfaces
-from gem_pipelines.sources.aliccp import PURCHASE_WITHOUT_CLICK
-from gem_pipelines.sources.common import load_source
+from gem_pipelines.sources.common import PURCHASE_WITHOUT_CLICK, load_source
 from tests.sources.helpers import account, data_rows, need, normalize_all, run_import
 
 # (dataset, sample folder, files with a header line?)
@@ -203,8 +202,8 @@ def test_every_dataset_declares_valid_specs() -> None:
         assert cal.end() - cal.start >= dt.timedelta(days=4)
 
 
-# What the Douban and MIND modules landed before their specs replaced them (imports/<dataset>/manifest.json
-# `partitions` of the last module version, commit a96fea8): landing records per "<date>|<surface>".
+# What the Douban, MIND and Ali-CCP modules landed before their specs replaced them (imports/<dataset>/
+# manifest.json `partitions` of the last module version, commits a96fea8 and 7f9c968): records per "<date>|<surface>".
 MODULE_PARTITIONS = {
     "douban": {"2026-11-01|book": 9835, "2026-11-01|movie": 7893, "2026-11-01|music": 316, "2026-11-02|book": 24757,
                "2026-11-02|movie": 19413, "2026-11-02|music": 785, "2026-11-03|book": 24465, "2026-11-03|movie": 19717,
@@ -219,8 +218,16 @@ MODULE_PARTITIONS = {
              "2026-11-05|finance": 130, "2026-11-05|lifestyle": 197, "2026-11-05|news": 420, "2026-11-05|sports": 168,
              "2026-11-06|finance": 128, "2026-11-06|lifestyle": 174, "2026-11-06|news": 358, "2026-11-06|sports": 123,
              "2026-11-07|finance": 127, "2026-11-07|lifestyle": 143, "2026-11-07|news": 359, "2026-11-07|sports": 165},
+    "aliccp": {"2026-11-01|scenario_1": 4, "2026-11-01|scenario_2": 0, "2026-11-01|scenario_3": 4,
+               "2026-11-02|scenario_1": 21, "2026-11-02|scenario_2": 5, "2026-11-02|scenario_3": 1,
+               "2026-11-03|scenario_1": 20, "2026-11-03|scenario_2": 7, "2026-11-03|scenario_3": 2,
+               "2026-11-04|scenario_1": 15, "2026-11-04|scenario_2": 4, "2026-11-04|scenario_3": 2,
+               "2026-11-05|scenario_1": 9, "2026-11-05|scenario_2": 3, "2026-11-05|scenario_3": 3,
+               "2026-11-06|scenario_1": 38, "2026-11-06|scenario_2": 7, "2026-11-06|scenario_3": 5,
+               "2026-11-07|scenario_1": 39, "2026-11-07|scenario_2": 6, "2026-11-07|scenario_3": 5},
 }
-MODULE_HISTORY_RECORDS = {"douban": 115926, "mind": 0}
+MODULE_HISTORY_RECORDS = {"douban": 115926, "mind": 0, "aliccp": 0}
+MODULE_NOTES = {"douban": {}, "mind": {}, "aliccp": {PURCHASE_WITHOUT_CLICK: 0, "purchase_without_click_rule": "drop_purchase"}}
 
 
 def _blake31(text: str) -> int:
@@ -228,7 +235,7 @@ def _blake31(text: str) -> int:
 
 
 def _expected_rows(dataset: str) -> pl.DataFrame:
-    """Each raw line's impression, read with polars alone: request id `<file stem>:<line>`, surface, ids, click."""
+    """Each raw line's impression, read with polars alone: request id `<file stem>:<line>`, surface, ids, labels."""
     cfg = load_source(dataset)
     frames = []
     for name in (n for names in cfg.files.values() for n in names):
@@ -238,6 +245,11 @@ def _expected_rows(dataset: str) -> pl.DataFrame:
             frames.append(df.select(request_id=rid, surface=pl.col("0").replace_strict(cfg.surfaces),
                                     user_id=pl.col("1").cast(pl.Int64), ad_id=pl.col("2").cast(pl.Int64),
                                     advertiser_id=pl.col("2").cast(pl.Int64), click=pl.col("3").cast(pl.Int8)))
+        elif dataset == "aliccp":  # the sample has no purchase without a click: conversion as the file says
+            frames.append(df.select(request_id=rid, surface=pl.col("301").replace_strict(cfg.surfaces),
+                                    user_id=pl.col("101").cast(pl.Int64), ad_id=pl.col("205").cast(pl.Int64),
+                                    advertiser_id=pl.col("207").cast(pl.Int64), click=pl.col("click").cast(pl.Int8),
+                                    conversion=pl.col("purchase").cast(pl.Int8)))
         else:
             frames.append(df.select(
                 request_id=rid, surface=pl.col("Category").replace_strict(cfg.surfaces),
@@ -247,13 +259,14 @@ def _expected_rows(dataset: str) -> pl.DataFrame:
     return pl.concat(frames).sort("request_id")
 
 
-@pytest.mark.parametrize("dataset", ["douban", "mind"])
+@pytest.mark.parametrize("dataset", ["douban", "mind", "aliccp"])
 def test_spec_lands_the_rows_the_module_landed(imported, dataset: str) -> None:
     """The spec that replaced the dataset's module: every raw line lands as the same impression (recomputed
     from the raw file with polars), on the days the module put it (its partition counts)."""
     _, result, parts = imported[dataset]
     events = pl.concat([p.events for p in parts.values()])
-    got = events.select("request_id", "surface", "user_id", "ad_id", "advertiser_id", "click").sort("request_id")
-    assert got.equals(_expected_rows(dataset))
+    expected = _expected_rows(dataset)
+    assert events.select(expected.columns).sort("request_id").equals(expected)
     assert result.partitions == MODULE_PARTITIONS[dataset]
     assert result.history_records == MODULE_HISTORY_RECORDS[dataset]
+    assert result.notes == MODULE_NOTES[dataset]
