@@ -1,22 +1,12 @@
 """Public jagged-attention entry point: input validation and backend dispatch.
 
-Backends:
-
-* ``"triton"``: the fused Triton kernels (:mod:`kernels.triton.triton_jagged_attention`), used by
-  default for CUDA tensors in float16 / bfloat16 / float32;
-* ``"torch"``: the pure-PyTorch reference (:mod:`kernels.pytorch.pt_jagged_attention`), used for
-  everything else (CPU tensors, float64).
-
-``GEM_KERNEL_BACKEND=torch|triton`` (read at every call; unset, empty or ``auto`` means the
-default rule) forces a backend.  Forcing ``triton`` on CPU tensors only works when
-``TRITON_INTERPRET=1`` was set before ``kernels`` was imported (slow; for tests); otherwise a
-RuntimeError says why.
-
-Triton switches (read at every call; see :mod:`kernels.triton.triton_jagged_attention`):
-``GEM_KERNEL_DETERMINISTIC=1`` two-pass backward without atomics (also under
-``torch.use_deterministic_algorithms(True)``); ``GEM_KERNEL_AUTOTUNE=0`` heuristic launch configs
-instead of autotuned ones; ``GEM_KERNEL_SHORT_MAX`` / ``GEM_KERNEL_SHORT_TILES`` the one-tile
-kernels' reach and tile sizes.
+Backends: ``"triton"`` (:mod:`kernels.triton.triton_jagged_attention`), the default for CUDA
+tensors in float16 / bfloat16 / float32; ``"torch"`` (:mod:`kernels.pytorch.pt_jagged_attention`),
+the reference, for everything else.  ``GEM_KERNEL_BACKEND=torch|triton`` (read at every call;
+unset, empty or ``auto``: the default rule) forces one; ``triton`` on CPU tensors needs
+``TRITON_INTERPRET=1`` set before ``kernels`` is imported (slow; for tests), else RuntimeError.
+The Triton module documents its own switches (``GEM_KERNEL_DETERMINISTIC``, ``GEM_KERNEL_AUTOTUNE``,
+``GEM_KERNEL_SHORT_MAX``, ``GEM_KERNEL_SHORT_TILES``).
 """
 
 from __future__ import annotations
@@ -26,6 +16,7 @@ import os
 
 import torch
 
+from kernels.jagged_padding import check_offsets
 from kernels.pytorch.pt_jagged_attention import pytorch_jagged_attention, pytorch_jagged_attention_backward
 
 try:  # Triton is a Linux-only dependency.
@@ -41,15 +32,6 @@ __all__ = ["jagged_attention", "backend_for", "SUPPORTED_HEAD_DIMS", "BACKEND_EN
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
 BACKEND_ENV = "GEM_KERNEL_BACKEND"
 _BACKENDS = ("torch", "triton")
-
-
-def _requested_backend() -> str | None:
-    value = os.environ.get(BACKEND_ENV, "").strip().lower()
-    if value in ("", "auto"):
-        return None
-    if value not in _BACKENDS:
-        raise ValueError(f"{BACKEND_ENV}={value!r} is not one of 'torch', 'triton' (or unset/'auto')")
-    return value
 
 
 def _triton_unavailable_reason(t: torch.Tensor) -> str | None:
@@ -78,7 +60,9 @@ def backend_for(tensor: torch.Tensor) -> str:
     Raises RuntimeError when ``triton`` is forced but cannot run on such a tensor, ValueError for
     an unknown ``GEM_KERNEL_BACKEND`` value.
     """
-    requested = _requested_backend()
+    requested = os.environ.get(BACKEND_ENV, "").strip().lower()
+    if requested not in ("", "auto", *_BACKENDS):
+        raise ValueError(f"{BACKEND_ENV}={requested!r} is not one of 'torch', 'triton' (or unset/'auto')")
     reason = _triton_unavailable_reason(tensor)
     if requested == "torch":
         return "torch"
@@ -107,12 +91,7 @@ def _validate_tensors(q, k, v, offsets) -> None:
     dim = q.shape[-1]
     if dim not in SUPPORTED_HEAD_DIMS:
         raise ValueError(f"head dim D={dim} is not supported; use one of {SUPPORTED_HEAD_DIMS}")
-    if not isinstance(offsets, torch.Tensor):
-        raise ValueError(f"offsets must be a torch.Tensor, got {type(offsets).__name__}")
-    if offsets.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"offsets must be an int32 or int64 tensor, got {offsets.dtype}")
-    if offsets.dim() != 1 or offsets.numel() < 1:
-        raise ValueError(f"offsets must be 1-D with B + 1 >= 1 entries, got shape {tuple(offsets.shape)}")
+    check_offsets(offsets)
 
 
 def _validate_offsets(offsets: torch.Tensor, total: int) -> torch.Tensor:

@@ -14,7 +14,7 @@ import torch
 __all__ = ["jagged_to_padded", "padded_to_jagged", "jagged_positions"]
 
 
-def _check_offsets(offsets: torch.Tensor) -> None:
+def check_offsets(offsets: torch.Tensor) -> None:
     if not isinstance(offsets, torch.Tensor):
         raise ValueError(f"offsets must be a torch.Tensor, got {type(offsets).__name__}")
     if offsets.dim() != 1:
@@ -44,7 +44,7 @@ def jagged_to_padded(
     Sequences longer than ``max_len`` are truncated (their tail is dropped); positions past a
     sequence's end hold ``pad_value``.  Differentiable with respect to ``values``.
     """
-    _check_offsets(offsets)
+    check_offsets(offsets)
     if max_len < 0:
         raise ValueError(f"max_len must be >= 0, got {max_len}")
     total = values.shape[0]
@@ -69,7 +69,7 @@ def padded_to_jagged(padded: torch.Tensor, offsets: torch.Tensor) -> torch.Tenso
     ``L_total = offsets[-1]``; every sequence must fit (``length <= max_len``), else ValueError.
     Differentiable with respect to ``padded`` (padding positions get zero gradient).
     """
-    _check_offsets(offsets)
+    check_offsets(offsets)
     if padded.dim() < 2:
         raise ValueError(f"padded must be [B, max_len, ...], got shape {tuple(padded.shape)}")
     batch = offsets.numel() - 1

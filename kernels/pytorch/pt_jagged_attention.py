@@ -17,8 +17,20 @@ from kernels.jagged_padding import jagged_to_padded, padded_to_jagged
 __all__ = ["pytorch_jagged_attention", "pytorch_jagged_attention_backward"]
 
 
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
+def _padded(tensors: list[torch.Tensor], offs: torch.Tensor, max_len: int) -> tuple[torch.Tensor, ...]:
+    """[B, H, N, D] views of jagged [L_total, H, D] tensors, padded in one go, in the compute dtype
+    (float64 for float64, else float32)."""
+    cdt = torch.float64 if tensors[0].dtype == torch.float64 else torch.float32
+    padded = jagged_to_padded(torch.stack([t.to(cdt) for t in tensors], dim=1), offs, max_len)
+    return padded.permute(2, 0, 3, 1, 4).unbind(0)
+
+
+def _key_mask(offs: torch.Tensor, max_len: int, device: torch.device) -> torch.Tensor:
+    """[B, 1, 1, N], True = attend; empty sequences attend to everything so that no row is fully
+    masked (no NaN)."""
+    lengths = (offs[1:] - offs[:-1]).to(device)
+    idx = torch.arange(max_len, device=device)
+    return ((idx[None, :] < lengths[:, None]) | (lengths[:, None] == 0))[:, None, None, :]
 
 
 def pytorch_jagged_attention(
@@ -47,21 +59,10 @@ def pytorch_jagged_attention(
         # Nothing to attend to; keep the graph connected for backward.
         return (q * 0 + k.sum() * 0 + v.sum() * 0).to(q.dtype)
 
-    cdt = _compute_dtype(q.dtype)
     with torch.autocast(device_type=q.device.type, enabled=False):
-        # Pad q, k, v in one go: [B, N, 3, H, D] -> three [B, H, N, D] views.
-        qkv = jagged_to_padded(torch.stack([q.to(cdt), k.to(cdt), v.to(cdt)], dim=1), offs, max_len)
-        qp, kp, vp = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-
-        if causal:
-            # With right padding the causal mask alone hides padded keys from every real query.
-            mask = None
-        else:
-            lengths = (offs[1:] - offs[:-1]).to(q.device)
-            idx = torch.arange(max_len, device=q.device)
-            # Key-padding mask [B, 1, 1, N], True = attend; empty sequences attend to everything
-            # so that no row is fully masked (no NaN).
-            mask = ((idx[None, :] < lengths[:, None]) | (lengths[:, None] == 0))[:, None, None, :]
+        qp, kp, vp = _padded([q, k, v], offs, max_len)
+        # With right padding the causal mask alone hides padded keys from every real query.
+        mask = None if causal else _key_mask(offs, max_len, q.device)
         # Padding query rows get finite outputs that padded_to_jagged drops; their gradient is
         # zero, so they add exactly nothing to dk / dv.
         out = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, is_causal=causal, scale=scale)
@@ -89,14 +90,11 @@ def pytorch_jagged_attention_backward(
         return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     scale = 1.0 / math.sqrt(dim) if scale is None else scale
     offs = offsets.to(torch.int64)
-    cdt = _compute_dtype(q.dtype)
     with torch.autocast(device_type=q.device.type, enabled=False):
-        padded = jagged_to_padded(torch.stack([t.to(cdt) for t in (q, k, v, do)], dim=1), offs, max_len)
-        qp, kp, vp, dop = padded.permute(2, 0, 3, 1, 4).unbind(0)  # [B, H, N, D]
-        idx = torch.arange(max_len, device=q.device)
-        lengths = (offs[1:] - offs[:-1]).to(q.device)
-        keep = ((idx[None, :] < lengths[:, None]) | (lengths[:, None] == 0))[:, None, None, :]
+        qp, kp, vp, dop = _padded([q, k, v, do], offs, max_len)
+        keep = _key_mask(offs, max_len, q.device)
         if causal:
+            idx = torch.arange(max_len, device=q.device)
             keep = keep & (idx[None, :] <= idx[:, None])[None, None]
         p = torch.softmax((qp @ kp.transpose(-1, -2) * scale).masked_fill(~keep, float("-inf")), dim=-1)
         dv = p.transpose(-1, -2) @ dop

@@ -4,48 +4,24 @@ Layout: q, k, v, out ``[L_total, H, D]`` (any strides with a unit last-dim strid
 ``[B + 1]``.  Every program handles one (sequence, head) pair and one block of rows:
 
 * forward, grid ``(B * H, cdiv(max_len, BLOCK_M))``: a block of queries loops over the key blocks
-  of its own sequence with an online softmax (running max / running sum in fp32, base-2
-  exponentials) and stores the output and the row logsumexp (log2 domain, fp32, ``[L_total, H]``);
-* backward: ``delta = rowsum(dO * O)`` (PyTorch), then one fused kernel, grid
-  ``(B * H, cdiv(max_len, BLOCK_N))`` (FlashAttention-2's scheme): a block of keys loops over the
-  query blocks of its sequence, recomputes P from the stored logsumexp and dP once per tile,
-  accumulates dK and dV in registers and adds its share of dQ = dS K into an fp32 buffer with
-  ``tl.atomic_add`` (cast to the input dtype once at the end).  ``GEM_KERNEL_DETERMINISTIC=1`` (or
-  ``torch.use_deterministic_algorithms(True)``) switches to the two-pass backward: the same dK/dV
-  kernel without dQ, then a dQ kernel, grid ``(B * H, cdiv(max_len, BLOCK_M))``, in which a block of
-  queries loops over the key blocks (no atomics, bitwise reproducible).
+  of its sequence with an online softmax (fp32, base-2 exponentials) and stores the output and the
+  row logsumexp (log2 domain, fp32, ``[L_total, H]``);
+* backward (FlashAttention-2's scheme): ``delta = rowsum(dO * O)``, then one kernel, grid
+  ``(B * H, cdiv(max_len, BLOCK_N))``: a block of keys loops over the query blocks, recomputes P
+  from the logsumexp, accumulates dK and dV in registers and adds its share of dQ = dS K to an fp32
+  buffer with ``tl.atomic_add`` (5 dots per tile).  ``GEM_KERNEL_DETERMINISTIC=1`` (or
+  ``torch.use_deterministic_algorithms(True)``) takes a two-pass backward instead: the same dK/dV
+  kernel without dQ, then a dQ kernel over query blocks (no atomics, bitwise reproducible, 7 dots).
+* short sequences (``max_len <= short_rows(D, dtype)``; ``GEM_KERNEL_SHORT_MAX``, default 128, 0 =
+  off): one program per (sequence, head), grid ``(B * H,)``, the whole sequence in one tile of
+  BLOCK, BLOCK/2 or BLOCK/4 rows (the one that fits it; BLOCK = the bucket of max_len): no online
+  softmax, and a backward computing P once and dQ, dK, dV and delta in the same program.
 
-Matmuls (``tl.dot``) per (query block, key block) tile, each 2 * BLOCK_M * BLOCK_N * D FLOPs:
-
-==========================  =====  =================================================
-pass                        dots   which
-==========================  =====  =================================================
-forward                     2      Q K^T, P V
-two-pass backward (before)  7      dK/dV: Q K^T, P^T dO, dO V^T, dS^T Q;  dQ: Q K^T, dO V^T, dS K
-fused backward (default)    5      Q K^T, P^T dO, dO V^T, dS^T Q, dS K  (+ one fp32 atomic add of
-                                   a BLOCK_M x D tile)
-one-tile backward (short)   5      the same five, one tile per (sequence, head), no atomics
-==========================  =====  =================================================
-
-so the backward's matmul work went from 3.5x to 2.5x the forward's (FlashAttention-2's ratio);
-its time was not measured (no GPU in the session that restructured it: see bench/RESULTS.md).
-
-Launch configs: on CUDA ``triton.autotune`` over small lists (FWD_CONFIGS, BWD_CONFIGS,
-SHORT_WARPS) keyed by head dim, length bucket (next power of two of max_len, >= 16), causal, dot
-precision and dtype, pruned by shared memory and bucket; under ``TRITON_INTERPRET=1`` or with
-``GEM_KERNEL_AUTOTUNE=0`` one heuristic config (autotuning needs a GPU to time on).
-
-Short sequences (``max_len <= short_rows(D, dtype)``, 128 rows for the model's D=32 in bf16; the
-threshold ``GEM_KERNEL_SHORT_MAX``, default 128, 0 = off) take one-tile kernels instead: one
-program per (sequence, head), grid ``(B * H,)``, the forward without an online softmax and the
-backward computing P once and dQ, dK, dV in the same program (5 dots, no recompute; delta is
-computed in the kernel too, which saves the PyTorch launches the tiled path spends on it).  Each
-program takes the tile that fits its own sequence (BLOCK, BLOCK/2 or BLOCK/4 rows, >= 16; BLOCK =
-the bucket of max_len), so the many short histories of a batch do not pay for its longest one.
-
-Programs whose block starts past their sequence's end return at once.  Accumulation is fp32;
-fp32 inputs use IEEE fp32 dots unless ``torch.backends.cuda.matmul.allow_tf32`` is set.
-Supported dtypes: float16, bfloat16, float32 (bf16 is wrong under ``TRITON_INTERPRET=1``).
+Launch configs: on CUDA ``triton.autotune`` over small lists keyed by head dim, length bucket,
+causal, dot precision and dtype; under ``TRITON_INTERPRET=1`` or with ``GEM_KERNEL_AUTOTUNE=0``
+one heuristic config.  Accumulation is fp32; fp32 inputs use IEEE dots unless
+``torch.backends.cuda.matmul.allow_tf32`` is set.  Dtypes: float16, bfloat16, float32 (bf16 is
+wrong under ``TRITON_INTERPRET=1``).
 """
 
 from __future__ import annotations
@@ -70,19 +46,41 @@ LOG2E = 1.4426950408889634
 POISON_OUTPUTS = False
 
 
-def _env_interpret() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-
-
 # Triton reads TRITON_INTERPRET when @triton.jit decorates the kernels below, i.e. when this
 # module is imported; changing the variable afterwards has no effect on these kernels.
-_INTERPRET_AT_IMPORT = _env_interpret()
+_INTERPRET_AT_IMPORT = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
 
 
 def interpreting() -> bool:
     """True when the kernels of this module run through Triton's CPU interpreter, i.e. when
     ``TRITON_INTERPRET=1`` was set before ``kernels`` was imported."""
     return _INTERPRET_AT_IMPORT
+
+
+@triton.jit
+def _sequence(OFFSETS, H, pid_bh):
+    # (head, first row, length) of program pid_bh's (sequence, head) pair
+    b = pid_bh // H
+    h = pid_bh % H
+    start = tl.load(OFFSETS + b).to(tl.int64)
+    seq_len = (tl.load(OFFSETS + b + 1).to(tl.int64) - start).to(tl.int32)
+    return h, start, seq_len
+
+
+@triton.jit
+def _ptrs(P, start, rows, stride_t, stride_h, h, offs_d):
+    # [rows, D] pointers of rows start + rows of head h
+    return P + (start + rows[:, None]) * stride_t + h * stride_h + offs_d[None, :]
+
+
+@triton.jit
+def _load(P, start, rows, stride_t, stride_h, h, offs_d, mask):
+    return tl.load(_ptrs(P, start, rows, stride_t, stride_h, h, offs_d), mask=mask[:, None], other=0.0)
+
+
+@triton.jit
+def _store(P, start, rows, stride_t, stride_h, h, offs_d, mask, x):
+    tl.store(_ptrs(P, start, rows, stride_t, stride_h, h, offs_d), x.to(P.dtype.element_ty), mask=mask[:, None])
 
 
 @triton.jit
@@ -94,15 +92,13 @@ def _jagged_attn_fwd(
     CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     PREC: tl.constexpr,
 ):  # fmt: skip
+    # len_bucket: only the autotuning key (AUTOTUNE_KEY)
     pid_bh = tl.program_id(0)
     pid_m = tl.program_id(1)
     if CAUSAL:
         # Longest-running blocks (late queries) first.
         pid_m = tl.num_programs(1) - 1 - pid_m
-    b = pid_bh // H
-    h = pid_bh % H
-    start = tl.load(OFFSETS + b).to(tl.int64)
-    seq_len = (tl.load(OFFSETS + b + 1).to(tl.int64) - start).to(tl.int32)
+    h, start, seq_len = _sequence(OFFSETS, H, pid_bh)
     m0 = pid_m * BLOCK_M
     if m0 >= seq_len:
         return
@@ -111,9 +107,7 @@ def _jagged_attn_fwd(
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     mask_m = offs_m < seq_len
-
-    q_ptrs = Q + (start + offs_m[:, None]) * stride_qt + h * stride_qh + offs_d[None, :]
-    q = tl.load(q_ptrs, mask=mask_m[:, None], other=0.0)
+    q = _load(Q, start, offs_m, stride_qt, stride_qh, h, offs_d, mask_m)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -125,11 +119,7 @@ def _jagged_attn_fwd(
     for n0 in range(0, hi, BLOCK_N):
         cols = n0 + offs_n
         mask_n = cols < seq_len
-        k = tl.load(
-            K + (start + cols[:, None]) * stride_kt + h * stride_kh + offs_d[None, :],
-            mask=mask_n[:, None],
-            other=0.0,
-        )
+        k = _load(K, start, cols, stride_kt, stride_kh, h, offs_d, mask_n)
         qk = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
         valid = mask_n[None, :]
         if CAUSAL:
@@ -141,17 +131,12 @@ def _jagged_attn_fwd(
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(qk - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(
-            V + (start + cols[:, None]) * stride_vt + h * stride_vh + offs_d[None, :],
-            mask=mask_n[:, None],
-            other=0.0,
-        )
+        v = _load(V, start, cols, stride_vt, stride_vh, h, offs_d, mask_n)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
         m_i = m_new
 
     acc = acc / l_i[:, None]
-    o_ptrs = OUT + (start + offs_m[:, None]) * stride_ot + h * stride_oh + offs_d[None, :]
-    tl.store(o_ptrs, acc.to(OUT.dtype.element_ty), mask=mask_m[:, None])
+    _store(OUT, start, offs_m, stride_ot, stride_oh, h, offs_d, mask_m, acc)
     lse_ptrs = LSE + (start + offs_m) * stride_lt + h * stride_lh
     tl.store(lse_ptrs, m_i + tl.log2(l_i), mask=mask_m)
 
@@ -171,10 +156,7 @@ def _jagged_attn_bwd_dkdv(
     # plus 3 in the dq kernel).  Otherwise DQ is unused and _jagged_attn_bwd_dq computes dQ.
     pid_bh = tl.program_id(0)
     pid_n = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
-    start = tl.load(OFFSETS + b).to(tl.int64)
-    seq_len = (tl.load(OFFSETS + b + 1).to(tl.int64) - start).to(tl.int32)
+    h, start, seq_len = _sequence(OFFSETS, H, pid_bh)
     n0 = pid_n * BLOCK_N
     if n0 >= seq_len:
         return
@@ -184,16 +166,8 @@ def _jagged_attn_bwd_dkdv(
     offs_d = tl.arange(0, BLOCK_D)
     mask_n = offs_n < seq_len
 
-    k = tl.load(
-        K + (start + offs_n[:, None]) * stride_kt + h * stride_kh + offs_d[None, :],
-        mask=mask_n[:, None],
-        other=0.0,
-    )
-    v = tl.load(
-        V + (start + offs_n[:, None]) * stride_vt + h * stride_vh + offs_d[None, :],
-        mask=mask_n[:, None],
-        other=0.0,
-    )
+    k = _load(K, start, offs_n, stride_kt, stride_kh, h, offs_d, mask_n)
+    v = _load(V, start, offs_n, stride_vt, stride_vh, h, offs_d, mask_n)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
 
@@ -203,16 +177,8 @@ def _jagged_attn_bwd_dkdv(
     for m0 in range(lo, seq_len, BLOCK_M):
         rows = m0 + offs_m
         mask_m = rows < seq_len
-        q = tl.load(
-            Q + (start + rows[:, None]) * stride_qt + h * stride_qh + offs_d[None, :],
-            mask=mask_m[:, None],
-            other=0.0,
-        )
-        do = tl.load(
-            DO + (start + rows[:, None]) * stride_dot + h * stride_doh + offs_d[None, :],
-            mask=mask_m[:, None],
-            other=0.0,
-        )
+        q = _load(Q, start, rows, stride_qt, stride_qh, h, offs_d, mask_m)
+        do = _load(DO, start, rows, stride_dot, stride_doh, h, offs_d, mask_m)
         lse = tl.load(LSE + (start + rows) * stride_lt + h * stride_lh, mask=mask_m, other=0.0)
         delta = tl.load(DELTA + (start + rows) * stride_lt + h * stride_lh, mask=mask_m, other=0.0)
 
@@ -227,24 +193,12 @@ def _jagged_attn_bwd_dkdv(
         dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PREC)
         if FUSED_DQ:
             dq = tl.dot(tl.trans(ds_t).to(k.dtype), k, input_precision=PREC) * scale  # [BLOCK_M, BLOCK_D]
-            tl.atomic_add(
-                DQ + (start + rows[:, None]) * stride_dqt + h * stride_dqh + offs_d[None, :],
-                dq,
-                mask=mask_m[:, None],
-                sem="relaxed",
-            )
+            tl.atomic_add(_ptrs(DQ, start, rows, stride_dqt, stride_dqh, h, offs_d), dq, mask=mask_m[:, None],
+                          sem="relaxed")
 
     dk = dk * scale
-    tl.store(
-        DK + (start + offs_n[:, None]) * stride_dkt + h * stride_dkh + offs_d[None, :],
-        dk.to(DK.dtype.element_ty),
-        mask=mask_n[:, None],
-    )
-    tl.store(
-        DV + (start + offs_n[:, None]) * stride_dvt + h * stride_dvh + offs_d[None, :],
-        dv.to(DV.dtype.element_ty),
-        mask=mask_n[:, None],
-    )
+    _store(DK, start, offs_n, stride_dkt, stride_dkh, h, offs_d, mask_n, dk)
+    _store(DV, start, offs_n, stride_dvt, stride_dvh, h, offs_d, mask_n, dv)
 
 
 @triton.jit
@@ -252,7 +206,7 @@ def _jagged_attn_bwd_dq(
     Q, K, V, DO, LSE, DELTA, DQ, OFFSETS,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     stride_dot, stride_doh, stride_lt, stride_lh, stride_dqt, stride_dqh,
-    H, qk_scale, scale, len_bucket,
+    H, qk_scale, scale,
     CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     PREC: tl.constexpr,
 ):  # fmt: skip
@@ -260,10 +214,7 @@ def _jagged_attn_bwd_dq(
     pid_m = tl.program_id(1)
     if CAUSAL:
         pid_m = tl.num_programs(1) - 1 - pid_m
-    b = pid_bh // H
-    h = pid_bh % H
-    start = tl.load(OFFSETS + b).to(tl.int64)
-    seq_len = (tl.load(OFFSETS + b + 1).to(tl.int64) - start).to(tl.int32)
+    h, start, seq_len = _sequence(OFFSETS, H, pid_bh)
     m0 = pid_m * BLOCK_M
     if m0 >= seq_len:
         return
@@ -273,16 +224,8 @@ def _jagged_attn_bwd_dq(
     offs_d = tl.arange(0, BLOCK_D)
     mask_m = offs_m < seq_len
 
-    q = tl.load(
-        Q + (start + offs_m[:, None]) * stride_qt + h * stride_qh + offs_d[None, :],
-        mask=mask_m[:, None],
-        other=0.0,
-    )
-    do = tl.load(
-        DO + (start + offs_m[:, None]) * stride_dot + h * stride_doh + offs_d[None, :],
-        mask=mask_m[:, None],
-        other=0.0,
-    )
+    q = _load(Q, start, offs_m, stride_qt, stride_qh, h, offs_d, mask_m)
+    do = _load(DO, start, offs_m, stride_dot, stride_doh, h, offs_d, mask_m)
     lse = tl.load(LSE + (start + offs_m) * stride_lt + h * stride_lh, mask=mask_m, other=0.0)
     delta = tl.load(DELTA + (start + offs_m) * stride_lt + h * stride_lh, mask=mask_m, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
@@ -293,16 +236,8 @@ def _jagged_attn_bwd_dq(
     for n0 in range(0, hi, BLOCK_N):
         cols = n0 + offs_n
         mask_n = cols < seq_len
-        k = tl.load(
-            K + (start + cols[:, None]) * stride_kt + h * stride_kh + offs_d[None, :],
-            mask=mask_n[:, None],
-            other=0.0,
-        )
-        v = tl.load(
-            V + (start + cols[:, None]) * stride_vt + h * stride_vh + offs_d[None, :],
-            mask=mask_n[:, None],
-            other=0.0,
-        )
+        k = _load(K, start, cols, stride_kt, stride_kh, h, offs_d, mask_n)
+        v = _load(V, start, cols, stride_vt, stride_vh, h, offs_d, mask_n)
         qk = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
         valid = mask_m[:, None] & mask_n[None, :]
         if CAUSAL:
@@ -313,24 +248,15 @@ def _jagged_attn_bwd_dq(
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
 
     dq = dq * scale
-    tl.store(
-        DQ + (start + offs_m[:, None]) * stride_dqt + h * stride_dqh + offs_d[None, :],
-        dq.to(DQ.dtype.element_ty),
-        mask=mask_m[:, None],
-    )
+    _store(DQ, start, offs_m, stride_dqt, stride_dqh, h, offs_d, mask_m, dq)
 
 
 # ------------------------------------------------------------------------------------------------
-# Short sequences (max_len <= SHORT_MAX, the model's histories): one program holds a whole
-# (sequence, head) in one tile, so the forward needs no online softmax and the backward computes P
-# once and all three gradients in one pass (5 dots, no recompute, no atomics), instead of a dK/dV
-# kernel and a dQ kernel that each recompute QK^T and dO V^T.
-#
-# The tile fits the program's own sequence, not the batch's longest: a kernel compiled for BLOCK
-# rows also holds the BLOCK/2 and BLOCK/4 tiles (TILES = 3, none under 16 rows) and each program
-# branches on its sequence's length (uniform within the program, so no divergence).  With lengths
-# uniform in 4..68 (bucket 128) 94% of the sequences take a 32- or 64-row tile instead of 128:
-# about a fifth of the dot work (it scales with the tile's area).  One launch either way.
+# Short sequences: one program holds a whole (sequence, head) in one tile.  A kernel compiled for
+# BLOCK rows also holds the BLOCK/2 and BLOCK/4 tiles (TILES = 3, none under 16 rows) and each
+# program branches on its own sequence's length (uniform within the program: no divergence).  With
+# lengths uniform in 4..68 (bucket 128) 94% of the sequences take a 32- or 64-row tile instead of
+# 128: about a fifth of the dot work (it scales with the tile's area).
 
 
 @triton.jit
@@ -344,10 +270,9 @@ def _fwd_short_tile(
     offs = tl.arange(0, TILE)
     offs_d = tl.arange(0, BLOCK_D)
     mask = offs < seq_len
-    rows = start + offs[:, None]
-    q = tl.load(Q + rows * stride_qt + h * stride_qh + offs_d[None, :], mask=mask[:, None], other=0.0)
-    k = tl.load(K + rows * stride_kt + h * stride_kh + offs_d[None, :], mask=mask[:, None], other=0.0)
-    v = tl.load(V + rows * stride_vt + h * stride_vh + offs_d[None, :], mask=mask[:, None], other=0.0)
+    q = _load(Q, start, offs, stride_qt, stride_qh, h, offs_d, mask)
+    k = _load(K, start, offs, stride_kt, stride_kh, h, offs_d, mask)
+    v = _load(V, start, offs, stride_vt, stride_vh, h, offs_d, mask)
     s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
     # Keys only: padding query rows still see key 0, so every row max is finite (no NaN).
     valid = mask[None, :]
@@ -358,8 +283,7 @@ def _fwd_short_tile(
     p = tl.exp2(s - m[:, None])
     l_sum = tl.sum(p, 1)
     acc = tl.dot(p.to(v.dtype), v, input_precision=PREC) / l_sum[:, None]
-    tl.store(OUT + rows * stride_ot + h * stride_oh + offs_d[None, :], acc.to(OUT.dtype.element_ty),
-             mask=mask[:, None])
+    _store(OUT, start, offs, stride_ot, stride_oh, h, offs_d, mask, acc)
     tl.store(LSE + (start + offs) * stride_lt + h * stride_lh, m + tl.log2(l_sum), mask=mask)
 
 
@@ -372,27 +296,16 @@ def _jagged_attn_fwd_short(
     CAUSAL: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
     TILES: tl.constexpr,
 ):  # fmt: skip
-    pid_bh = tl.program_id(0)
-    b = pid_bh // H
-    h = pid_bh % H
-    start = tl.load(OFFSETS + b).to(tl.int64)
-    seq_len = (tl.load(OFFSETS + b + 1).to(tl.int64) - start).to(tl.int32)
+    h, start, seq_len = _sequence(OFFSETS, H, tl.program_id(0))
     if seq_len == 0:
         return
     args = (Q, K, V, OUT, LSE, start, seq_len, h, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
             stride_ot, stride_oh, stride_lt, stride_lh, qk_scale)
-    if TILES >= 3:
-        if seq_len <= BLOCK // 4:
-            _fwd_short_tile(*args, CAUSAL, BLOCK // 4, BLOCK_D, PREC)
-        elif seq_len <= BLOCK // 2:
-            _fwd_short_tile(*args, CAUSAL, BLOCK // 2, BLOCK_D, PREC)
-        else:
-            _fwd_short_tile(*args, CAUSAL, BLOCK, BLOCK_D, PREC)
-    elif TILES == 2:
-        if seq_len <= BLOCK // 2:
-            _fwd_short_tile(*args, CAUSAL, BLOCK // 2, BLOCK_D, PREC)
-        else:
-            _fwd_short_tile(*args, CAUSAL, BLOCK, BLOCK_D, PREC)
+    # constexpr TILES: a false `TILES >= n` drops its branch at compile time
+    if TILES >= 3 and seq_len <= BLOCK // 4:
+        _fwd_short_tile(*args, CAUSAL, BLOCK // 4, BLOCK_D, PREC)
+    elif TILES >= 2 and seq_len <= BLOCK // 2:
+        _fwd_short_tile(*args, CAUSAL, BLOCK // 2, BLOCK_D, PREC)
     else:
         _fwd_short_tile(*args, CAUSAL, BLOCK, BLOCK_D, PREC)
 
@@ -409,12 +322,11 @@ def _bwd_short_tile(
     offs = tl.arange(0, TILE)
     offs_d = tl.arange(0, BLOCK_D)
     mask = offs < seq_len
-    rows = start + offs[:, None]
-    q = tl.load(Q + rows * stride_qt + h * stride_qh + offs_d[None, :], mask=mask[:, None], other=0.0)
-    k = tl.load(K + rows * stride_kt + h * stride_kh + offs_d[None, :], mask=mask[:, None], other=0.0)
-    v = tl.load(V + rows * stride_vt + h * stride_vh + offs_d[None, :], mask=mask[:, None], other=0.0)
-    do = tl.load(DO + rows * stride_dot + h * stride_doh + offs_d[None, :], mask=mask[:, None], other=0.0)
-    o = tl.load(OUT + rows * stride_ot + h * stride_oh + offs_d[None, :], mask=mask[:, None], other=0.0)
+    q = _load(Q, start, offs, stride_qt, stride_qh, h, offs_d, mask)
+    k = _load(K, start, offs, stride_kt, stride_kh, h, offs_d, mask)
+    v = _load(V, start, offs, stride_vt, stride_vh, h, offs_d, mask)
+    do = _load(DO, start, offs, stride_dot, stride_doh, h, offs_d, mask)
+    o = _load(OUT, start, offs, stride_ot, stride_oh, h, offs_d, mask)
     lse = tl.load(LSE + (start + offs) * stride_lt + h * stride_lh, mask=mask, other=0.0)
     # delta = rowsum(dO * O) here, not in PyTorch: the whole sequence is in this program.
     delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
@@ -429,12 +341,9 @@ def _bwd_short_tile(
     ds = p * (dp - delta[:, None])
     dq = tl.dot(ds.to(k.dtype), k, input_precision=PREC) * scale
     dk = tl.dot(tl.trans(ds).to(q.dtype), q, input_precision=PREC) * scale
-    tl.store(DQ + rows * stride_dqt + h * stride_dqh + offs_d[None, :], dq.to(DQ.dtype.element_ty),
-             mask=mask[:, None])
-    tl.store(DK + rows * stride_dkt + h * stride_dkh + offs_d[None, :], dk.to(DK.dtype.element_ty),
-             mask=mask[:, None])
-    tl.store(DV + rows * stride_dvt + h * stride_dvh + offs_d[None, :], dv.to(DV.dtype.element_ty),
-             mask=mask[:, None])
+    _store(DQ, start, offs, stride_dqt, stride_dqh, h, offs_d, mask, dq)
+    _store(DK, start, offs, stride_dkt, stride_dkh, h, offs_d, mask, dk)
+    _store(DV, start, offs, stride_dvt, stride_dvh, h, offs_d, mask, dv)
 
 
 @triton.jit
@@ -447,29 +356,17 @@ def _jagged_attn_bwd_short(
     CAUSAL: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, PREC: tl.constexpr,
     TILES: tl.constexpr,
 ):  # fmt: skip
-    pid_bh = tl.program_id(0)
-    b = pid_bh // H
-    h = pid_bh % H
-    start = tl.load(OFFSETS + b).to(tl.int64)
-    seq_len = (tl.load(OFFSETS + b + 1).to(tl.int64) - start).to(tl.int32)
+    h, start, seq_len = _sequence(OFFSETS, H, tl.program_id(0))
     if seq_len == 0:
         return
     args = (Q, K, V, OUT, DO, LSE, DQ, DK, DV, start, seq_len, h,
             stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
             stride_ot, stride_oh, stride_dot, stride_doh, stride_lt, stride_lh,
             stride_dqt, stride_dqh, stride_dkt, stride_dkh, stride_dvt, stride_dvh, qk_scale, scale)
-    if TILES >= 3:
-        if seq_len <= BLOCK // 4:
-            _bwd_short_tile(*args, CAUSAL, BLOCK // 4, BLOCK_D, PREC)
-        elif seq_len <= BLOCK // 2:
-            _bwd_short_tile(*args, CAUSAL, BLOCK // 2, BLOCK_D, PREC)
-        else:
-            _bwd_short_tile(*args, CAUSAL, BLOCK, BLOCK_D, PREC)
-    elif TILES == 2:
-        if seq_len <= BLOCK // 2:
-            _bwd_short_tile(*args, CAUSAL, BLOCK // 2, BLOCK_D, PREC)
-        else:
-            _bwd_short_tile(*args, CAUSAL, BLOCK, BLOCK_D, PREC)
+    if TILES >= 3 and seq_len <= BLOCK // 4:
+        _bwd_short_tile(*args, CAUSAL, BLOCK // 4, BLOCK_D, PREC)
+    elif TILES >= 2 and seq_len <= BLOCK // 2:
+        _bwd_short_tile(*args, CAUSAL, BLOCK // 2, BLOCK_D, PREC)
     else:
         _bwd_short_tile(*args, CAUSAL, BLOCK, BLOCK_D, PREC)
 
@@ -480,39 +377,34 @@ AUTOTUNE_ENV = "GEM_KERNEL_AUTOTUNE"
 SHORT_TILES_ENV = "GEM_KERNEL_SHORT_TILES"
 
 
-def short_max() -> int:
-    """Longest max_len served by the one-tile kernels (``GEM_KERNEL_SHORT_MAX``, default 128; 0
-    turns them off). Read at every call, so a benchmark can compare both paths."""
-    return int(os.environ.get(SHORT_MAX_ENV, "128"))
-
-
+# The switches below are read at every call, so a benchmark can compare both paths.
 def short_rows(dim: int, dtype: torch.dtype) -> int:
-    """Longest sequence the one-tile kernels take for this head dim / dtype: the tile (rows x D
-    per operand, P and dP rows x rows) must stay in registers: 8192 elements of a 16-bit type,
-    4096 of fp32 (D=32 bf16: 128 rows, the model's 68 fit; D=128 fp32: 32 rows)."""
+    """Longest sequence the one-tile kernels take for this head dim / dtype: at most
+    ``GEM_KERNEL_SHORT_MAX`` (default 128; 0: none), and the tile (rows x D per operand, P and dP
+    rows x rows) must stay in registers: 8192 elements of a 16-bit type, 4096 of fp32 (D=32 bf16:
+    128 rows, the model's 68 fit; D=128 fp32: 32 rows)."""
+    cap = int(os.environ.get(SHORT_MAX_ENV, "128"))
     budget = 4096 if dtype == torch.float32 else 8192
-    return min(short_max(), max(16, budget // dim) if short_max() else 0)
+    return min(cap, max(16, budget // dim) if cap else 0)
 
 
 def short_tiles(block: int) -> int:
     """Tile sizes a one-tile kernel of BLOCK rows holds: BLOCK, BLOCK/2, BLOCK/4, none under 16
-    rows, at most ``GEM_KERNEL_SHORT_TILES`` (default 3; 1 = every program uses the batch-wide
-    BLOCK tile, as before per-sequence tiles). Read at every call."""
+    rows, at most ``GEM_KERNEL_SHORT_TILES`` (default 3; 1: the batch-wide BLOCK tile only)."""
     cap = max(1, min(3, int(os.environ.get(SHORT_TILES_ENV, "3"))))
     return min(cap, int(math.log2(block // 16)) + 1)
 
 
 def deterministic() -> bool:
-    """Two-pass tiled backward (a dK/dV kernel, then a dQ kernel: no atomics, bitwise
-    reproducible, 7 dots per tile instead of 5) when ``GEM_KERNEL_DETERMINISTIC=1`` or
-    ``torch.use_deterministic_algorithms(True)``. Read at every call."""
+    """Two-pass tiled backward (no atomics, bitwise reproducible) when ``GEM_KERNEL_DETERMINISTIC=1``
+    or ``torch.use_deterministic_algorithms(True)``."""
     flag = os.environ.get(DETERMINISTIC_ENV, "0").lower() in ("1", "true", "on", "yes")
     return flag or torch.are_deterministic_algorithms_enabled()
 
 
 def autotuning() -> bool:
-    """Autotuned launch configs: on CUDA unless ``GEM_KERNEL_AUTOTUNE=0`` (the heuristic configs,
-    e.g. for the kernel tests, whose many shapes would each be tuned). Read at every call."""
+    """Autotuned launch configs: on CUDA unless ``GEM_KERNEL_AUTOTUNE=0`` (e.g. for the kernel
+    tests, whose many shapes would each be tuned)."""
     return not interpreting() and os.environ.get(AUTOTUNE_ENV, "1").lower() not in ("0", "false", "off", "no")
 
 
@@ -523,10 +415,8 @@ def length_bucket(max_len: int) -> int:
 
 
 # ------------------------------------------------------------------------------------------------
-# Launch configurations.  Under TRITON_INTERPRET (no GPU to time anything) one heuristic config
-# each; on CUDA `triton.autotune` picks among the small lists below, keyed by head dim, length
-# bucket, causal, dot precision and (added by Triton) the tensors' dtypes, after pruning configs
-# that cannot fit (shared memory) or waste the tile (a block longer than the bucket).
+# Launch configurations: `triton.autotune` picks among the small lists below (the key's dtypes are
+# added by Triton) after pruning configs that cannot fit (shared memory) or waste the tile.
 
 AUTOTUNE_KEY = ["BLOCK_D", "len_bucket", "CAUSAL", "PREC"]
 SHORT_AUTOTUNE_KEY = ["BLOCK_D", "BLOCK", "CAUSAL", "PREC", "TILES"]
@@ -574,23 +464,22 @@ def prune_short(configs, named_args) -> list:
     return keep or list(configs)
 
 
-def _prune(backward: bool):
+def _prune(prune, *extra):
     # Triton passes the positional arguments as named_args and the call's keywords (BLOCK_D,
     # CAUSAL, PREC, BLOCK, grid, ...) separately
-    return {"early_config_prune": lambda configs, named_args, **kw: prune_tiled(configs, {**named_args, **kw},
-                                                                                backward)}
+    return {"early_config_prune": lambda configs, named_args, **kw: prune(configs, {**named_args, **kw}, *extra)}
 
 
 def _autotuned():
     """The autotuned launchers (built lazily: only on CUDA, where they can be timed)."""
     global _AUTOTUNED
     if _AUTOTUNED is None:
-        short = short_configs()
-        prune = {"early_config_prune": lambda configs, named_args, **kw: prune_short(configs, {**named_args, **kw})}
+        short, prune = short_configs(), _prune(prune_short)
         _AUTOTUNED = {
             "fwd": triton.autotune(_tiled_configs(FWD_CONFIGS), key=AUTOTUNE_KEY,
-                                   prune_configs_by=_prune(False))(_jagged_attn_fwd),
-            "bwd": triton.autotune(_tiled_configs(BWD_CONFIGS), key=AUTOTUNE_KEY, prune_configs_by=_prune(True),
+                                   prune_configs_by=_prune(prune_tiled, False))(_jagged_attn_fwd),
+            "bwd": triton.autotune(_tiled_configs(BWD_CONFIGS), key=AUTOTUNE_KEY,
+                                   prune_configs_by=_prune(prune_tiled, True),
                                    reset_to_zero=["DQ"])(_jagged_attn_bwd_dkdv),
             "fwd_short": triton.autotune(short, key=SHORT_AUTOTUNE_KEY, prune_configs_by=prune)(_jagged_attn_fwd_short),
             "bwd_short": triton.autotune(short, key=SHORT_AUTOTUNE_KEY, prune_configs_by=prune)(_jagged_attn_bwd_short),
@@ -602,9 +491,8 @@ _AUTOTUNED = None
 
 
 def _short_config(max_len: int, dim: int, dtype: torch.dtype, backward: bool) -> dict:
-    """Heuristic (interpreter) config of the one-tile kernels: one tile of next_pow2(max_len) rows
-    (at least 16, the smallest tl.dot); warps grow with the tile (the backward keeps P and dP live:
-    8 warps from 128 rows or fp32 64-row tiles)."""
+    """Heuristic config of the one-tile kernels: BLOCK = the length bucket; warps grow with the tile
+    (the backward keeps P and dP live: 8 warps from 128 rows or fp32 64-row tiles)."""
     block = length_bucket(max_len)
     if interpreting():
         return {"BLOCK": block, "num_warps": 1, "num_stages": 1}
@@ -617,10 +505,8 @@ def _launch_config(dim: int, backward: bool) -> dict:
     the deterministic two-pass backward's config and the one used when autotuning is off."""
     if interpreting():
         return {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 1, "num_stages": 1}
-    if backward:
-        block_n = 64 if dim <= 64 else 32
-        return {"BLOCK_M": 64, "BLOCK_N": block_n, "num_warps": 4 if dim <= 64 else 8, "num_stages": 2}
-    return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4 if dim <= 64 else 8, "num_stages": 2}
+    block_n = 32 if backward and dim > 64 else 64
+    return {"BLOCK_M": 64, "BLOCK_N": block_n, "num_warps": 4 if dim <= 64 else 8, "num_stages": 2}
 
 
 def _launch(name: str, kernel, grid, args, heuristic: dict, **constexprs) -> None:
@@ -630,6 +516,19 @@ def _launch(name: str, kernel, grid, args, heuristic: dict, **constexprs) -> Non
         kernel[grid(heuristic)](*args, **constexprs, **heuristic)
     else:
         _autotuned()[name][grid](*args, **constexprs)
+
+
+def _launch_short(name: str, kernel, batch_heads: int, args, max_len: int, backward: bool, **common) -> None:
+    """Launch a one-tile kernel: grid (B * H,), BLOCK (and the tiles it holds) from max_len."""
+    heuristic = _short_config(max_len, common["BLOCK_D"], args[0].dtype, backward)
+    block = heuristic.pop("BLOCK")
+    _launch(name, kernel, lambda meta: (batch_heads,), args, heuristic, BLOCK=block, TILES=short_tiles(block),
+            **common)
+
+
+def _strides(*tensors: torch.Tensor) -> tuple[int, ...]:
+    """(row stride, head stride) of each tensor, flattened: the kernels' stride arguments."""
+    return tuple(n for t in tensors for n in t.stride()[:2])
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -656,22 +555,12 @@ def _forward(q, k, v, offsets, max_len, causal, scale):
     if total == 0 or batch == 0 or max_len == 0 or heads == 0:
         return out, lse
     common = dict(CAUSAL=causal, BLOCK_D=dim, PREC=_precision(q.dtype))
+    args = (q, k, v, out, lse, offsets, *_strides(q, k, v, out, lse), heads, scale * LOG2E)
     if max_len <= short_rows(dim, q.dtype):
-        cfg = _short_config(max_len, dim, q.dtype, backward=False)
-        _launch("fwd_short", _jagged_attn_fwd_short, lambda meta: (batch * heads,), (
-            q, k, v, out, lse, offsets,
-            q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-            out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
-            heads, scale * LOG2E,
-        ), {k_: v_ for k_, v_ in cfg.items() if k_ != "BLOCK"}, BLOCK=cfg["BLOCK"], TILES=short_tiles(cfg["BLOCK"]),
-            **common)  # fmt: skip
-        return out, lse
-    _launch("fwd", _jagged_attn_fwd, lambda meta: (batch * heads, triton.cdiv(max_len, meta["BLOCK_M"])), (
-        q, k, v, out, lse, offsets,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
-        heads, scale * LOG2E, length_bucket(max_len),
-    ), _launch_config(dim, backward=False), **common)  # fmt: skip
+        _launch_short("fwd_short", _jagged_attn_fwd_short, batch * heads, args, max_len, False, **common)
+    else:
+        _launch("fwd", _jagged_attn_fwd, lambda meta: (batch * heads, triton.cdiv(max_len, meta["BLOCK_M"])),
+                (*args, length_bucket(max_len)), _launch_config(dim, backward=False), **common)
     return out, lse
 
 
@@ -684,28 +573,17 @@ def _backward(do, q, k, v, out, lse, offsets, max_len, causal, scale):
     common = dict(CAUSAL=causal, BLOCK_D=dim, PREC=_precision(q.dtype))
     if max_len <= short_rows(dim, q.dtype):
         dq = _alloc(q)
-        cfg = _short_config(max_len, dim, q.dtype, backward=True)
-        _launch("bwd_short", _jagged_attn_bwd_short, lambda meta: (batch * heads,), (
-            q, k, v, out, do, lse, dq, dk, dv, offsets,
-            q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-            out.stride(0), out.stride(1), do.stride(0), do.stride(1), lse.stride(0), lse.stride(1),
-            dq.stride(0), dq.stride(1), dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1),
-            heads, scale * LOG2E, scale,
-        ), {k_: v_ for k_, v_ in cfg.items() if k_ != "BLOCK"}, BLOCK=cfg["BLOCK"], TILES=short_tiles(cfg["BLOCK"]),
-            **common)  # fmt: skip
+        args = (q, k, v, out, do, lse, dq, dk, dv, offsets, *_strides(q, k, v, out, do, lse, dq, dk, dv),
+                heads, scale * LOG2E, scale)
+        _launch_short("bwd_short", _jagged_attn_bwd_short, batch * heads, args, max_len, True, **common)
         return dq, dk, dv
     delta = (do.float() * out.float()).sum(-1).contiguous()  # [L_total, H]
     assert delta.stride() == lse.stride()
     fused = not deterministic()
     # fused: dQ accumulates in fp32 (atomics), cast once at the end; two-pass: written by _bwd_dq
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if fused else _alloc(q)
-    args = (
-        q, k, v, do, lse, delta, dk, dv, dq, offsets,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        do.stride(0), do.stride(1), lse.stride(0), lse.stride(1),
-        dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1), dq.stride(0), dq.stride(1),
-        heads, scale * LOG2E, scale, length_bucket(max_len),
-    )  # fmt: skip
+    args = (q, k, v, do, lse, delta, dk, dv, dq, offsets, *_strides(q, k, v, do, lse, dk, dv, dq),
+            heads, scale * LOG2E, scale, length_bucket(max_len))
     if fused:
         _launch("bwd", _jagged_attn_bwd_dkdv, lambda meta: (batch * heads, triton.cdiv(max_len, meta["BLOCK_N"])),
                 args, _launch_config(dim, backward=True), FUSED_DQ=True, **common)
@@ -714,12 +592,8 @@ def _backward(do, q, k, v, out, lse, offsets, max_len, causal, scale):
     _jagged_attn_bwd_dkdv[(batch * heads, triton.cdiv(max_len, cfg["BLOCK_N"]))](*args, FUSED_DQ=False, **common,
                                                                                  **cfg)
     _jagged_attn_bwd_dq[(batch * heads, triton.cdiv(max_len, cfg["BLOCK_M"]))](
-        q, k, v, do, lse, delta, dq, offsets,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        do.stride(0), do.stride(1), lse.stride(0), lse.stride(1), dq.stride(0), dq.stride(1),
-        heads, scale * LOG2E, scale, length_bucket(max_len),
-        **common, **cfg,
-    )  # fmt: skip
+        q, k, v, do, lse, delta, dq, offsets, *_strides(q, k, v, do, lse, dq), heads, scale * LOG2E, scale,
+        **common, **cfg)
     return dq, dk, dv
 
 
@@ -749,8 +623,7 @@ class TritonJaggedAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do):
         q, k, v, out, lse, offsets = ctx.saved_tensors
-        do = _contig(do.to(q.dtype))
-        dq, dk, dv = _backward(do, q, k, v, out, lse, offsets, ctx.max_len, ctx.causal, ctx.scale)
+        dq, dk, dv = triton_backward(do, q, k, v, out, lse, offsets, ctx.max_len, ctx.causal, ctx.scale)
         return dq, dk, dv, None, None, None, None
 
 
