@@ -362,7 +362,6 @@ class _Day:
     item_topic: np.ndarray
     items: _Grouped
     user_ids: np.ndarray
-    user_gen: np.ndarray
     user: _Attrs
 
 
@@ -396,7 +395,6 @@ def _catalogue(seed: int, n_users: int, n_advertisers: int, n_ads: int, n_items:
         item_topic=items["topic"],
         items=_Grouped.build(items["topic"], items["weight"], n_topics),
         user_ids=_ids(u_slot, u_gen, n_users),
-        user_gen=u_gen,
         user=_user_attrs(cfg, u_slot, u_gen),
     )
 
@@ -404,15 +402,12 @@ def _catalogue(seed: int, n_users: int, n_advertisers: int, n_ads: int, n_items:
 @functools.lru_cache(maxsize=64)
 def _surface_affinity(seed: int, name: str, n_users: int, user_churn: float, day: int) -> np.ndarray:
     """Every user slot's affinity for the surface on `day` (generation 0: the static draw)."""
-    static = _surface_params(seed, name, n_users)[1]
+    static = {"affinity": _surface_params(seed, name, n_users)[1]}
     gen = _generations(seed, _USERS, n_users, user_churn, day)
-    new = gen != 0
-    if not new.any():
-        return static
-    out = static.copy()
     tag = _AFFINITY ^ (_surface_key(name) << 12)
-    out[new] = np.exp(_AFF_MU + _AFF_SIGMA * _normal(seed, tag, np.flatnonzero(new), gen[new], 0))
-    return out
+    return _renewed(static, np.arange(n_users), gen, lambda k, g: {
+        "affinity": np.exp(_AFF_MU + _AFF_SIGMA * _normal(seed, tag, k, g, 0))
+    })["affinity"]  # fmt: skip
 
 
 def _interests(cfg: SimulatorConfig, user: _Attrs, date: dt.date) -> np.ndarray:
