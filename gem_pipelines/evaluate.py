@@ -27,6 +27,7 @@ from typing import Any
 import polars as pl
 
 from gem_model.config import SIM, dataset_name
+from gem_model.config import env as env_value
 from gem_model.eval.model_quality import model_quality, quality_markdown, run_lr_baselines
 from gem_model.models.registry import list_versions, version_dir
 from gem_model.store.atomic import write_json, write_text
@@ -163,7 +164,7 @@ def protocol(args: argparse.Namespace, world: EvalWorld | None, out_dir: Path, t
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--preset", default=os.environ.get("GEM_MODEL_PRESET", "small"))
+    parser.add_argument("--preset", default=env_value("GEM_MODEL_PRESET"))
     parser.add_argument("--skip-distillation", action="store_true")
     parser.add_argument("--world", choices=["eval", "demo"], default="eval",
                         help="eval: assets/simulator_eval.yaml in $GEM_HOME/eval_world (simulator only); "

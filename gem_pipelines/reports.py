@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import functools
 import http.server
-import os
 from pathlib import Path
 from urllib.parse import quote, urlparse
 
 import dagster as dg
 
+from gem_model.config import env
 from gem_model.store.paths import gem_home, reports_dir
-
-DEFAULT_URL = "http://127.0.0.1:3001"
 
 
 def reports_url() -> str:
-    return os.environ.get("GEM_REPORTS_URL", DEFAULT_URL).rstrip("/")
+    return env("GEM_REPORTS_URL").rstrip("/")  # type: ignore[union-attr]
 
 
 def report_links(path: str | Path) -> dict[str, dg.MetadataValue]:

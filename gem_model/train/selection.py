@@ -7,12 +7,11 @@ thin command lines over `score_variant`. The evaluation day E is never read here
 from __future__ import annotations
 
 import math
-import os
 import tempfile
 import time
 from typing import Any
 
-from gem_model.config import FeaturesConfig, load_calendar
+from gem_model.config import FeaturesConfig, env, load_calendar
 
 
 def variant_features(features: FeaturesConfig, overrides: dict[str, Any]) -> FeaturesConfig | None:
@@ -51,7 +50,7 @@ def score_variant(
            "train": {"log_every": 10**6, **(extra_train or {}), **(overrides.get("train") or {})},
            "data": {"train": list(window), "valid": valid, "eval": None, "surfaces": surfaces, "lake": lake,
                     "oracle": False},
-           "seed": seed, "device": os.environ.get("GEM_DEVICE", "cpu"),
+           "seed": seed, "device": env("GEM_DEVICE"),
            "tracking": {"project": "validate", "group": "validate", "name": name, "job_type": "validate"}}
     features = variant_features(load_features(), overrides)
     t = time.time()
