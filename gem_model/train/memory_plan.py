@@ -115,12 +115,9 @@ def full_history_batch(cfg: GEMConfig, batch: int, seed: int = 0) -> Batch:
     """A batch of random ids in which every history has the maximum length (the worst case)."""
     g = torch.Generator().manual_seed(seed)
     length = cfg.seq_len
-    history: dict[str, torch.Tensor] = {}
-    for name, source, table in cfg.history_columns:
-        if source == "ts":
-            history[name] = torch.rand(batch * length, generator=g) * 86400 + 1
-        else:
-            history[name] = torch.randint(1, cfg.tables[table], (batch * length,), generator=g)
+    history = {name: torch.rand(batch * length, generator=g) * 86400 + 1 if source == "ts"
+               else torch.randint(1, cfg.tables[table], (batch * length,), generator=g)
+               for name, source, table in cfg.history_columns}
     sparse = torch.stack([torch.randint(1, cfg.tables[t], (batch,), generator=g) for _, t in cfg.sparse_features], 1)
     return Batch(dense=torch.randn(batch, len(cfg.dense_features), generator=g), sparse=sparse,
                  offsets=torch.arange(batch + 1) * length, history=history,

@@ -17,8 +17,7 @@ class RunStreams:
     def __init__(self, data: dict[str, Any], train: dict[str, Any], *, features: FeaturesConfig,
                  surfaces: SurfacesConfig, max_len: int, device: torch.device, seed: int, rank: int, world: int):
         self.data, self.eval_batch_size, self.features = data, int(train["eval_batch_size"]), features
-        self.lake = data["lake"]
-        self.uri = table_uri("training_examples", self.lake) if self.lake else table_uri("training_examples")
+        self.uri = table_uri("training_examples", data["lake"])
         self.storage_options = storage_options()
         self.common = {"features": features, "surfaces_config": surfaces, "uri": self.uri,
                        "storage_options": self.storage_options, "max_len": max_len, "chunk_rows": train["chunk_rows"],

@@ -79,12 +79,8 @@ class Tracker:
             self.on_log({"run": self.name, "step": step, **data})
 
     def log_metric_rows(self, rows: list[dict[str, Any]], prefix: str = "eval", step: int | None = None) -> None:
-        flat: dict[str, Any] = {}
-        for r in rows:
-            for k in ("ne", "auc", "calibration", "oracle_ne", "gap"):
-                if r.get(k) is not None:
-                    flat[f"{prefix}/{r['surface']}/{r['task']}/{k}"] = r[k]
-        self.log(flat, step=step)
+        self.log({f"{prefix}/{r['surface']}/{r['task']}/{k}": r[k] for r in rows
+                  for k in ("ne", "auc", "calibration", "oracle_ne", "gap") if r.get(k) is not None}, step=step)
 
     def summary(self, data: dict[str, Any]) -> None:
         if self._run is not None:

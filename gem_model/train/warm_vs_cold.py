@@ -24,14 +24,6 @@ from gem_model.eval.metrics import bootstrap_ne, interval, normalized_entropy, p
 PREDICTIONS = "eval_predictions.parquet"  # written by gem_model.train.loop.train for data.eval
 
 
-def _with_window(config: dict[str, Any], train: tuple[str, str], valid: str | None, eval_day: str | None,
-                 seed: int) -> dict[str, Any]:
-    cfg = copy.deepcopy(config)
-    cfg["data"] = {**(cfg.get("data") or {}), "train": list(train), "valid": valid, "eval": eval_day}
-    cfg["seed"] = int(seed)
-    return cfg
-
-
 def warm_vs_cold(
     config: dict[str, Any],
     *,
@@ -64,7 +56,9 @@ def warm_vs_cold(
                                                     ("warm", new_train, new_valid, evaluation, base / "old"),
                                                     ("cold", new_train, new_valid, evaluation, None)):
             t = time.perf_counter()
-            summary = train(_with_window(config, window, valid, eval_day, seed), out_dir=base / kind, init_from=init)
+            cfg = {**copy.deepcopy(config), "seed": int(seed)}
+            cfg["data"] = {**(cfg.get("data") or {}), "train": list(window), "valid": valid, "eval": eval_day}
+            summary = train(cfg, out_dir=base / kind, init_from=init)
             seconds[kind] += time.perf_counter() - t
             if kind == "warm":
                 runs.append({"seed": int(seed), "warm_start": summary["warm_start"]})
