@@ -67,11 +67,9 @@ def dist_env() -> tuple[int, int, int]:
 def pick_device(name: str, local_rank: int = 0) -> torch.device:
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda":
-        if not torch.cuda.is_available():
-            raise RuntimeError("device 'cuda' requested but torch.cuda.is_available() is False")
-        return torch.device("cuda", local_rank)
-    return torch.device(name)
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device 'cuda' requested but torch.cuda.is_available() is False")
+    return torch.device("cuda", local_rank) if name == "cuda" else torch.device(name)
 
 
 def _rng_state() -> dict[str, torch.Tensor]:

@@ -127,8 +127,8 @@ def shard_embeddings(model: GEM, group: torch_dist.ProcessGroup | None = None,
     return sharded
 
 
-def shard_model(model: nn.Module, group: torch_dist.ProcessGroup | None = None,
-                device: torch.device | str | None = None) -> nn.Module:
+def shard_model(model: GEM, group: torch_dist.ProcessGroup | None = None,
+                device: torch.device | str | None = None) -> GEM:
     """Embedding tables row-wise across ranks, every other parameter under FSDP2 (in place): one unit per
     trunk block (`model.blocks`) and the root for the rest. `device`: where this rank's part goes (the
     model may arrive on the CPU, so that no device ever holds a whole table); FSDP2 moves the dense part
@@ -146,11 +146,10 @@ def shard_model(model: nn.Module, group: torch_dist.ProcessGroup | None = None,
     kind = torch.device(device).type if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
     mesh = DeviceMesh.from_group(group or torch_dist.group.WORLD, kind)  # FSDP2 shards over these ranks, on `kind`
     ignored = {t.weight for t in tables} | set(scalars)
-    for block in getattr(model, "blocks", []):  # one FSDP2 unit per trunk block: one gathered at a time
+    for block in model.blocks:  # one FSDP2 unit per trunk block: one gathered at a time
         fully_shard(block, mesh=mesh, ignored_params=ignored)
     fully_shard(model, mesh=mesh, ignored_params=ignored)
-    if hasattr(model, "forward_with_summary"):  # predict() calls it instead of forward
-        register_fsdp_forward_method(model, "forward_with_summary")
+    register_fsdp_forward_method(model, "forward_with_summary")  # predict() calls it instead of forward
     return model
 
 
@@ -174,23 +173,15 @@ def embedding_bytes(model: GEM) -> int:
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The unsharded model's state dict (names and shapes), gathered on every rank. Collective."""
     tables = {f"{name}.weight": m for name, m in model.named_modules() if isinstance(m, RowShardedEmbedding)}
-    out: dict[str, torch.Tensor] = {}
-    for k, v in model.state_dict().items():
-        if k in tables:
-            out[k] = tables[k].full_weight()
-        elif isinstance(v, DTensor):
-            out[k] = v.full_tensor()
-        else:
-            out[k] = v.detach().clone()
-    return out
+    return {k: tables[k].full_weight() if k in tables else v.full_tensor() if isinstance(v, DTensor) else v.detach().clone()
+            for k, v in model.state_dict().items()}
 
 
 def load_full_state_dict(model: nn.Module, state: dict[str, Any]) -> None:
     """Load an unsharded state dict (e.g. a checkpoint of any world size) into a sharded model."""
     tables = {f"{name}.weight": m for name, m in model.named_modules() if isinstance(m, RowShardedEmbedding)}
-    own = model.state_dict()
     with torch.no_grad():
-        for k, v in own.items():
+        for k, v in model.state_dict().items():
             if k in tables:
                 tables[k].load_full(state[k])
             elif isinstance(v, DTensor):
