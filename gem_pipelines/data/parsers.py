@@ -34,14 +34,10 @@ def read_lines(path: Path) -> pl.DataFrame:
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the newline that ends the last line is not a record
-    return pl.DataFrame(
-        {
-            "source_file": pl.Series([path.name] * len(lines), dtype=pl.String),
-            "line_no": pl.Series(range(1, len(lines) + 1), dtype=pl.Int64)
-            if lines
-            else pl.Series([], dtype=pl.Int64),
-            "raw": pl.Series(lines, dtype=pl.String).str.strip_suffix("\r"),
-        }
+    return pl.DataFrame({"raw": pl.Series(lines, dtype=pl.String)}).select(
+        source_file=pl.lit(path.name),
+        line_no=pl.int_range(1, pl.len() + 1, dtype=pl.Int64),
+        raw=pl.col("raw").str.strip_suffix("\r"),
     )
 
 
@@ -168,13 +164,11 @@ def _parquet_file(path: Path, fields: dict[str, tuple[str, ...]], kind: str) -> 
     if missing:
         raise ContainerError(f"{path}: Parquet file lacks columns {missing}")
     raw = df.select(pl.struct(pl.all()).struct.json_encode().alias("raw"))["raw"]
-    as_text = []
-    for c in columns:
-        dtype = df.schema[c]
-        if isinstance(dtype, pl.Datetime):
-            as_text.append(pl.col(c).dt.replace_time_zone(None).dt.epoch("us").cast(pl.String).alias(c))
-        else:
-            as_text.append(pl.col(c).cast(pl.String).alias(c))
+    as_text = [  # timestamps as epoch microseconds, as the format stores them
+        (pl.col(c).dt.replace_time_zone(None).dt.epoch("us") if isinstance(df.schema[c], pl.Datetime) else pl.col(c))
+        .cast(pl.String)
+        for c in columns
+    ]
     staged = df.select(as_text).with_columns(
         source_file=pl.lit(path.name),
         line_no=pl.int_range(1, df.height + 1, dtype=pl.Int64),
