@@ -4,12 +4,9 @@ The world (users with latent topic interests, advertisers, ads, organic items) d
 seed alone. One day of one surface derives from (seed, date, surface) alone, so any partition can
 be materialised by itself, in any order, and re-materialising it gives byte-identical files.
 
-Churn (`churn` in simulator.yaml): every day a share of the ads, organic items and users is renewed.
-Advertisers end campaigns and launch new ones (a new ad with its own creative, objective and target
-topic, under an advertiser of the pool), organic items come and go, new users arrive with no
-history. Which entity holds a slot on a day, and what a new entity is, is a function of (seed, id,
-date) alone (see "Churn: slots and generations"), so a partition still simulates alone; with churn 0
-every day's catalogue is the static world and the output is what it was before churn existed.
+Churn (`churn` in simulator.yaml): every day a share of the ads (campaigns of the pool's advertisers),
+organic items and users (arriving with no history) is renewed, as a function of (seed, id, date) alone
+(see "Churn: slots and generations"); with churn 0 every day's catalogue is the static world.
 
 Interests drift day by day without replaying history: user u's interest on day t is
     sqrt(rho) * S_u + sqrt(1 - rho) * (cos(theta_u(t)) A_u + sin(theta_u(t)) B_u),
@@ -25,7 +22,7 @@ interests across surfaces: that is where most of the learnable signal lives. Con
 on surfaces whose tasks include "conversion": p_conversion = p_click * p(conversion | click).
 
 Raw files follow `gem_pipelines.data.formats` exactly; `corruption_rate` of the raw records are
-corrupted realistically (see `_reasons_for`), and `SimulatedPartition.n_corrupted` says how many
+corrupted realistically (see `applicable_reasons`), and `SimulatedPartition.n_corrupted` says how many
 records of each quarantine reason the parser should find.
 """
 

@@ -1,20 +1,14 @@
 """Table-level validation of lake partitions with Great Expectations 1.x suites.
 
-Suites live in `assets/expectations/<table>.json` in GX's own ExpectationSuite serialisation
-(name + expectations of type/kwargs/meta), so they can be edited by hand. Row-level rules have
-already quarantined bad records; these suites check properties of the clean rows of one partition.
-Two suite parameters are supplied on every run, so that adding a surface to `assets/surfaces.yaml`
-needs no suite edit: `{"$PARAMETER": "surfaces"}` (surface names) and `{"$PARAMETER": "domains"}`.
-
-GX has no polars support: a partition is validated as `df.to_pandas()` (`_to_pandas`), or as a seeded
-random sample of `max_rows` rows when it is larger (`sampled=True`), through GX's public API (an ephemeral
-context, a pandas data source, `Batch.validate`) in the BASIC result format: each expectation's observed
-value or unexpected count, and five unexpected values. GX internals are touched only in `gx_memo.py`.
-Each result is kept as JSON in `<docs_dir>/_stores/validations/` and rendered into a local Data Docs site
-(default `$GEM_HOME/reports/data_docs`) by `docs_view.py`: one self-contained page per validation run
-(`SuiteResult.page`, the partition's own page), a page per suite, and an index, all readable offline (GX's
-own pages load their scripts and styles from public CDNs). Pages are written once per ingest run for all its
-suites (`build_docs`). GX is imported lazily (about 3 s).
+Suites live in `assets/expectations/<table>.json` in GX's own ExpectationSuite serialisation (editable by
+hand) and check the clean rows of one partition: row-level rules have already quarantined bad records. The
+suite parameters `{"$PARAMETER": "surfaces"}` and `{"$PARAMETER": "domains"}` come from `assets/surfaces.yaml`,
+so a new surface needs no suite edit. GX has no polars support: a partition (or a seeded sample of `max_rows`
+rows, `sampled=True`) is validated as pandas in the BASIC result format (observed values or unexpected counts,
+five unexpected values); GX internals are touched only in `gx_memo.py`. Results are kept as JSON in
+`<docs_dir>/_stores/validations/` and rendered by `docs_view.py` into a Data Docs site readable offline (GX's
+own pages load scripts from CDNs; default `$GEM_HOME/reports/data_docs`): a page per run (`SuiteResult.page`),
+per suite, and an index, written once per ingest run (`build_docs`). GX is imported lazily (about 3 s).
 """
 
 from __future__ import annotations
