@@ -22,6 +22,8 @@ class RowWiseAdagrad(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: None = None) -> None:  # callers compute the loss themselves: no closure
+        """acc += mean(g^2) per row; p -= lr * g / (sqrt(acc) + eps), per row: multi-tensor (foreach) updates,
+        a few launches for all tables instead of ~7 per table (every table is a plain tensor, sharded or not)."""
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
             for p in params:
@@ -31,42 +33,20 @@ class RowWiseAdagrad(torch.optim.Optimizer):
                     self.state[p]["step"] = torch.zeros((), dtype=torch.float32)
                     self.state[p]["sum"] = torch.full((p.shape[0],), group["initial_accumulator_value"],
                                                       dtype=torch.float32, device=p.device)
-            # plain tensors: multi-tensor (foreach) updates, a few launches for all tables instead
-            # of ~7 per table; sharded (DTensor) ones one by one
-            plain = [p for p in params if type(p.grad) is torch.Tensor]
-            if plain:
-                self._update(plain, group, foreach=True)
+            if not params:
+                continue
+            states = [self.state[p] for p in params]
+            gs = []
             for p in params:
-                if type(p.grad) is not torch.Tensor:
-                    self._update([p], group, foreach=False)
-
-    def _update(self, params: list[torch.Tensor], group: dict, foreach: bool) -> None:
-        """acc += mean(g^2) per row; p -= lr * g / (sqrt(acc) + eps), per row. The foreach path does
-        the same elementwise operations in the same order (same results), batched over tensors."""
-        states = [self.state[p] for p in params]
-        gs = []
-        for p in params:
-            g = p.grad.reshape(p.shape[0], -1).float()
-            if group["weight_decay"]:
-                touched = (g != 0).any(dim=1, keepdim=True)
-                g = g + group["weight_decay"] * p.reshape(p.shape[0], -1).float() * touched
-            gs.append(g)
-        accs = [st["sum"] for st in states]
-        sq_means = [g.pow(2).mean(dim=1) for g in gs]
-        if foreach:
+                g = p.grad.reshape(p.shape[0], -1).float()
+                if group["weight_decay"]:
+                    touched = (g != 0).any(dim=1, keepdim=True)
+                    g = g + group["weight_decay"] * p.reshape(p.shape[0], -1).float() * touched
+                gs.append(g)
+            accs = [st["sum"] for st in states]
             torch._foreach_add_([st["step"] for st in states], 1)
-            torch._foreach_add_(accs, sq_means)
+            torch._foreach_add_(accs, [g.pow(2).mean(dim=1) for g in gs])
             denoms = torch._foreach_sqrt(accs)
             torch._foreach_add_(denoms, group["eps"])
-        else:
-            denoms = []
-            for st, acc, sq in zip(states, accs, sq_means, strict=True):
-                st["step"] += 1
-                acc.add_(sq)
-                denoms.append(acc.sqrt().add_(group["eps"]))
-        upds = [(g / d[:, None]).reshape(p.shape).to(p.dtype) for g, d, p in zip(gs, denoms, params, strict=True)]
-        if foreach:
+            upds = [(g / d[:, None]).reshape(p.shape).to(p.dtype) for g, d, p in zip(gs, denoms, params, strict=True)]
             torch._foreach_add_(params, upds, alpha=-group["lr"])
-        else:
-            for p, u in zip(params, upds, strict=True):
-                p.add_(u, alpha=-group["lr"])
