@@ -11,16 +11,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, field_validator
+from pydantic import AfterValidator, BeforeValidator, field_validator
 
-from gem_model.config import ASSETS_DIR, SOURCES_DIR, _validate, dataset_name
+from gem_model.config import ASSETS_DIR, SOURCES_DIR, _Strict, _validate, dataset_name
 from gem_model.models.calibration import DEFAULT_CALIBRATION
 from gem_model.models.config import model_keys
 from gem_model.train.item_svd import MAX_ROWS
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class WidePrior(_Strict):
@@ -97,7 +93,7 @@ class DataConfig(_Strict):
     train: list[str]  # [first_date, last_date], inclusive (one date: that day)
     valid: Day = None  # model selection / early stopping
     eval: Day = None  # final metrics, with the oracle when present
-    surfaces: list[str] | None = None  # None: every surface of surfaces.yaml
+    surfaces: Annotated[list[str] | None, BeforeValidator(lambda v: list(v) if v else None)] = None  # None: all of surfaces.yaml
     own_surface: bool = False  # one surface read as a model of it alone sees it (gem_model.data.own_surface)
     lake: str | None = None  # lake root (default GEM_LAKE_URI or $GEM_HOME/lake)
     oracle: bool = True
@@ -109,11 +105,6 @@ class DataConfig(_Strict):
         if len(v) != 2:
             raise ValueError("data.train is [first_date, last_date] or one date")
         return [_iso(d) for d in v]
-
-    @field_validator("surfaces", mode="before")
-    @classmethod
-    def _surfaces(cls, v: Any) -> list[str] | None:
-        return list(v) if v else None
 
 
 class TrackingConfig(_Strict):

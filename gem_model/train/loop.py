@@ -121,9 +121,7 @@ def _score(rows: list[dict[str, Any]]) -> float:
     """Model-selection score: NE over the (surface, task) pairs with positives, weighted by positives
     (lower is better), so a pair with a handful of positives cannot swing early stopping."""
     kept = [r for r in rows if r["positives"] > 0 and math.isfinite(r["ne"])]
-    if not kept:
-        return float("inf")
-    return float(np.average([r["ne"] for r in kept], weights=[r["positives"] for r in kept]))
+    return float(np.average([r["ne"] for r in kept], weights=[r["positives"] for r in kept])) if kept else float("inf")
 
 
 def _say(rank: int, msg: str) -> None:

@@ -25,10 +25,8 @@ def scrub(obj: Any) -> Any:
 
 def wandb_mode() -> str:
     mode = os.environ.get("WANDB_MODE", "").strip().lower()
-    if mode in ("disabled", "offline", "online"):
-        return mode
-    if mode == "dryrun":
-        return "offline"
+    if mode in ("disabled", "offline", "online", "dryrun"):
+        return "offline" if mode == "dryrun" else mode
     return "online" if os.environ.get("WANDB_API_KEY") else "offline"
 
 
@@ -84,8 +82,7 @@ class Tracker:
 
     def summary(self, data: dict[str, Any]) -> None:
         if self._run is not None:
-            for k, v in data.items():
-                self._run.summary[k] = v
+            self._run.summary.update(data)
 
     def log_artifact(self, path: str | Path, name: str, type: str = "model", metadata: dict[str, Any] | None = None) -> None:
         if self._run is None:

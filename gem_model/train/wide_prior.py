@@ -35,8 +35,7 @@ def set_wide_prior(model: GEM, batches: Iterable[Batch], features: list[str], l2
     (the training window, read once). Returns {feature: ids with at least one labelled row}."""
     cfg = model.cfg
     names = [n for n, _ in cfg.sparse_features]
-    unknown = sorted(set(features) - set(names))
-    if unknown:
+    if unknown := sorted(set(features) - set(names)):
         raise ValueError(f"train.wide_prior.features: {unknown} are not sparse features ({names})")
     if l2 <= 0:
         raise ValueError("train.wide_prior.l2 must be > 0")
@@ -62,12 +61,9 @@ def set_wide_prior(model: GEM, batches: Iterable[Batch], features: list[str], l2
             grad = torch.zeros_like(w[f]).index_add_(0, ids[f], (y - p) * m) - l2 * w[f]
             curv[f] = torch.zeros_like(w[f]).index_add_(0, ids[f], p * (1 - p) * m)
             w[f] = (w[f] + grad / (curv[f] + l2)).clamp(-max_abs, max_abs)
-    seen = {}
     for f, (_, table) in zip(features, cols, strict=True):
-        weight = model.wide_tables[table].weight
-        weight.copy_(w[f].to(weight.dtype).to(weight.device))
-        seen[f] = int((curv[f].sum(1) > 0).sum())
-    return seen
+        model.wide_tables[table].weight.copy_(w[f])  # copy_ casts float64 to the table's dtype and device
+    return {f: int((curv[f].sum(1) > 0).sum()) for f in features}
 
 
 def _labelled_rows(
