@@ -29,7 +29,7 @@ import dagster as dg
 import numpy as np
 import polars as pl
 
-from gem_model.store.paths import models_dir, reports_dir, table_uri
+from gem_model.store.paths import gem_home, models_dir, reports_dir, table_uri
 from gem_pipelines.metadata import md_grid, pyplot
 
 DAYS_DIR = "next_day"
@@ -39,12 +39,9 @@ MODELS = ("foundation_model", "domain_models", "students")
 
 def accepted_versions() -> dict[str, str]:
     """'asset[/partition]' -> ACCEPTED version, for every model."""
-    out = {}
-    for asset in MODELS:
-        for f in sorted(models_dir(asset).glob("**/ACCEPTED")):
-            rel = f.parent.relative_to(models_dir(asset)).as_posix()
-            out[asset if rel == "." else f"{asset}/{rel}"] = f.read_text().strip()
-    return out
+    root = gem_home() / "models"
+    return {f.parent.relative_to(root).as_posix(): f.read_text().strip() for f in sorted(root.glob("*/**/ACCEPTED"))
+            if f.parent.relative_to(root).parts[0] in MODELS}
 
 
 def _start(name: str, version: str) -> str:

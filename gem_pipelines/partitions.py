@@ -16,9 +16,7 @@ def date_partitions(first_role_day: bool = False) -> dg.DailyPartitionsDefinitio
     """Every day of the window; with `first_role_day`, from the first day with a role (the warm-up
     day only feeds histories, so a per-day model output there would show as "missing" forever)."""
     start = (CALENDAR.start + dt.timedelta(days=int(first_role_day))).isoformat()
-    if CALENDAR.days == "open":
-        return dg.DailyPartitionsDefinition(start_date=start, timezone="UTC")
-    end = (CALENDAR.end() + dt.timedelta(days=1)).isoformat()
+    end = None if CALENDAR.days == "open" else (CALENDAR.end() + dt.timedelta(days=1)).isoformat()
     return dg.DailyPartitionsDefinition(start_date=start, end_date=end, timezone="UTC")
 
 

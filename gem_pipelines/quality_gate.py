@@ -36,10 +36,9 @@ def spec(asset: str, partitions_def: dg.PartitionsDefinition | None = None, extr
 
 
 def gate(rows: list[dict[str, Any]], previous: list[dict[str, Any]] | None, cfg: ModelGate,
-         reference: list[dict[str, Any]] | None = None, reference_name: str = "labels_only",
-         allow_ungated: bool = False) -> dict[str, Any]:
+         reference: list[dict[str, Any]] | None = None, allow_ungated: bool = False) -> dict[str, Any]:
     """Pass iff every gated pair has NE < max_ne (below the base rate), NE <= (1 + max_regression) x
-    the last accepted NE, and (students) NE <= (1 + max_vs_labels_only) x the `reference` arm's NE.
+    the last accepted NE, and (students) NE <= (1 + max_vs_labels_only) x the `reference` (labels_only) NE.
 
     Gated pairs: (surface, task) with at least `min_positives` positives on the evaluation day.
     `rows`, `previous` and `reference` are metric rows ({surface, task, ne, positives, ...}) on the
@@ -56,7 +55,7 @@ def gate(rows: list[dict[str, Any]], previous: list[dict[str, Any]] | None, cfg:
         key = (r["surface"], r["task"])
         new_ne, old_ne, compared = like_with_like(r, prev_rows.get(key))
         entry = {"surface": key[0], "task": key[1], "ne": r["ne"], "positives": r["positives"],
-                 "accepted_ne": old_ne, "compared": compared, f"{reference_name}_ne": ref.get(key)}
+                 "accepted_ne": old_ne, "compared": compared, "labels_only_ne": ref.get(key)}
         pairs.append(entry)
         ne = r["ne"]
         if not (isinstance(ne, float | int) and math.isfinite(ne) and ne < cfg.max_ne):
@@ -65,11 +64,10 @@ def gate(rows: list[dict[str, Any]], previous: list[dict[str, Any]] | None, cfg:
             failures.append({**entry, "why": f"{compared} NE {new_ne:.4f} regressed > {cfg.max_regression:.0%} vs "
                                              f"{old_ne:.4f}"})
         elif key in ref and ne > ref[key] * (1 + cfg.max_vs_labels_only):
-            failures.append({**entry, "why": f"NE {ne:.4f} worse than {reference_name} {ref[key]:.4f} "
+            failures.append({**entry, "why": f"NE {ne:.4f} worse than labels_only {ref[key]:.4f} "
                                              f"by > {cfg.max_vs_labels_only:.0%}"})
     if reference is not None:
-        missing = [p for p in pairs if p[f"{reference_name}_ne"] is None]
-        failures += [{**p, "why": f"no {reference_name} NE to compare with"} for p in missing]
+        failures += [{**p, "why": "no labels_only NE to compare with"} for p in pairs if p["labels_only_ne"] is None]
     note = "" if pairs else f"not judged: no (surface, task) pair with >= {cfg.min_positives} positives on E" + (
         "; accepted unjudged (see the evaluation table)" if allow_ungated else "")
     return {"passed": not failures and (bool(pairs) or allow_ungated), "judged": bool(pairs), "gated_pairs": pairs,

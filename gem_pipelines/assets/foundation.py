@@ -106,9 +106,8 @@ def foundation_model(
     e_day = load_calendar().roles().evaluation  # E's NE by the ad's age, from events alone (issue 24)
     report = write_eval_report(rows, reports_dir() / "foundation_eval.json",
                                extra=version_report(result["version_dir"], e_day, lake.uri()))
-    first_seed = config.seeds[0]
-    teacher_rows = [r for r in rows if r["model"] == "foundation" and r["seed"] == first_seed]
-    day = load_calendar().roles().evaluation.isoformat()
+    teacher_rows = [r for r in rows if r["model"] == "foundation" and r["seed"] == config.seeds[0]]
+    day = e_day.isoformat()
     previous = quality_gate.accepted_rows(ASSET, day, rescore=lambda d: rescore(d, lake_uri=lake.uri()))
     verdict = quality_gate.gate(teacher_rows, previous, QUALITY.model_gate)
     quality_gate.record(models_dir(ASSET) / result["version"], verdict, teacher_rows, day)

@@ -6,6 +6,7 @@ import json
 import os
 
 import dagster as dg
+import polars as pl
 
 from gem_model.store.paths import models_dir, reports_dir
 from gem_pipelines import quality_gate
@@ -298,10 +299,6 @@ def students(context: dg.AssetExecutionContext, lake: LakeResource, wandb: Wandb
 
 def labels_only_rows(rows: list[dict], surface: str) -> list[dict]:
     """The labels_only arm on E for one surface, NE averaged over seeds: the floor a student must reach."""
-    import polars as pl
-
     df = pl.DataFrame(rows, infer_schema_length=None).filter(
         (pl.col("arm") == "labels_only") & (pl.col("split") == "evaluation") & (pl.col("surface") == surface))
-    if df.height == 0:
-        return []
     return df.group_by("surface", "task").agg(pl.col("ne").mean(), pl.col("positives").max()).to_dicts()
