@@ -24,7 +24,7 @@ from gem_model.config import (
 
 
 class StudentArch(_Strict):
-    """The student's architecture (gem_model.distill.student.STUDENT_ARCH_KEYS)."""
+    """The student's architecture (its fields are gem_model.distill.student.STUDENT_ARCH_KEYS)."""
 
     d_model: int | None = Field(gt=0)  # None: the teacher's d_model (parameter sharing copies tables exactly)
     hist_k: int = Field(ge=0)  # mean-pooled last k history items (0: no sequence)

@@ -23,18 +23,10 @@ import torch
 from torch import nn
 
 from gem_model.data.loader import TASKS
+from gem_model.distill.config import StudentArch
 from gem_model.models.layers import Wukong
 
-STUDENT_ARCH_KEYS = (
-    "d_model",
-    "hist_k",
-    "wukong_layers",
-    "wukong_k",
-    "wukong_hidden",
-    "wukong_fm_frac",
-    "hidden",
-    "teacher_emb_proj",
-)
+STUDENT_ARCH_KEYS = tuple(StudentArch.model_fields)
 
 
 def student_config(
@@ -96,7 +88,7 @@ class Student(nn.Module):
         if self.aux is not None:
             nn.init.constant_(self.aux.bias, -3.0)
 
-    # -- forward ----------------------------------------------------------------------------------
+    # -- forward: inputs (dense, sparse, hist_ids, teacher_emb), the last two None when unused ---------
     def hidden(
         self,
         dense: torch.Tensor,
@@ -117,26 +109,14 @@ class Student(nn.Module):
         x = self.interaction(torch.stack(tokens, dim=1))
         return self.trunk(x.flatten(1))
 
-    def forward_train(
-        self,
-        dense: torch.Tensor,
-        sparse: torch.Tensor,
-        hist_ids: torch.Tensor | None = None,
-        teacher_emb: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward_train(self, *inputs: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(serving logits [B, 2], aux distillation logits [B, 2] or None)."""
-        h = self.hidden(dense, sparse, hist_ids, teacher_emb)
+        h = self.hidden(*inputs)
         return self.head(h), (self.aux(h) if self.aux is not None else None)
 
-    def forward(
-        self,
-        dense: torch.Tensor,
-        sparse: torch.Tensor,
-        hist_ids: torch.Tensor | None = None,
-        teacher_emb: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def forward(self, *inputs: torch.Tensor | None) -> torch.Tensor:
         """Serving logits [B, 2] (click, conversion)."""
-        return self.head(self.hidden(dense, sparse, hist_ids, teacher_emb))
+        return self.head(self.hidden(*inputs))
 
     # -- bookkeeping ------------------------------------------------------------------------------
     def serving_head_parameters(self) -> list[nn.Parameter]:
