@@ -20,13 +20,16 @@ from typing import Any
 import numpy as np
 import polars as pl
 import torch
-import torch.nn.functional as F
 
 from gem_model.config import SurfacesConfig, load_calendar, load_surfaces
-from gem_model.data.loader import ExampleStream
+from gem_model.data.loader import ExampleStream, date_range
 from gem_model.distill.config import load_student_preset
 from gem_model.distill.teacher import FOUNDATION, domain_teacher, read_teacher_predictions
+from gem_model.distill.trainer import masked_bce
+from gem_model.eval.metrics import predict
 from gem_model.models.calibration import DEFAULT_CALIBRATION, Calibrator, fit_model_calibrator
+from gem_model.store.paths import models_dir
+from gem_model.train.loop import MODEL, atomic_save, atomic_write_json
 from gem_model.train.precision import autocast_dtype
 
 
@@ -41,10 +44,7 @@ def teacher_targets(tp: pl.DataFrame, request_ids: Sequence[str]) -> torch.Tenso
 def distill_loss(model: Any, logits: torch.Tensor, batch: Any, target: torch.Tensor, kd_weight: float) -> tuple[torch.Tensor, dict[str, float]]:
     """GEM label loss + kd_weight * BCE(sigmoid(logits), p_teacher) on the allowed tasks."""
     label_loss, _ = model.loss(logits, batch)
-    mask = model.task_allowed[batch.surface_idx] & ~torch.isnan(target)
-    bce = F.binary_cross_entropy_with_logits(logits.float(), torch.nan_to_num(target, nan=0.0), reduction="none")
-    m = mask.float()
-    kd = ((bce * m).sum(0) / m.sum(0).clamp_min(1.0)).sum()
+    kd = masked_bce(logits, target, model.task_allowed[batch.surface_idx] & ~torch.isnan(target))
     return label_loss + kd_weight * kd, {"label": float(label_loss.detach()), "kd": float(kd.detach())}
 
 
@@ -63,8 +63,6 @@ def train_domain_model(
     log: Any | None = None,
     device: torch.device | str | None = None,
     precision: str = "auto",
-    calibration_day: dt.date | None = None,
-    calibrate: bool = True,
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Train the domain model of `domain` and return (model, info).
 
@@ -74,8 +72,7 @@ def train_domain_model(
     teacher_predictions table at `tp_uri`). dates: inclusive student window (default: calendar
     roles().student). uri: training_examples table (default: the lake's). device: where to train
     (the accelerator resource's; default: the foundation's); precision: auto | bf16 | fp32 (autocast).
-    calibration_day: the day its own calibrator is fitted on (default: the day after `dates`, E-1);
-    calibrate False: no calibrator (raw probabilities)."""
+    Its own calibrator is fitted on the day after `dates` (E-1)."""
     surfaces_config = surfaces_config or load_surfaces()
     names = [s.name for s in surfaces_config.in_domain(domain)]
     if not names:
@@ -84,8 +81,6 @@ def train_domain_model(
     if dates is None:
         dates = load_calendar().roles().student
     if teacher_predictions is None:
-        from gem_model.data.loader import date_range
-
         teacher_predictions = read_teacher_predictions(date_range(*dates), [FOUNDATION], uri=tp_uri, embeddings=False)
     tp = teacher_predictions.filter(pl.col("teacher") == FOUNDATION)
     if tp.height == 0:
@@ -125,12 +120,10 @@ def train_domain_model(
         if max_steps is not None and step >= int(max_steps):
             break
     model.eval()
-    calibrator = None
-    if calibrate:
-        day = calibration_day or dates[1] + dt.timedelta(days=1)
-        calibrator = fit_domain_calibrator(model, day, names, uri=uri, surfaces_config=surfaces_config,
-                                           batch_size=int(hp["batch_size"]), device=device)
-        model.calibrator = calibrator  # metrics.predict / predict_teacher apply it from here on
+    # metrics.predict / predict_teacher apply it from here on
+    model.calibrator = fit_domain_calibrator(model, dates[1] + dt.timedelta(days=1), names, uri=uri,
+                                             surfaces_config=surfaces_config, batch_size=int(hp["batch_size"]),
+                                             device=device)
     info = {
         "domain": domain,
         "teacher": domain_teacher(domain),
@@ -141,7 +134,7 @@ def train_domain_model(
         "rows_without_teacher": missing,
         "train_seconds": time.perf_counter() - t0,
         "hyperparameters": hp,
-        "calibration": calibrator.metadata() if calibrator is not None else None,
+        "calibration": model.calibrator.metadata(),
     }
     return model, info
 
@@ -150,8 +143,6 @@ def fit_domain_calibrator(model: torch.nn.Module, day: dt.date, surfaces: list[s
                           surfaces_config: SurfacesConfig | None = None, batch_size: int = 2048,
                           device: torch.device | str | None = None) -> Calibrator:
     """The domain model's own Platt maps, from its raw predictions of `day` on `surfaces` (module doc)."""
-    from gem_model.eval.metrics import predict
-
     saved, model.calibrator = getattr(model, "calibrator", None), None  # fitted on raw probabilities
     try:
         def predict_day(d: str) -> pl.DataFrame:
@@ -173,9 +164,6 @@ def save_domain_model(
     "rows", "calibration" when the model has its calibrator}; weights_only-safe) + metrics.json under
     <root or $GEM_HOME/models/domain_models>/<domain>/<version>/.
     Returns the model.pt path (what registry.load_model / run_distillation(teachers=...) take)."""
-    from gem_model.store.paths import models_dir
-    from gem_model.train.loop import MODEL, atomic_save, atomic_write_json
-
     domain = info["domain"]
     version = version or dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     d = (Path(root) / domain if root is not None else models_dir("domain_models", domain)) / version

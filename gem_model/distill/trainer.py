@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import polars as pl
 import torch
 import torch.nn.functional as F
 
@@ -58,10 +59,7 @@ def arm_loss(
         return label_loss, parts
     assert target is not None
     kd_mask = data.label_mask & ~torch.isnan(target)  # label_mask: the surface logs the task
-    if spec["kd"] == "single":
-        kd = masked_bce(serving, target, kd_mask)
-    else:
-        kd = masked_bce(aux, target, kd_mask)
+    kd = masked_bce(serving if spec["kd"] == "single" else aux, target, kd_mask)
     parts["kd"] = float(kd.detach())
     return label_loss + kd_weight * kd, parts
 
@@ -85,21 +83,33 @@ def predict_student(model: Student, data: StudentData, batch_size: int = 8192, *
     return np.concatenate(out) if out else np.zeros((0, 2), np.float32)
 
 
+def preds_frame(data: StudentData, p: np.ndarray, surface: str, raw: np.ndarray | None = None) -> pl.DataFrame:
+    """The `gem_model.eval.metrics.predict` layout (raw: before the student's calibrator)."""
+    m = data.label_mask.numpy()
+    return pl.DataFrame(
+        {
+            "request_id": pl.Series(data.request_ids.tolist(), dtype=pl.String),
+            "surface": [surface] * len(data),
+            "click": data.labels[:, 0].numpy().astype(np.float64),
+            "conversion": data.labels[:, 1].numpy().astype(np.float64),
+            "click_mask": m[:, 0],
+            "conversion_mask": m[:, 1],
+            "p_click": p[:, 0].astype(np.float64),
+            "p_conversion": p[:, 1].astype(np.float64),
+            **({"p_click_raw": raw[:, 0].astype(np.float64), "p_conversion_raw": raw[:, 1].astype(np.float64)}
+               if raw is not None else {}),
+        }
+    )
+
+
 def fit_student_calibrator(model: Student, val: StudentData, fit_day: str | None = None, *,
                            min_positives: int = DEFAULT_CALIBRATION["min_positives"],
                            shrink_positives: float = DEFAULT_CALIBRATION["shrink_positives"]) -> Calibrator:
     """The student's own Platt map per task from its raw predictions of `val` (E-1): one surface,
     so each map is shrunk toward the identity (its targets were the teacher's calibrated
     probabilities) with the weight positives / (positives + shrink_positives)."""
-    import polars as pl
-
     surface = str(model.cfg["surface"])
-    p = predict_student(model, val, calibrated=False)
-    m = val.label_mask.numpy()
-    preds = pl.DataFrame({"surface": [surface] * len(val), "click": val.labels[:, 0].numpy().astype(np.float64),
-                          "conversion": val.labels[:, 1].numpy().astype(np.float64), "click_mask": m[:, 0],
-                          "conversion_mask": m[:, 1], "p_click": p[:, 0].astype(np.float64),
-                          "p_conversion": p[:, 1].astype(np.float64)})
+    preds = preds_frame(val, predict_student(model, val, calibrated=False), surface)
     return fit_calibrator(preds, [surface], min_positives=min_positives, fit_day=fit_day,
                           shrink_positives=shrink_positives, prior="identity")
 
@@ -115,8 +125,7 @@ def table_rows(model: Student, data: StudentData) -> dict[str, torch.Tensor]:
 
 
 def merge_rows(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {t: torch.unique(torch.cat([a.get(t, torch.zeros(0, dtype=torch.long)), b.get(t, torch.zeros(0, dtype=torch.long))]))
-            for t in set(a) | set(b)}
+    return {t: torch.unique(torch.cat([d[t] for d in (a, b) if t in d])) for t in set(a) | set(b)}
 
 
 def click_logloss(p: np.ndarray, data: StudentData) -> float:
@@ -149,33 +158,18 @@ def train_student(
     device: where to train (the accelerator resource's; default: where the model is); the model goes
     back to its own device afterwards (saving and export read it there). precision: fp32 | bf16 |
     auto, autocast around the forward (the losses are fp32)."""
-    threads = train_cfg.get("torch_threads")
-    if threads:
-        before = torch.get_num_threads()
-        torch.set_num_threads(int(threads))
-        try:
-            return _train_student(model, train, val, arm, train_cfg, seed=seed, adapter=adapter,
-                                  teacher_model=teacher_model, log=log, device=device, precision=precision)
-        finally:
-            torch.set_num_threads(before)
-    return _train_student(model, train, val, arm, train_cfg, seed=seed, adapter=adapter,
-                          teacher_model=teacher_model, log=log, device=device, precision=precision)
+    before = torch.get_num_threads()
+    if train_cfg.get("torch_threads"):
+        torch.set_num_threads(int(train_cfg["torch_threads"]))
+    try:
+        return _train_student(model, train, val, arm, train_cfg, seed, adapter, teacher_model, log, device, precision)
+    finally:
+        torch.set_num_threads(before)
 
 
-def _train_student(
-    model: Student,
-    train: StudentData,
-    val: StudentData | None,
-    arm: str,
-    train_cfg: dict[str, Any],
-    *,
-    seed: int,
-    adapter: Any | None,
-    teacher_model: torch.nn.Module | None,
-    log: Any | None,
-    device: torch.device | str | None = None,
-    precision: str = "fp32",
-) -> dict[str, Any]:
+def _train_student(model: Student, train: StudentData, val: StudentData | None, arm: str, train_cfg: dict[str, Any],
+                   seed: int, adapter: Any | None, teacher_model: torch.nn.Module | None, log: Any | None,
+                   device: torch.device | str | None, precision: str) -> dict[str, Any]:
     spec = arm_spec(arm)
     torch.manual_seed(seed)
     model.calibrator = None  # a map fitted on other weights is stale: fit_student_calibrator after training
