@@ -16,18 +16,18 @@ import numpy as np
 import polars as pl
 import torch
 
-from gem_model.config import FeaturesConfig, SurfacesConfig, load_features, load_surfaces
-from gem_model.data.loader import Batch, ExampleStream, date_range
+from gem_model.config import SurfacesConfig, load_features, load_surfaces
+from gem_model.data.loader import Batch, ExampleStream
+
+CHUNK_ROWS = 65536
 
 
 def last_k(offsets: torch.Tensor, values: torch.Tensor, k: int) -> torch.Tensor:
     """The last k values of each jagged row, most recent first, zero-padded: [B, k]."""
     offsets = offsets.long()
     b = offsets.numel() - 1
-    if k <= 0:
-        return torch.zeros(b, 0, dtype=torch.long)
-    if values.numel() == 0:
-        return torch.zeros(b, k, dtype=torch.long)
+    if k <= 0 or values.numel() == 0:
+        return torch.zeros(b, max(k, 0), dtype=torch.long)
     lengths = offsets[1:] - offsets[:-1]
     j = torch.arange(k)
     pos = (offsets[1:, None] - 1 - j).clamp_min(0)
@@ -55,30 +55,20 @@ class StudentData:
     def take(self, idx: np.ndarray | torch.Tensor) -> StudentData:
         idx_t = torch.as_tensor(np.asarray(idx), dtype=torch.long)
         idx_n = idx_t.numpy()
-        kw = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, torch.Tensor):
-                v = v[idx_t]
-            elif isinstance(v, np.ndarray):
-                v = v[idx_n]
-            kw[f.name] = v
-        return StudentData(**kw)
+        return replace(self, **{f.name: v[idx_t if isinstance(v, torch.Tensor) else idx_n] for f in fields(self)
+                                if isinstance(v := getattr(self, f.name), torch.Tensor | np.ndarray)})
 
     def to(self, device: torch.device | str) -> StudentData:
         """The tensors moved to `device` (request ids and dates stay numpy)."""
         return replace(self, **{f.name: v.to(device) for f in fields(self)
                                 if isinstance(v := getattr(self, f.name), torch.Tensor)})
 
-    def where(self, mask: np.ndarray | torch.Tensor) -> StudentData:
-        return self.take(np.flatnonzero(np.asarray(mask)))
-
     def on_dates(self, dates: Sequence[dt.date]) -> StudentData:
         want = np.array([np.datetime64(d, "D") for d in dates])
-        return self.where(np.isin(self.dates, want))
+        return self.take(np.flatnonzero(np.isin(self.dates, want)))
 
     def for_surface(self, surface_idx: int) -> StudentData:
-        return self.where((self.surface_idx == surface_idx).numpy())
+        return self.take(np.flatnonzero((self.surface_idx == surface_idx).numpy()))
 
     @property
     def date_set(self) -> list[dt.date]:
@@ -89,53 +79,31 @@ class StudentData:
         kw = {}
         for f in fields(StudentData):
             vs = [getattr(p, f.name) for p in parts]
-            if all(v is None for v in vs):
-                kw[f.name] = None
-            elif isinstance(vs[0], torch.Tensor):
-                kw[f.name] = torch.cat(vs)
-            elif isinstance(vs[0], np.ndarray):
-                kw[f.name] = np.concatenate(vs)
-            else:
-                kw[f.name] = vs[0]
+            kw[f.name] = (torch.cat(vs) if isinstance(vs[0], torch.Tensor)
+                          else np.concatenate(vs) if isinstance(vs[0], np.ndarray) else vs[0])
         return StudentData(**kw)
 
 
 def load_examples(
-    dates: Sequence[dt.date | str] | tuple[dt.date | str, dt.date | str],
+    dates: Sequence[dt.date | str],
     surfaces: Sequence[str] | None = None,
     *,
     hist_k: int = 16,
     uri: str | None = None,
-    features: FeaturesConfig | None = None,
     surfaces_config: SurfacesConfig | None = None,
-    chunk_rows: int = 65536,
 ) -> StudentData:
-    """Every row of `training_examples` on `dates` (a list, or an inclusive (first, last) pair) for
-    `surfaces`, in table order, as fixed-shape student tensors. One read, through ExampleStream."""
-    features = features or load_features()
+    """Every row of `training_examples` on `dates` for `surfaces`, in table order, as fixed-shape
+    student tensors. One read, through ExampleStream."""
+    features = load_features()
     surfaces_config = surfaces_config or load_surfaces()
-    if isinstance(dates, tuple) and len(dates) == 2:
-        dates = date_range(dates[0], dates[1])
     hist_col = next(c.name for c in features.history.columns if c.source == "item_id")
     parts: list[StudentData] = []
     for d in dates:
         d = d if isinstance(d, dt.date) else dt.date.fromisoformat(str(d))
-        stream = ExampleStream(
-            d,
-            d,
-            surfaces,
-            batch_size=chunk_rows,
-            features=features,
-            surfaces_config=surfaces_config,
-            uri=uri,
-            shuffle=False,
-            drop_last=False,
-            chunk_rows=chunk_rows,
-            shuffle_buffer=chunk_rows,
-            max_len=max(hist_k, 1),
-        )
-        for b in stream:
-            parts.append(_from_batch(b, d, hist_col, hist_k))
+        stream = ExampleStream(d, d, surfaces, batch_size=CHUNK_ROWS, features=features, surfaces_config=surfaces_config,
+                               uri=uri, shuffle=False, drop_last=False, chunk_rows=CHUNK_ROWS,
+                               shuffle_buffer=CHUNK_ROWS, max_len=max(hist_k, 1))
+        parts += [_from_batch(b, d, hist_col, hist_k) for b in stream]
     if not parts:
         raise ValueError(f"training_examples has no rows on {[str(d) for d in dates]} for surfaces {surfaces}")
     return StudentData.concat(parts)
@@ -155,10 +123,10 @@ def _from_batch(b: Batch, day: dt.date, hist_col: str, hist_k: int) -> StudentDa
 
 
 def attach_teacher(
-    data: StudentData, predictions: pl.DataFrame, teacher: str, *, embeddings: bool = True, strict: bool = True
+    data: StudentData, predictions: pl.DataFrame, teacher: str, *, embeddings: bool = True
 ) -> StudentData:
     """Join the `teacher` rows of a teacher_predictions frame onto `data` by request_id (row order
-    of `data` is kept whatever the order of `predictions`). strict: every row must have a prediction."""
+    of `data` is kept whatever the order of `predictions`); every row must have a prediction."""
     tp = predictions.filter(pl.col("teacher") == teacher)
     cols = ["request_id", "p_click", "p_conversion"] + (["embedding"] if embeddings else [])
     tp = tp.select(cols).unique("request_id", keep="first")
@@ -166,7 +134,7 @@ def attach_teacher(
     joined = left.join(tp, on="request_id", how="left").sort("_row")
     missing = joined["p_click"].is_null() & ~joined["request_id"].is_in(tp["request_id"].implode())
     n_missing = int(missing.sum())
-    if strict and n_missing:
+    if n_missing:
         ex = joined.filter(missing)["request_id"].head(3).to_list()
         raise KeyError(f"teacher {teacher!r}: {n_missing} of {len(data)} rows have no prediction (e.g. {ex})")
     p = np.stack(
