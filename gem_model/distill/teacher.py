@@ -10,13 +10,12 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
-import numpy as np
 import polars as pl
 import torch
 
 from gem_model.config import SurfacesConfig, load_surfaces, validate_name
 from gem_model.data.loader import ExampleStream, date_range
-from gem_model.models.calibration import apply as calibrated_probs
+from gem_model.eval.metrics import predict
 from gem_model.store.delta import overwrite_partition
 from gem_model.store.paths import storage_options as env_storage_options
 from gem_model.store.paths import table_uri
@@ -71,7 +70,6 @@ def _dates(dates: Sequence[dt.date | str] | tuple) -> list[dt.date]:
     return [d if isinstance(d, dt.date) else dt.date.fromisoformat(str(d)) for d in dates]
 
 
-@torch.no_grad()
 def predict_teacher(
     model: torch.nn.Module,
     dates: Sequence[dt.date | str] | dt.date | str,
@@ -92,61 +90,31 @@ def predict_teacher(
     if teacher_name != FOUNDATION and not teacher_name.startswith("domain:"):
         raise ValueError(f"teacher must be 'foundation' or 'domain:<name>', not {teacher_name!r}")
     surfaces_config = surfaces_config or load_surfaces()
-    names = np.asarray(surfaces_config.names, dtype=object)
     device = torch.device(device) if device is not None else next(model.parameters()).device
     model.to(device)
     amp_dtype = autocast_dtype(precision, device)
-    was_training = model.training
-    model.eval()
+    no_conversions = [s for s, ok in zip(model.cfg.surfaces, model.task_allowed[:, 1].tolist(), strict=True) if not ok]
     frames = []
-    try:
-        for d in _dates(dates):
-            stream = ExampleStream(
-                d, d, surfaces, batch_size=batch_size, surfaces_config=surfaces_config, uri=uri,
-                shuffle=False, drop_last=False, chunk_rows=max(batch_size, 16384),
-                max_len=getattr(getattr(model, "cfg", None), "seq_len", None),
-            )
-            for batch in stream:
-                batch = batch.to(device)
-                with torch.autocast(device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
-                    logits, h = model.forward_with_summary(batch)
-                # KD targets are the teacher's calibrated probabilities: a per-surface bias of the
-                # teacher would otherwise become the student's (the map is monotone: ranking unchanged)
-                p, _ = calibrated_probs(model, logits, batch.surface_idx)
-                allowed = model.task_allowed[batch.surface_idx] if hasattr(model, "task_allowed") else None
-                p_np = p.cpu().numpy().astype(np.float64)
-                p_conv = p_np[:, 1].copy()
-                if allowed is not None:
-                    p_conv[~allowed[:, 1].cpu().numpy()] = np.nan
-                emb = h.float().cpu().numpy().astype(np.float32)
-                frames.append(
-                    pl.DataFrame(
-                        {
-                            "date": [d] * len(batch),
-                            "surface": names[batch.surface_idx.cpu().numpy()].tolist(),
-                            "request_id": batch.request_ids,
-                            "teacher": [teacher_name] * len(batch),
-                            "teacher_version": [str(teacher_version)] * len(batch),
-                            "p_click": p_np[:, 0],
-                            "p_conversion": p_conv,
-                            "embedding": pl.Series(emb).cast(pl.List(pl.Float32)),
-                        }
-                    ).with_columns(pl.col("p_conversion").fill_nan(None))
-                )
-    finally:
-        model.train(was_training)
+    for d in _dates(dates):
+        stream = ExampleStream(d, d, surfaces, batch_size=batch_size, surfaces_config=surfaces_config, uri=uri,
+                               shuffle=False, drop_last=False, chunk_rows=max(batch_size, 16384),
+                               max_len=getattr(getattr(model, "cfg", None), "seq_len", None))
+        # KD targets are the teacher's calibrated probabilities (predict applies its map): a per-surface
+        # bias of the teacher would otherwise become the student's (the map is monotone: ranking unchanged)
+        df = predict(model, stream, device=device, with_embeddings=True, amp_dtype=amp_dtype)
+        conversion = pl.when(pl.col("surface").is_in(no_conversions)).then(None).otherwise(pl.col("p_conversion"))
+        frames.append(df.select(pl.lit(d).alias("date"), "surface", "request_id", pl.lit(teacher_name).alias("teacher"),
+                                pl.lit(str(teacher_version)).alias("teacher_version"), "p_click",
+                                conversion.fill_nan(None).alias("p_conversion"), "embedding"))
     if not frames:
         return pl.DataFrame(schema=TEACHER_PREDICTIONS_SCHEMA)
     return pl.concat(frames).cast(TEACHER_PREDICTIONS_SCHEMA).select(list(TEACHER_PREDICTIONS_SCHEMA))
 
 
-def write_teacher_predictions(
-    df: pl.DataFrame, *, uri: str | None = None, storage_options: dict[str, str] | None = None
-) -> int:
+def write_teacher_predictions(df: pl.DataFrame, *, uri: str | None = None) -> int:
     """Replace exactly the (date, teacher) slices present in `df` (idempotent, one atomic commit;
     other teachers of the same date are kept). Returns the new Delta version."""
     uri = uri or table_uri(TABLE)
-    so = storage_options if storage_options is not None else env_storage_options()
     df = df.cast(TEACHER_PREDICTIONS_SCHEMA).select(list(TEACHER_PREDICTIONS_SCHEMA))
     if df.height == 0:
         raise ValueError("no teacher predictions to write")
@@ -154,7 +122,8 @@ def write_teacher_predictions(
     pred = " OR ".join(f"(date = '{d.isoformat()}' AND teacher = '{t}')" for d, t in keys)
     # one writer per date partition (gem_model.store.delta); the version is this write's own commit
     dates = [f"date={d.isoformat()}" for d, _ in keys]
-    return overwrite_partition(df, uri, partition_by=["date"], lock_keys=dates, predicate=pred, storage_options=so)
+    return overwrite_partition(df, uri, partition_by=["date"], lock_keys=dates, predicate=pred,
+                               storage_options=env_storage_options())
 
 
 def read_teacher_predictions(
@@ -163,14 +132,11 @@ def read_teacher_predictions(
     *,
     uri: str | None = None,
     embeddings: bool = True,
-    storage_options: dict[str, str] | None = None,
 ) -> pl.DataFrame:
     """Rows of `teacher_predictions` for `dates` (default all) and `teachers` (default all)."""
-    uri = uri or table_uri(TABLE)
-    so = storage_options if storage_options is not None else env_storage_options()
-    lf = pl.scan_delta(uri, storage_options=so)
+    lf = pl.scan_delta(uri or table_uri(TABLE), storage_options=env_storage_options())
     if dates is not None:
-        lf = lf.filter(pl.col("date").is_in([d for d in _dates(list(dates))]))
+        lf = lf.filter(pl.col("date").is_in(_dates(list(dates))))
     if teachers is not None:
         lf = lf.filter(pl.col("teacher").is_in(list(teachers)))
     if not embeddings:
