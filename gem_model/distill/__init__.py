@@ -1,13 +1,5 @@
 """Post-training knowledge transfer (DESIGN.md §6): foundation -> domain models -> per-surface
-students, the distillation arms side by side, and the production students' serving export.
-
-Public API (see each module for details):
-    predict_teacher, write_teacher_predictions, read_teacher_predictions, TEACHER_PREDICTIONS_SCHEMA
-    train_domain_model
-    run_distillation, select_student, kd_effectiveness, train_production_student
-    Student, student_config, StudentAdapter, train_student, save_student, load_student
-    export_student
-"""
+students, the distillation arms side by side, and the production students' serving export."""
 
 from gem_model.distill.adapter import StudentAdapter
 from gem_model.distill.arms import ARMS, PATHS, arm_paths, arm_spec

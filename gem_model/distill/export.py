@@ -32,30 +32,26 @@ class ServingStudent(nn.Module):
         self.register_buffer("cal_b", cal.b[0].float().clone() if cal is not None else torch.zeros(2))
 
     def forward(self, dense: torch.Tensor, sparse: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
-        i = 0
-        hist = teacher = None
-        if self.use_hist:
-            hist, i = rest[i], i + 1
-        if self.use_teacher:
-            teacher = rest[i]
+        more = iter(rest)
+        hist = next(more) if self.use_hist else None
+        teacher = next(more) if self.use_teacher else None
         return torch.sigmoid(self.cal_a * self.student(dense, sparse, hist, teacher) + self.cal_b)
 
 
-def example_inputs(student: Student, batch: int = 4) -> tuple[torch.Tensor, ...]:
+def _inputs(student: Student, batch: int) -> dict[str, torch.Tensor]:
     cfg = student.cfg
     rows = min(int(cfg["tables"][t]) for _, t in cfg["sparse_features"])
-    args = [torch.zeros(batch, len(cfg["dense_features"])), torch.randint(0, rows, (batch, len(cfg["sparse_features"])))]
+    out = {"dense": torch.zeros(batch, len(cfg["dense_features"])),
+           "sparse": torch.randint(0, rows, (batch, len(cfg["sparse_features"])))}
     if student.hist_k > 0:
-        args.append(torch.randint(0, int(cfg["tables"][cfg["hist_table"]]), (batch, student.hist_k)))
+        out["hist_ids"] = torch.randint(0, int(cfg["tables"][cfg["hist_table"]]), (batch, student.hist_k))
     if student.teacher_emb_dim > 0:
-        args.append(torch.randn(batch, student.teacher_emb_dim))
-    return tuple(args)
+        out["teacher_emb"] = torch.randn(batch, student.teacher_emb_dim)
+    return out
 
 
-def input_names(student: Student) -> list[str]:
-    return ["dense", "sparse"] + (["hist_ids"] if student.hist_k > 0 else []) + (
-        ["teacher_emb"] if student.teacher_emb_dim > 0 else []
-    )
+def example_inputs(student: Student, batch: int = 4) -> tuple[torch.Tensor, ...]:
+    return tuple(_inputs(student, batch).values())
 
 
 def export_student(model: Student, path: str | Path) -> Path:
@@ -64,7 +60,8 @@ def export_student(model: Student, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     wrapper = ServingStudent(model).eval().cpu()
-    args = example_inputs(model)
+    inputs = _inputs(model, 4)
+    args = tuple(inputs.values())
     batch = torch.export.Dim("batch", min=1, max=1 << 20)
     dyn = {"dense": {0: batch}, "sparse": {0: batch}, "rest": tuple({0: batch} for _ in args[2:])}
     with torch.no_grad():
@@ -74,7 +71,7 @@ def export_student(model: Student, path: str | Path) -> Path:
     meta = {
         "inputs": [
             {"name": n, "shape": ["B", *list(a.shape[1:])], "dtype": str(a.dtype).replace("torch.", "")}
-            for n, a in zip(input_names(model), args, strict=True)
+            for n, a in inputs.items()
         ],
         "output": {"name": "probabilities", "shape": ["B", 2], "tasks": ["click", "conversion"]},
         "surface": model.cfg.get("surface"),

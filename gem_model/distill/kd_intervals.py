@@ -43,23 +43,18 @@ class EvalPredictions:
         self.preds[surface][(arm, path, int(seed))] = np.asarray(p, dtype=np.float32)
 
 
-def _seed_means(y: np.ndarray, preds: dict[tuple[str, str, int], np.ndarray], boot: dict[str, np.ndarray]
-                ) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], np.ndarray]]:
-    point: dict[tuple[str, str], list[float]] = {}
-    samples: dict[tuple[str, str], list[np.ndarray]] = {}
-    for (arm, path, seed), p in preds.items():
-        point.setdefault((arm, path), []).append(normalized_entropy(y, p))
-        samples.setdefault((arm, path), []).append(boot[f"{arm}|{path}|{seed}"])
-    return ({k: float(np.mean(v)) for k, v in point.items()},
-            {k: np.mean(np.stack(v), axis=0) for k, v in samples.items()})
-
-
 def surface_intervals(y: np.ndarray, preds: dict[tuple[str, str, int], np.ndarray], *, n_boot: int = N_BOOT,
                       seed: int = 0) -> dict[str, Any]:
     """{"n", "positives", "arms": {"arm|path": {gain, gain_lo, gain_hi, report, effectiveness,
     effectiveness_lo, effectiveness_hi, standard_gain, standard_gain_lo, standard_gain_hi}}}."""
     boot = bootstrap_ne(y, {f"{a}|{p}|{s}": v for (a, p, s), v in preds.items()}, n_boot=n_boot, seed=seed)
-    point, samples = _seed_means(y, preds, boot)
+    point_s: dict[tuple[str, str], list[float]] = {}
+    samples_s: dict[tuple[str, str], list[np.ndarray]] = {}
+    for (arm, path, seed), p in preds.items():  # seed means of NE and of its resamples
+        point_s.setdefault((arm, path), []).append(normalized_entropy(y, p))
+        samples_s.setdefault((arm, path), []).append(boot[f"{arm}|{path}|{seed}"])
+    point = {k: float(np.mean(v)) for k, v in point_s.items()}
+    samples = {k: np.mean(np.stack(v), axis=0) for k, v in samples_s.items()}
     base = next((k for k in point if k[0] == BASELINE), None)
     out: dict[str, Any] = {"n": int(len(y)), "positives": int(np.sum(y)), "n_boot": n_boot, "arms": {}}
     if base is None:

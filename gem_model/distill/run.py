@@ -41,11 +41,13 @@ from gem_model.distill.trainer import (
     fit_student_calibrator,
     load_student,
     predict_student,
+    preds_frame,
     save_student,
     train_student,
 )
 from gem_model.distill.warm_start import NO_SOURCE, warm_start
 from gem_model.eval.metrics import metric_rows, read_oracle
+from gem_model.models.registry import load_model
 from gem_model.store import atomic
 from gem_model.store.paths import models_dir, reports_dir
 from gem_model.train.tracking import Tracker
@@ -57,68 +59,16 @@ KD_EPS = 1e-4  # minimal NE gain of standard KD over labels-only for a defined K
 REPORT_FILE = "distillation_report.json"
 
 
-def _resolve_teacher(t: torch.nn.Module | str | Path) -> torch.nn.Module:
-    if isinstance(t, torch.nn.Module):
-        return t
-    from gem_model.models.registry import (
-        load_model,  # checkpoints written by gem_model.train.loop / save_domain_model
-    )
-
-    return load_model(t)[0]
-
-
-def _preds_frame(data: StudentData, p: np.ndarray, surface: str, raw: np.ndarray | None = None) -> pl.DataFrame:
-    """The `gem_model.eval.metrics.predict` layout, for `metric_rows` (raw: before the student's calibrator)."""
-    m = data.label_mask.numpy()
-    return pl.DataFrame(
-        {
-            "request_id": pl.Series(data.request_ids.tolist(), dtype=pl.String),
-            "surface": [surface] * len(data),
-            "click": data.labels[:, 0].numpy().astype(np.float64),
-            "conversion": data.labels[:, 1].numpy().astype(np.float64),
-            "click_mask": m[:, 0],
-            "conversion_mask": m[:, 1],
-            "p_click": p[:, 0].astype(np.float64),
-            "p_conversion": p[:, 1].astype(np.float64),
-            **({"p_click_raw": raw[:, 0].astype(np.float64), "p_conversion_raw": raw[:, 1].astype(np.float64)}
-               if raw is not None else {}),
-        }
-    )
-
-
-def _d_model(teachers: Mapping[str, torch.nn.Module], arch: dict[str, Any]) -> int:
-    if arch.get("d_model"):
-        return int(arch["d_model"])
-    for name in [FOUNDATION, *sorted(teachers)]:
-        if name in teachers:
-            return int(teachers[name].cfg.d_model)
-    return 32
-
-
 def _iter_students(
-    arms: Sequence[str],
-    paths: Sequence[str],
-    seeds: Sequence[int],
-    surfaces: Sequence[str] | None,
-    *,
-    teachers: Mapping[str, torch.nn.Module | str | Path] | None,
-    teacher_predictions: pl.DataFrame | None,
-    hp: dict[str, Any],
-    roles: DayRoles,
-    uri: str | None,
-    tp_uri: str | None,
-    oracle_uri: str | None,
-    surfaces_config: SurfacesConfig,
-    tracker: Tracker | None,
-    device: str | None = None,
-    precision: str = "fp32",
-    init_from: str | Path | None = None,
-    kept: EvalPredictions | None = None,
+    arms: Sequence[str], paths: Sequence[str], seeds: Sequence[int], surfaces: Sequence[str] | None, *,
+    teachers: Mapping[str, torch.nn.Module | str | Path] | None, teacher_predictions: pl.DataFrame | None,
+    hp: dict[str, Any], roles: DayRoles, uri: str | None, tp_uri: str | None, oracle_uri: str | None,
+    surfaces_config: SurfacesConfig, tracker: Tracker, device: str | None, precision: str,
+    init_from: str | Path | None, kept: EvalPredictions,
 ) -> Iterable[tuple[dict[str, Any], Student, list[dict[str, Any]], dict[str, Any]]]:
     """Train every (surface, arm, path, seed); yield (key, model, metric rows, train info). kept:
     receives every student's per-row click predictions on E (the KD gains' bootstrap intervals)."""
-    for a in arms:
-        arm_spec(a)
+    specs = {a: arm_spec(a) for a in arms}
     surfaces = list(surfaces or surfaces_config.names)
     features = load_features()
     dates = date_range(roles.student[0], roles.evaluation)
@@ -126,17 +76,16 @@ def _iter_students(
     hist_k = int(hp["student"].get("hist_k", 0))
     data = load_examples(dates, surfaces, hist_k=hist_k, uri=uri, surfaces_config=surfaces_config)
 
-    needs_teacher = any(arm_spec(a)["kd"] != "none" for a in arms)
-    needs_emb = any(arm_spec(a)["representation"] for a in arms)
-    needs_tables = any(arm_spec(a)["share_tables"] for a in arms)
+    needs_emb = any(s["representation"] for s in specs.values())
     wanted = sorted({t for s in surfaces for p in paths
                      if path_applies(p, s, surfaces_config) and (t := teacher_for(p, s, surfaces_config))})
     tp = None
-    if needs_teacher:
+    if any(s["kd"] != "none" for s in specs.values()):
         tp = teacher_predictions if teacher_predictions is not None else read_teacher_predictions(
             dates, wanted, uri=tp_uri, embeddings=needs_emb)
-    modules = {k: _resolve_teacher(v) for k, v in (teachers or {}).items()} if (needs_tables or teachers) else {}
-    d_model = _d_model(modules, hp["student"])
+    # checkpoints written by gem_model.train.loop / save_domain_model
+    modules = {k: v if isinstance(v, torch.nn.Module) else load_model(v)[0] for k, v in (teachers or {}).items()}
+    d_model = next((int(modules[n].cfg.d_model) for n in [FOUNDATION, *sorted(modules)] if n in modules), 32)
     oracle_df = read_oracle([roles.validation, roles.evaluation], surfaces, uri=oracle_uri, missing_ok=True)
 
     for surface in surfaces:
@@ -145,8 +94,7 @@ def _iter_students(
         tasks = list(surfaces_config.get(surface).tasks)
         by_teacher: dict[str | None, StudentData] = {None: sd}
         adapters: dict[str, StudentAdapter] = {}
-        for arm in arms:
-            spec = arm_spec(arm)
+        for arm, spec in specs.items():
             for path in arm_paths(arm, paths):
                 if not path_applies(path, surface, surfaces_config):
                     continue  # reported as not applicable by run_distillation
@@ -157,8 +105,7 @@ def _iter_students(
                 adapter = None
                 if spec["adapter"]:
                     if teacher not in adapters:
-                        names = list(hp["adapter"]["features"])
-                        idx = [features.dense.index(f) for f in features.dense if f.name in names]
+                        idx = [i for i, f in enumerate(features.dense) if f.name in hp["adapter"]["features"]]
                         adapters[teacher] = StudentAdapter(
                             idx, [features.dense[i].name for i in idx], hp["adapter"]["l2"], hp["adapter"]["iters"]
                         ).fit(tdata.on_dates(student_days), roles.adapter)
@@ -178,8 +125,8 @@ def _iter_students(
                     start = warm_start(model, init_from, train) if init_from is not None else {}
                     key = {"surface": surface, "arm": arm, "path": path, "seed": int(seed), "teacher": teacher}
                     prefix = f"{surface}/{arm}/{path}/s{seed}"
-                    log = (lambda d, step=None, _p=prefix: tracker.log({f"{_p}/{k}": v for k, v in d.items()})) if (
-                        tracker is not None and tracker.enabled) else None
+                    log = (lambda d, step=None, _p=prefix: tracker.log({f"{_p}/{k}": v for k, v in d.items()})
+                           ) if tracker.enabled else None
                     info = train_student(model, train, val, arm, hp["train"], seed=int(seed), adapter=adapter,
                                          teacher_model=modules.get(teacher) if spec["share_tables"] else None, log=log,
                                          device=device, precision=precision)
@@ -195,22 +142,19 @@ def _iter_students(
                     for split, part in (("validation", val), ("evaluation", ev)):
                         if len(part) == 0:
                             continue
-                        preds = _preds_frame(part, predict_student(model, part), surface,
+                        preds = preds_frame(part, predict_student(model, part), surface,
                                              predict_student(model, part, calibrated=False))
-                        if split == "evaluation" and kept is not None and "click" in tasks:
+                        if split == "evaluation" and "click" in tasks:
                             e = preds.filter(pl.col("click_mask"))
                             kept.add(surface, arm, path, int(seed), e["request_id"].to_numpy(), e["click"].to_numpy(),
                                      e["p_click"].to_numpy())
-                        for r in metric_rows(preds, oracle_df):
-                            if r["task"] not in tasks:
-                                continue
-                            rows.append({"arm": arm, "path": path, "split": split, "surface": surface, "task": r["task"],
-                                         "seed": int(seed), "ne": r["ne"], "auc": r["auc"], "calibration": r["calibration"],
-                                         "ne_raw": r["ne_raw"], "calibration_raw": r["calibration_raw"],
-                                         "oracle_ne": r["oracle_ne"], "kd_effectiveness": None, "n": r["n"],
-                                         "positives": r["positives"], "teacher": teacher})
-                    if tracker is not None:
-                        tracker.log_metric_rows([{**r, "surface": f"{prefix}/{r['split']}"} for r in rows], "distill")
+                        rows += [{"arm": arm, "path": path, "split": split, "surface": surface, "task": r["task"],
+                                  "seed": int(seed), "ne": r["ne"], "auc": r["auc"], "calibration": r["calibration"],
+                                  "ne_raw": r["ne_raw"], "calibration_raw": r["calibration_raw"],
+                                  "oracle_ne": r["oracle_ne"], "kd_effectiveness": None, "n": r["n"],
+                                  "positives": r["positives"], "teacher": teacher}
+                                 for r in metric_rows(preds, oracle_df) if r["task"] in tasks]
+                    tracker.log_metric_rows([{**r, "surface": f"{prefix}/{r['split']}"} for r in rows], "distill")
                     yield key, model, rows, info
 
 
@@ -220,19 +164,11 @@ NOT_APPLICABLE = "not applicable: the domain has one surface"
 def not_applicable_rows(arms: Sequence[str], paths: Sequence[str], surfaces: Sequence[str],
                         surfaces_config: SurfacesConfig) -> list[dict[str, Any]]:
     """Report cells of paths that do not apply to a surface (no metrics, a `status` saying why)."""
-    out = []
-    for surface in surfaces:
-        for arm in arms:
-            for path in arm_paths(arm, paths):
-                if path_applies(path, surface, surfaces_config):
-                    continue
-                for split in SPLITS:
-                    out.append({"arm": arm, "path": path, "split": split, "surface": surface, "task": "click",
-                                "seed": None, "ne": None, "auc": None, "calibration": None, "oracle_ne": None,
-                                "ne_raw": None, "calibration_raw": None,
-                                "kd_effectiveness": None, "n": 0, "positives": 0, "teacher": None,
-                                "status": NOT_APPLICABLE})
-    return out
+    return [{"arm": arm, "path": path, "split": split, "surface": surface, "task": "click", "seed": None, "ne": None,
+             "auc": None, "calibration": None, "oracle_ne": None, "ne_raw": None, "calibration_raw": None,
+             "kd_effectiveness": None, "n": 0, "positives": 0, "teacher": None, "status": NOT_APPLICABLE}
+            for surface in surfaces for arm in arms for path in arm_paths(arm, paths)
+            if not path_applies(path, surface, surfaces_config) for split in SPLITS]
 
 
 def kd_effectiveness(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -434,7 +370,7 @@ def train_production_student(
         out.update(surface=surface, arm=arm, path=path, version=version, model_dir=str(d), rows=rows,
                    train=meta["train"], export=str(export_student(model, d / "student.pt2")) if export else None)
 
-    run_distillation([arm], [path] if arm != BASELINE else ["none"], [seed], [surface], on_student=keep, **kw)
+    run_distillation([arm], [path], [seed], [surface], on_student=keep, **kw)  # labels_only: path "none" always
     return out
 
 
@@ -463,7 +399,7 @@ def score_student(
         data = attach_teacher(data, tp, teacher, embeddings=embeddings)
     oracle_df = read_oracle([day], [surface], uri=oracle_uri, missing_ok=True)
     raw = predict_student(model, data, calibrated=False) if getattr(model, "calibrator", None) is not None else None
-    preds = _preds_frame(data, predict_student(model, data), surface, raw)
+    preds = preds_frame(data, predict_student(model, data), surface, raw)
     return [r for r in metric_rows(preds, oracle_df) if r["task"] in cfg.get("tasks", TASKS)]
 
 
@@ -474,8 +410,3 @@ def report_grid_complete(rows: list[dict[str, Any]], arms: Sequence[str], paths:
     return [(a, p, s, sp) for a in arms for p in arm_paths(a, list(paths)) for s in surfaces for sp in SPLITS
             if (a, p, s, sp) not in have]
 
-
-__all__ = [
-    "DEFAULT_ARMS", "DEFAULT_PATHS", "KD_EPS", "SPLITS", "TASKS", "kd_effectiveness", "report_grid_complete",
-    "run_distillation", "score_student", "select_student", "summarize", "train_production_student", "write_report",
-]
