@@ -41,6 +41,7 @@ from gem_model.store import atomic
 from gem_model.store.paths import gem_home, table_uri
 from gem_model.train.config import load_config_file, resolve_config
 from gem_model.train.distributed import destroy_process_group, init_process_group, resume_step
+from gem_model.train.distributed import world as process_world
 from gem_model.train.optim import RowWiseAdagrad
 from gem_model.train.precision import autocast_dtype
 from gem_model.train.sharding import ReplicatedLayout, RowShardedLayout, shard_model
@@ -58,10 +59,6 @@ atomic_save = atomic.torch_save  # (obj, path): gem_model.store.atomic is the on
 
 def atomic_write_json(obj: Any, path: Path) -> None:
     atomic.write_json(path, obj, allow_nan=True)
-
-
-def dist_env() -> tuple[int, int, int]:
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
 
 
 def pick_device(name: str, local_rank: int = 0) -> torch.device:
@@ -181,8 +178,8 @@ def setup(cfg: dict[str, Any], *, init_from: str | Path | None, resume: bool, fe
     """Device and process group, seeds, the model (warm-started, compiled, wrapped), its optimizers, the
     data streams and the start-up fits. Returns the run and the warm start's counts (None: fresh)."""
     tcfg, dcfg, out = cfg["train"], cfg["data"], Path(cfg["out_dir"])
-    rank, world, local_rank = dist_env()
-    device = pick_device(cfg["device"], local_rank)
+    rank, world = process_world()
+    device = pick_device(cfg["device"], int(os.environ.get("LOCAL_RANK", 0)))
     if device.type == "cuda":  # TF32 for fp32 matmuls (cuBLAS and the Triton kernels' dots)
         torch.set_float32_matmul_precision("high")
     if tcfg["torch_threads"]:
@@ -209,13 +206,10 @@ def setup(cfg: dict[str, Any], *, init_from: str | Path | None, resume: bool, fe
 
     opt_dense = torch.optim.AdamW(core.dense_parameters(), lr=tcfg["lr"], weight_decay=tcfg["weight_decay"], betas=(0.9, 0.98),
                                   fused=device.type == "cuda" or None)  # one kernel for every parameter on CUDA
-    wide_ids = {id(p) for p in core.wide_tables.parameters()}
     wide_wd = tcfg["emb_weight_decay"] if tcfg["wide_weight_decay"] is None else tcfg["wide_weight_decay"]
-    opt_emb = RowWiseAdagrad(
-        [{"params": [p for p in core.embedding_parameters() if id(p) not in wide_ids]},
-         {"params": list(core.wide_tables.parameters()), "weight_decay": float(wide_wd)}],
-        lr=tcfg["emb_lr"], weight_decay=tcfg["emb_weight_decay"],
-    )
+    opt_emb = RowWiseAdagrad([{"params": list(core.tables.parameters())},  # core.embedding_parameters(), in two groups
+                              {"params": list(core.wide_tables.parameters()), "weight_decay": float(wide_wd)}],
+                             lr=tcfg["emb_lr"], weight_decay=tcfg["emb_weight_decay"])
     # a logistic regression's rate for the wide offsets (a linear model on ids), the tables' own for the rest
     emb_lrs = [float(tcfg["emb_lr"]), float(tcfg["emb_lr"] if tcfg["wide_lr"] is None else tcfg["wide_lr"])]
 
@@ -504,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out-dir", default=None)
     a = p.parse_args(argv)
     summary = train(load_config_file(a.config), out_dir=a.out_dir, resume=a.resume, init_from=a.init_from)
-    if dist_env()[0] == 0:
+    if process_world()[0] == 0:
         print(json.dumps({k: summary[k] for k in ("step", "samples_per_s", "checkpoint", "best_valid_score")}, default=str))
     return 0
 

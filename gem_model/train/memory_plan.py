@@ -30,7 +30,6 @@ from gem_model.config import ASSETS_DIR
 from gem_model.data.loader import TASKS, Batch
 from gem_model.models import GEM, GEMConfig
 from gem_model.train.config import load_preset
-from gem_model.train.sharding import rows_per_rank
 
 FP32, BF16 = 4, 2
 GB = 1e9
@@ -164,7 +163,7 @@ def plan(preset: str, gpus: int, gpu_gb: float, *, batch_per_rank: int | None = 
     sparse = sum(m.weight.numel() for m in emb.values())
     dense = sum(p.numel() for p in model.parameters()) - sparse
     replicated = sum(m.num_embeddings * m.embedding_dim for m in emb.values()) * FP32
-    shard_rows = {k: rows_per_rank(m.num_embeddings, gpus) for k, m in emb.items()}
+    shard_rows = {k: math.ceil(m.num_embeddings / gpus) for k, m in emb.items()}  # as gem_model.train.sharding
     sharded = sum(shard_rows[k] * m.embedding_dim for k, m in emb.items()) * FP32
     state = sharded + sum(shard_rows.values()) * FP32  # dense gradient of the shard + one accumulator per row
     units = [sum(p.numel() for p in b.parameters()) for b in model.blocks]

@@ -38,11 +38,6 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from gem_model.models.gem import GEM
 
 
-def rows_per_rank(rows: int, world_size: int) -> int:
-    """Rows of every shard: ceil(rows / world) (the last one padded)."""
-    return math.ceil(rows / world_size)
-
-
 class _ScaleGrad(torch.autograd.Function):
     """Identity forward; gradient times `scale` backward."""
 
@@ -65,7 +60,7 @@ class RowShardedEmbedding(nn.Module):
         self.group = group or torch_dist.group.WORLD
         self.rank, self.world_size = torch_dist.get_rank(self.group), torch_dist.get_world_size(self.group)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        self.shard_rows = rows_per_rank(num_embeddings, self.world_size)
+        self.shard_rows = math.ceil(num_embeddings / self.world_size)  # every shard's rows (the last one padded)
         self.start = self.rank * self.shard_rows  # first global row held here
         self.weight = nn.Parameter(torch.zeros(self.shard_rows, embedding_dim, device=device, dtype=dtype))
         self.weight._row_sharded_table = self  # optimiser state of this parameter is per row: gather/scatter rows
