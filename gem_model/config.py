@@ -126,10 +126,10 @@ def extra_days() -> int:
     return value
 
 
-def validate_name(value: str, what: str = "name") -> str:
+def validate_name(value: str, what: str = "name", error: type[ValueError] = ValueError) -> str:
     """Names become path components and partition keys: allow only [a-z0-9_]+."""
     if not isinstance(value, str) or not NAME_RE.match(value):
-        raise ValueError(f"{what} {value!r} must match [a-z0-9_]+")
+        raise error(f"{what} {value!r} must match [a-z0-9_]+")
     return value
 
 
@@ -371,11 +371,7 @@ def _load(model: type[_M], path: Path, overrides: dict[str, Any] | None = None) 
 
 def dataset_name() -> str:
     """The data source named by GEM_DATA (default `sim`), validated before it becomes a path."""
-    name = env("GEM_DATA") or SIM
-    try:
-        validate_name(name, "GEM_DATA")
-    except ValueError as e:
-        raise ConfigError(str(e)) from e
+    name = validate_name(env("GEM_DATA") or SIM, "GEM_DATA", ConfigError)
     if name != SIM and not (SOURCES_DIR / name / "source.yaml").is_file():
         known = sorted(p.name for p in SOURCES_DIR.iterdir() if (p / "source.yaml").is_file()) if SOURCES_DIR.is_dir() else []
         raise ConfigError(f"GEM_DATA={name!r}: no {SOURCES_DIR / name / 'source.yaml'}; known: {[SIM, *known]}")
@@ -419,11 +415,7 @@ def simulator_path() -> Path:
     name = env("GEM_SIMULATOR")
     if not name:
         return ASSETS_DIR / "simulator.yaml"
-    try:
-        validate_name(name, "GEM_SIMULATOR")
-    except ValueError as e:
-        raise ConfigError(str(e)) from e
-    return ASSETS_DIR / f"simulator_{name}.yaml"
+    return ASSETS_DIR / f"simulator_{validate_name(name, 'GEM_SIMULATOR', ConfigError)}.yaml"
 
 
 def load_simulator(path: Path | None = None, **overrides: Any) -> SimulatorConfig:
