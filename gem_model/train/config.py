@@ -20,8 +20,7 @@ from gem_model.train.item_svd import MAX_ROWS
 
 
 class WidePrior(_Strict):
-    """The per-id wide offsets of `features` start at an L2 logistic regression on the window's labels,
-    `passes` backfitting sweeps (gem_model.train.wide_prior.set_wide_prior)."""
+    """Per-id wide offsets of `features` from an L2 logistic regression (gem_model.train.wide_prior)."""
 
     features: list[str]
     l2: float
@@ -29,16 +28,14 @@ class WidePrior(_Strict):
 
 
 class DensePrior(_Strict):
-    """Each head's bias and wide weights of these dense features start at an L2 logistic regression on
-    the window (gem_model.train.wide_prior.set_dense_prior; meant for counters, which come from earlier days)."""
+    """Heads' bias and dense wide weights from an L2 logistic regression (gem_model.train.wide_prior)."""
 
     features: list[str]
     l2: float = 1.0
 
 
 class ItemSvd(_Strict):
-    """The shared item table starts from the PPMI-SVD directions of the window's history-item / candidate
-    co-occurrence, the `max_rows` rows met most (gem_model.train.item_svd)."""
+    """The item table from the window's PPMI-SVD, the `max_rows` rows met most (gem_model.train.item_svd)."""
 
     dim: int
     max_rows: int = MAX_ROWS

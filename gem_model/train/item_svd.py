@@ -50,9 +50,8 @@ def _item_weight(model: GEM, dim: int) -> torch.Tensor:
 
 
 def _cooccurrence(model: GEM, batches: Iterable[Batch], max_rows: int) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """(seen rows of the shared item table [n], their bag co-occurrence counts [n, n] with a zero
-    diagonal, bags read). One bag per training row: its history items and its candidate, each once.
-    Only the `max_rows` rows met in the most bags are kept."""
+    """`bag_counts` of the window's bags (one per training row: its history items and its candidate), and
+    the bags read."""
     cfg = model.cfg
     j, col = cfg.target_pairs[0]
     bag_rows: list[torch.Tensor] = []
@@ -98,10 +97,8 @@ def bag_counts(rows: torch.Tensor, items: torch.Tensor, bags: int, max_rows: int
 
 @torch.no_grad()
 def set_item_svd(model: GEM, batches: Iterable[Batch], dim: int, max_rows: int = MAX_ROWS) -> dict[str, int]:
-    """Write PPMI-SVD directions of the item table shared by the candidate and the history into
-    `model`'s embeddings, from `batches` (the training window, read once). Returns {"rows": rows
-    written, "bags": rows read}. Only the `max_rows` rows met in the most bags are fitted (the count
-    matrix is dense: max_rows^2 floats); the others keep their random start."""
+    """The cold start of the module doc, from `batches` (the window, read once); the count matrix is dense
+    (max_rows^2 floats). Returns {"rows": rows written, "bags": rows read}."""
     w = _item_weight(model, dim)
     seen, counts, bags = _cooccurrence(model, batches, max_rows)
     if len(seen) <= dim:
@@ -124,13 +121,10 @@ FOLD_PASSES = 3  # an id whose co-occurring ids are all new too gets its directi
 @torch.no_grad()
 def fold_in_item_svd(model: GEM, batches: Iterable[Batch], dim: int, max_rows: int = MAX_ROWS,
                      known: torch.Tensor | None = None) -> dict[str, int]:
-    """Fold the window's ids without a direction into a warm-started model's basis (module doc).
-
-    known: bool [table rows], the rows that already have their direction; default: the rows with a
-    non-zero `item_topic` vector (a model without the topic buffer cannot tell its old rows from
-    new ones: pass `known`, or nothing is folded). Known rows, of the table and of `item_topic`, are
-    left exactly as they were. Returns {"rows": rows folded in, "known": known rows of the window,
-    "unreached": new rows of the window met with no known id, "bags": rows read}."""
+    """Fold the window's ids without a direction into a warm-started model's basis (module doc); known rows,
+    of the table and of `item_topic`, stay as they were. known: bool [table rows], the rows with a direction
+    (default: a non-zero `item_topic` row; without that buffer pass it, or nothing is folded). Returns {"rows":
+    folded in, "known": known rows of the window, "unreached": new rows met with no known id, "bags": read}."""
     w, cfg = _item_weight(model, dim), model.cfg
     if known is None:
         if not cfg.n_topic_stats:
