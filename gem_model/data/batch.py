@@ -37,15 +37,13 @@ class Batch:
         return int(self.dense.shape[0])
 
     def _map(self, fn) -> Batch:
-        kw = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, torch.Tensor):
-                v = fn(v)
-            elif isinstance(v, dict):
-                v = {k: fn(t) for k, t in v.items()}
-            kw[f.name] = v
-        return Batch(**kw)
+        """fn on every tensor (those of `history` too); the rest as it is."""
+        def one(v):
+            if isinstance(v, dict):
+                return {k: fn(t) for k, t in v.items()}
+            return fn(v) if isinstance(v, torch.Tensor) else v
+
+        return Batch(**{f.name: one(getattr(self, f.name)) for f in fields(self)})
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         return self._map(lambda t: t.to(device, non_blocking=non_blocking))

@@ -62,16 +62,8 @@ class Chunk:
         new_off = np.zeros(len(idx) + 1, dtype=np.int64)
         np.cumsum(lengths, out=new_off[1:])
         gather = np.repeat(starts - new_off[:-1], lengths) + np.arange(new_off[-1], dtype=np.int64)
-        return Chunk(
-            self.dense[idx],
-            self.sparse[idx],
-            new_off,
-            {k: v[gather] for k, v in self.history.items()},
-            self.surface_idx[idx],
-            self.labels[idx],
-            self.label_mask[idx],
-            self.request_ids[idx],
-        )
+        return Chunk(**{f: getattr(self, f)[idx] for f in _ROW_FIELDS}, offsets=new_off,
+                     history={k: v[gather] for k, v in self.history.items()})
 
     @staticmethod
     def concat(chunks: Sequence[Chunk]) -> Chunk:
@@ -81,32 +73,25 @@ class Chunk:
         for c in chunks:
             offs.append(c.offsets[1:] + base)
             base += int(c.offsets[-1])
-        return Chunk(
-            np.concatenate([c.dense for c in chunks]),
-            np.concatenate([c.sparse for c in chunks]),
-            np.concatenate(offs),
-            {k: np.concatenate([c.history[k] for c in chunks]) for k in chunks[0].history},
-            np.concatenate([c.surface_idx for c in chunks]),
-            np.concatenate([c.labels for c in chunks]),
-            np.concatenate([c.label_mask for c in chunks]),
-            np.concatenate([c.request_ids for c in chunks]),
-        )
+        return Chunk(**{f: np.concatenate([getattr(c, f) for c in chunks]) for f in _ROW_FIELDS},
+                     offsets=np.concatenate(offs),
+                     history={k: np.concatenate([c.history[k] for c in chunks]) for k in chunks[0].history})
 
     def to_batch(self, pin_memory: bool = False) -> Batch:
         """Tensors (views of the arrays; page-locked copies with `pin_memory`), with `max_len`."""
         lengths = np.diff(self.offsets)
         batch = Batch(
-            dense=torch.from_numpy(self.dense),
-            sparse=torch.from_numpy(self.sparse),
+            **{f: torch.from_numpy(getattr(self, f)) for f in _ROW_FIELDS[:-1]},
             offsets=torch.from_numpy(self.offsets),
             history={k: torch.from_numpy(v) for k, v in self.history.items()},
-            surface_idx=torch.from_numpy(self.surface_idx),
-            labels=torch.from_numpy(self.labels),
-            label_mask=torch.from_numpy(self.label_mask),
             request_ids=self.request_ids.tolist(),
             max_len=int(lengths.max()) if len(lengths) else 0,
         )
         return batch.pin_memory() if pin_memory else batch
+
+
+# one entry per row (request_ids last: the one that is not a tensor in a Batch)
+_ROW_FIELDS = ("dense", "sparse", "surface_idx", "labels", "label_mask", "request_ids")
 
 
 class Encoder:
@@ -190,12 +175,8 @@ class Encoder:
         return Chunk(dense, sparse, offsets, history, surface_idx, labels, mask.astype(bool), rids)
 
 
-def _as_date(d: dt.date | str) -> dt.date:
-    return d if isinstance(d, dt.date) else dt.date.fromisoformat(str(d))
-
-
 def date_range(start: dt.date | str, end: dt.date | str) -> list[dt.date]:
-    s, e = _as_date(start), _as_date(end)
+    s, e = (d if isinstance(d, dt.date) else dt.date.fromisoformat(str(d)) for d in (start, end))
     return [s + dt.timedelta(days=i) for i in range((e - s).days + 1)]
 
 
@@ -279,10 +260,7 @@ class ExampleStream:
 
     def count_rows(self) -> int:
         """Rows in the window (cheap: Delta pruning + parquet statistics)."""
-        total = 0
-        for d in self.dates:
-            total += int(self._scan(d).select(pl.len()).collect().item())
-        return total
+        return sum(int(self._scan(d).select(pl.len()).collect().item()) for d in self.dates)
 
     def _chunks(self, rng: np.random.Generator) -> Iterator[Chunk]:
         days = list(self.dates)

@@ -20,6 +20,13 @@ from gem_model.data.own_surface import own_surface_view
 MIN_STD = 1e-6
 
 
+def window_scan(uri: str, dates: Sequence[Any], surfaces: Sequence[str] | None,
+                storage_options: dict[str, str] | None = None) -> pl.LazyFrame:
+    """The rows of `dates` (and of `surfaces` when given) of the table at `uri`."""
+    lf = pl.scan_delta(uri, storage_options=storage_options or {}).filter(pl.col("date").is_in(list(dates)))
+    return lf.filter(pl.col("surface").is_in(list(surfaces))) if surfaces else lf
+
+
 def dense_expr(f: DenseFeature) -> pl.Expr:
     """The Encoder's transform of one dense column, as a polars expression."""
     x = pl.col(f.name).cast(pl.Float64).fill_null(0.0)
@@ -32,9 +39,7 @@ def dense_stats(
 ) -> tuple[list[float], list[float]]:
     """(mean, std) of every dense feature over the window's rows (population std, floored), as a model
     of `own_surface` alone reads them when given (gem_model.data.own_surface)."""
-    lf = pl.scan_delta(uri, storage_options=storage_options or {}).filter(pl.col("date").is_in(list(dates)))
-    if surfaces:
-        lf = lf.filter(pl.col("surface").is_in(list(surfaces)))
+    lf = window_scan(uri, dates, surfaces, storage_options)
     if own_surface:
         lf = own_surface_view(lf, own_surface)
     x = lf.select([dense_expr(f) for f in features.dense])
@@ -52,9 +57,7 @@ def base_rates(
     uri: str, dates: Sequence[Any], surfaces: Sequence[str] | None, storage_options: dict[str, str] | None = None,
 ) -> dict[str, dict[str, float]]:
     """{surface: {task: positive rate}} over the window's labelled rows (a task with none is left out)."""
-    lf = pl.scan_delta(uri, storage_options=storage_options or {}).filter(pl.col("date").is_in(list(dates)))
-    if surfaces:
-        lf = lf.filter(pl.col("surface").is_in(list(surfaces)))
+    lf = window_scan(uri, dates, surfaces, storage_options)
     df = lf.group_by("surface").agg(pl.col("click").cast(pl.Float64).mean(),
                                     pl.col("conversion").cast(pl.Float64).mean()).collect()
     return {r["surface"]: {t: float(r[t]) for t in ("click", "conversion") if r[t] is not None}

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gem_model.config import FeaturesConfig, SurfacesConfig
+from gem_model.data.normalization import window_scan
 
 UNKNOWN = 0  # row of null and out-of-vocabulary values
 NULL_BUCKET = 0  # hashed ids land in 1..buckets-1; bucket 0 means null / missing
@@ -63,8 +64,6 @@ def hash_array(arr: pa.Array | pa.ChunkedArray, buckets: int) -> np.ndarray:
     return out
 
 
-
-
 def vocab_values(vocab: Sequence[str] | str, surfaces: SurfacesConfig) -> list[str]:
     """The values of a `vocab:` entry ("surfaces" = surfaces.yaml names in order)."""
     return list(surfaces.names) if vocab == "surfaces" else list(vocab)
@@ -93,9 +92,7 @@ def collision_rates(
 ) -> dict[str, dict[str, float]]:
     """Per hashed (open-vocabulary) feature of the window: distinct ids, and the fraction of them
     that share their row with another id of the window."""
-    lf = pl.scan_delta(uri, storage_options=storage_options or {}).filter(pl.col("date").is_in(list(dates)))
-    if surfaces:
-        lf = lf.filter(pl.col("surface").is_in(list(surfaces)))
+    lf = window_scan(uri, dates, surfaces, storage_options)
     out: dict[str, dict[str, float]] = {}
     cols = [(f.name, f.buckets, False) for f in features.sparse if f.vocab is None]
     cols += [(c.name, int(c.buckets or 2), True) for c in features.history.columns
