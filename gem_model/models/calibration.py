@@ -1,25 +1,14 @@
 """Post-hoc calibration of a GEM model, a domain model or a student: per (surface, task),
-p = sigmoid(a * z + b) on its logit z.
+p = sigmoid(a * z + b) on its logit z (Platt scaling: moves a head's mean, keeps its ranking).
 
-Why: a model selected on E-1 by NE can still be biased per surface (the evaluation world measured
-mean prediction / click rate of 0.92-1.06 on E). Two parameters per head (Platt scaling) move the
-mean without touching the ranking. They are fitted by minimising log loss on the model's own
-predictions of days it never trained on and that are not E, stored with its weights as plain tensors
-(`torch.load(weights_only=True)` still loads it) and applied by the one function that turns logits
-into probabilities for scoring (`apply`, called by `metrics.predict` and `teacher.predict_teacher`;
-students: `distill.trainer.predict_student`).
-
-One day's clicks (about 340 a surface in the evaluation world) make a noisy map, so two rules add clicks
-without touching a training day (`calibration_days`, `fit_calibrator`):
-- the fitting days are every day after the model's training window up to the validation day E-1: the
-  foundation (trained up to E-2-Δ) gets E-2 and E-1 together, domain models and students (trained up to
-  E-2) E-1 alone;
-- each surface's map is shrunk toward a pooled map fitted on every surface's rows of the same days
-  (the same task), with the weight positives / (positives + `shrink_positives`) on the surface's own
-  map: a surface with few clicks leans on the pooled map, one with many keeps its own. A student sees one
-  surface: its prior is the identity (its targets are the teacher's calibrated probabilities).
-A head with fewer than `min_positives` positives gets the pooled map alone (identity when the pooled
-rows have fewer too).
+A model selected on E-1 by NE can still be biased per surface. The map is fitted by minimising log
+loss on the model's own predictions of the days after its training window up to E-1 (never a training
+day, never E: `calibration_days`), stored with its weights as plain tensors (weights_only-safe) and
+applied by `apply` (`metrics.predict`, `teacher.predict_teacher`, `distill.trainer.predict_student`).
+One day's clicks make a noisy map, so each surface's map is shrunk toward a pooled map fitted on every
+surface's rows of the same days, with weight positives / (positives + `shrink_positives`) on its own
+(a student sees one surface: its prior is the identity). A head with fewer than `min_positives`
+positives gets the pooled map alone (identity when the pooled rows have fewer too).
 """
 
 from __future__ import annotations

@@ -247,10 +247,8 @@ class GEM(nn.Module):
         self, h: torch.Tensor, surface_idx: torch.Tensor, wide_in: torch.Tensor, sparse: torch.Tensor,
         cross: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        names = self.cfg.surfaces
-        head_w = torch.stack([self.head_w[s] for s in names])[surface_idx]
-        wide_w = torch.stack([self.wide[s] for s in names])[surface_idx]
-        head_b = torch.stack([self.head_b[s] for s in names])[surface_idx]
+        head_w, wide_w, head_b = (torch.stack([p[s] for s in self.cfg.surfaces])[surface_idx]
+                                  for p in (self.head_w, self.wide, self.head_b))
         with torch.autocast(h.device.type, enabled=False):  # heads in fp32, whatever the autocast dtype
             deep = torch.einsum("bd,btd->bt", h.float(), head_w.float())
             wide = torch.einsum("bk,btk->bt", wide_in.float(), wide_w.float())

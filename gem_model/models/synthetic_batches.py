@@ -41,12 +41,8 @@ def config_from_assets(preset: str = "base", overrides: dict[str, Any] | None = 
     `GEMConfig.from_specs` builds, without the pydantic validation of gem_model.config)."""
     feats, surfs = _yaml(assets / "features.yaml"), _yaml(assets / "surfaces.yaml")
     hist = feats["history"]
-    tables: dict[str, int] = {}
-    for f in feats["sparse"]:
-        tables[f["table"]] = int(f["buckets"])
-    for c in hist["columns"]:
-        if c.get("table") and c.get("buckets"):
-            tables[c["table"]] = int(c["buckets"])
+    tables = {f["table"]: int(f["buckets"]) for f in [*feats["sparse"], *hist["columns"]]
+              if f.get("table") and f.get("buckets")}
     names = [s["name"] for s in surfs["surfaces"]]
     dims = {**preset_dims(preset, assets), **(overrides or {})}
     return GEMConfig(**{

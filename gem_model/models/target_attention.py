@@ -1,18 +1,12 @@
 """DIN-style target attention of the candidate ad over the user's history (arXiv 1706.06978).
 
-Scores come from learned projections: a DIN activation unit MLP([q, k, q*k, q-k]) plus a projected
-bilinear term q.k / sqrt(d), with q = W_q(candidate), k = W_k(history item) (the same item table:
-ads appear in histories as items). Two poolings of the projected history tokens:
-
-- normalised (softmax over the history): *what* the matching history looks like;
-- unnormalised (sum of sigmoid-gated tokens, over the preset's max length, as in DIN): *how much*
-  of the history matches, which a softmax divides away.
-
-Six match statistics per row join the dense/wide inputs, so the strength of the match reaches
-the logit through a linear path too: log1p(soft match count), soft match count / max_len, the
-mean and the best score (0 for an empty history). The wide path starts with a positive weight on
-them (`STAT_INIT`): with a zero weight no gradient reaches the attention until the deep path has
-learned to read it, and on a small window it never does.
+Scores: a DIN activation unit MLP([q, k, q*k, q-k]) plus a bilinear q.k / sqrt(d), on learned
+projections q = W_q(candidate), k = W_k(history item) (ads appear in histories as items). Two
+poolings of the projected history tokens: softmax-normalised (*what* the matching history looks
+like) and a sum of sigmoid-gated tokens over the preset's max length (*how much* of it matches,
+which a softmax divides away). Match statistics per row (`forward`) also join the wide path, with
+a positive initial weight (`STAT_INIT`): with zero, no gradient reaches the attention until the
+deep path has learned to read it, and on a small window it never does.
 """
 
 from __future__ import annotations
