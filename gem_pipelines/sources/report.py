@@ -10,19 +10,34 @@ Written to reports/real_data_report.json and .md.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from gem_model.config import load_calendar, load_surfaces
+from gem_model.config import SIM, dataset_name, load_calendar, load_surfaces
 from gem_model.data.loader import ExampleStream
-from gem_model.eval.metrics import TASKS, auc, bootstrap_ci, calibration, normalized_entropy, predict
+from gem_model.eval.baselines import run_baselines
+from gem_model.eval.metrics import (
+    TASKS,
+    auc,
+    bootstrap_ci,
+    bootstrap_ne,
+    calibration,
+    interval,
+    normalized_entropy,
+    paired_difference,
+    predict,
+)
 from gem_model.models.registry import list_versions, load_model, read_accepted
-from gem_model.store.paths import reports_dir, storage_options, table_uri
+from gem_model.store.paths import models_dir, reports_dir, storage_options, table_uri
+from gem_model.train.config import load_preset
+from gem_model.train.foundation import run_foundation
 from gem_pipelines.sources.common import load_source
 
 FOUNDATION, BASELINE = "foundation_model", "single_surface_baseline"
@@ -98,16 +113,12 @@ def real_data_report(dataset: str, *, n_boot: int = 200, lake: str | None = None
         "foundation_version": found[0] if found else None,
         "foundation_accepted": found[1] if found else False,
         "rows": [],
-        "hierarchical": {},
+        "hierarchical": {d: "applicable" if len(surfaces.in_domain(d)) >= 2 else "not applicable: the domain has one surface"
+                         for d in surfaces.domains},
     }
-    for domain in surfaces.domains:
-        n = len(surfaces.in_domain(domain))
-        doc["hierarchical"][domain] = "applicable" if n >= 2 else "not applicable: the domain has one surface"
     if found is None:
         doc["note"] = "no foundation model was trained"
         return doc
-    from gem_model.store.paths import models_dir
-
     version = found[0]
     preds = {"foundation": _scores(models_dir(FOUNDATION) / version, day, surfaces.names, lake)}
     for s in surfaces.names:
@@ -197,8 +208,6 @@ def pooled_difference(diffs: dict[str, np.ndarray], points: dict[str, float], po
     w = w / w.sum()
     boot = np.sum([wi * np.asarray(diffs[s], dtype=np.float64) for wi, s in zip(w, names, strict=True)], axis=0)
     point = float(sum(wi * points[s] for wi, s in zip(w, names, strict=True)))
-    from gem_model.eval.metrics import paired_difference
-
     return {"surfaces": names, "weights": {s: float(wi) for s, wi in zip(names, w, strict=True)},
             **paired_difference(boot, np.zeros_like(boot), point)}
 
@@ -213,9 +222,6 @@ def seeds_report(dataset: str, versions: dict[int, str], *, n_boot: int = 1000,
     ({seed: dir holding <model>/eval_predictions.parquet of LR_MODELS}), the logistic regression and
     the base rate on the same resamples. `pooled`: the difference pooled over every surface but the
     one with the most positives on E (the small surfaces), weighted by their positives."""
-    from gem_model.eval.metrics import bootstrap_ne, interval, paired_difference
-    from gem_model.store.paths import models_dir
-
     cfg = load_source(dataset)
     surfaces = load_surfaces()
     seeds = sorted(versions)
@@ -311,9 +317,6 @@ def trained_version(seed: int, preset: str) -> str | None:
     """A foundation version already trained with this seed and the preset's current hyperparameters
     (the demo's, or an earlier --seeds run), with every baseline's predictions on E: the ACCEPTED one
     first, else the newest. None: train one."""
-    from gem_model.store.paths import models_dir
-    from gem_model.train.config import load_preset
-
     spec = load_preset(preset)
     accepted = read_accepted(FOUNDATION)
     candidates = list(reversed(list_versions(FOUNDATION)))
@@ -336,16 +339,12 @@ def lr_baselines(seed: int, version: str) -> Path:
     """The logistic regression and the base rate of gem_model.eval.baselines fitted with this seed on the
     teacher's window (the epoch kept on E-1), beside the foundation version as gem_model.eval.model_quality
     puts them; reused when already there."""
-    import datetime as dt
-
-    from gem_model.eval.baselines import run_baselines
-    from gem_model.store.paths import models_dir
-
     out = models_dir(FOUNDATION) / version / "baselines" / f"seed{seed}"
     if all((out / m / PREDICTIONS).is_file() for m in LR_MODELS):
         return out
-    roles = load_calendar().roles()
-    days = [str(roles.teacher[0] + dt.timedelta(days=i)) for i in range((roles.teacher[1] - roles.teacher[0]).days + 1)]
+    calendar = load_calendar()
+    roles = calendar.roles()
+    days = [str(d) for d in calendar.dates() if roles.teacher[0] <= d <= roles.teacher[1]]
     uri = table_uri("training_examples")
     run_baselines(days, str(roles.validation), str(roles.evaluation), out, uri=uri, seed=seed,
                   storage_options=storage_options(uri))
@@ -355,8 +354,6 @@ def lr_baselines(seed: int, version: str) -> Path:
 def run_seeds(dataset: str, seeds: list[int], preset: str) -> Path:
     """The foundation + baselines of every seed on the lake already built (selection on E-1): reused
     where already trained (trained_version), else trained now; then reports/real_data_seeds.{json,md}."""
-    from gem_model.train.foundation import run_foundation
-
     versions = {seed: trained_version(seed, preset) or run_foundation(preset, seeds=(seed,), baselines=True)["version"]
                 for seed in seeds}
     doc = seeds_report(dataset, versions, baselines={seed: lr_baselines(seed, versions[seed]) for seed in seeds})
@@ -370,11 +367,6 @@ def main(argv: list[str] | None = None) -> None:
     """`GEM_DATA=douban GEM_HOME=.gem/douban python -m gem_pipelines.sources.report`: (re)write the
     report from the models and lake already there (the demo writes it at its end). With `--seeds 0 1 2`:
     train the foundation and its baselines once per seed and write reports/real_data_seeds.md."""
-    import argparse
-    import os
-
-    from gem_model.config import SIM, dataset_name
-
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("--seeds", type=int, nargs="*", default=None)
     ap.add_argument("--preset", default=os.environ.get("GEM_MODEL_PRESET", "small"))
