@@ -38,19 +38,6 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from gem_model.models.gem import GEM
 
 
-class _ScaleGrad(torch.autograd.Function):
-    """Identity forward; gradient times `scale` backward."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, scale: float) -> torch.Tensor:
-        ctx.scale = scale
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return grad * ctx.scale, None
-
-
 class RowShardedEmbedding(nn.Module):
     """An `nn.Embedding` whose rows are split across the ranks of `group`; same call, same output."""
 
@@ -92,8 +79,10 @@ class RowShardedEmbedding(nn.Module):
         send_splits, recv_splits = send.tolist(), recv.tolist()  # split sizes must be on the host
         wanted = flat.new_empty(sum(recv_splits))
         torch_dist.all_to_all_single(wanted, flat[order].contiguous(), recv_splits, send_splits, group=self.group)
-        # every rank's loss reaches a row's gradient: take the mean over ranks, as FSDP2 does for dense grads
-        rows = F.embedding(wanted - self.start, _ScaleGrad.apply(self.weight, 1.0 / self.world_size))
+        w = self.weight.view_as(self.weight)
+        if w.requires_grad:  # every rank's loss reaches a row's gradient: the mean over ranks, as FSDP2 takes
+            w.register_hook(lambda g: g * (1.0 / self.world_size))
+        rows = F.embedding(wanted - self.start, w)
         back = funcol.all_to_all_single_autograd(rows, send_splits, recv_splits, self.group)
         back = funcol.wait_tensor(back) if isinstance(back, funcol.AsyncCollectiveTensor) else back
         out = back.new_empty(back.shape).index_copy(0, order, back)  # undo the sort by owner
