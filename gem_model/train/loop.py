@@ -129,6 +129,8 @@ def _say(rank: int, msg: str) -> None:
 @dataclass
 class Run:
     cfg: dict[str, Any]  # the resolved config (gem_model.train.config.resolve_config)
+    tcfg: dict[str, Any]  # cfg["train"]
+    dcfg: dict[str, Any]  # cfg["data"]
     mcfg: GEMConfig
     out: Path
     rank: int
@@ -143,14 +145,6 @@ class Run:
     amp_dtype: torch.dtype | None
     streams: RunStreams
     tracker: Tracker | None = None
-
-    @property
-    def tcfg(self) -> dict[str, Any]:
-        return self.cfg["train"]
-
-    @property
-    def dcfg(self) -> dict[str, Any]:
-        return self.cfg["data"]
 
     @property
     def takes_part(self) -> bool:
@@ -217,7 +211,7 @@ def setup(cfg: dict[str, Any], *, init_from: str | Path | None, resume: bool, fe
                          seed=cfg["seed"], rank=rank, world=world)
     apply_startup_fits(core, tcfg, streams, warm=init_from is not None, resuming=resume and (out / CHECKPOINT).exists(),
                        sharded=sharded, say=lambda msg: _say(rank, msg))
-    run = Run(cfg, mcfg, out, rank, world, device, model, core, layout, opt_dense, opt_emb, emb_lrs,
+    run = Run(cfg, tcfg, dcfg, mcfg, out, rank, world, device, model, core, layout, opt_dense, opt_emb, emb_lrs,
               autocast_dtype(str(tcfg["precision"]), device), streams)
     return run, warm
 

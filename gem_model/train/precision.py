@@ -12,6 +12,4 @@ def autocast_dtype(precision: str, device: torch.device | str) -> torch.dtype | 
     """bf16 -> torch.bfloat16 (autocast on any device); fp32 -> None; auto -> bf16 on CUDA only."""
     if precision not in PRECISIONS:
         raise ValueError(f"train.precision must be auto, bf16 or fp32, got {precision!r}")
-    if precision == "bf16" or (precision == "auto" and torch.device(device).type == "cuda"):
-        return torch.bfloat16
-    return None
+    return torch.bfloat16 if precision == "bf16" or (precision == "auto" and torch.device(device).type == "cuda") else None
