@@ -160,9 +160,8 @@ class SurfacesConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> SurfacesConfig:
-        names = [s.name for s in self.surfaces]
-        if len(set(names)) != len(names):
-            raise ValueError(f"surfaces: duplicate surface names in {names}")
+        if len(set(self.names)) != len(self.names):
+            raise ValueError(f"surfaces: duplicate surface names in {self.names}")
         if not self.surfaces:
             raise ValueError("surfaces: at least one surface is required")
         total = sum(s.traffic_share for s in self.surfaces)

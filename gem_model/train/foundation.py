@@ -47,10 +47,6 @@ ROW_KEYS = ("surface", "task", "ne", "auc", "calibration", "calibration_raw", "n
             "positives")
 
 
-def _rows(summary: dict[str, Any], model: str, seed: int) -> list[dict[str, Any]]:
-    return [{"model": model, "seed": seed, **{k: r.get(k) for k in ROW_KEYS}} for r in summary["rows"]]
-
-
 def run_foundation(
     preset: str,
     *,
@@ -107,7 +103,7 @@ def run_foundation(
         summary = train(config, out_dir=out_dir, init_from=init, tracker=run, features=features, surfaces=surfaces)
         if run is not None:
             run.finish()
-        rows.extend(_rows(summary, job, seed))
+        rows.extend({"model": job, "seed": seed, **{k: r.get(k) for k in ROW_KEYS}} for r in summary["rows"])
         return summary
 
     result: dict[str, Any] = {}

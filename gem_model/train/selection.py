@@ -11,7 +11,7 @@ import tempfile
 import time
 from typing import Any
 
-from gem_model.config import FeaturesConfig, env, load_calendar
+from gem_model.config import FeaturesConfig, env, load_calendar, load_features
 
 
 def variant_features(features: FeaturesConfig, overrides: dict[str, Any]) -> FeaturesConfig | None:
@@ -39,7 +39,6 @@ def score_variant(
     the calendar's teacher window (or `window`), validating on E-1 (or `valid`) every `eval_every`
     steps with early stopping. Returns the best E-1 score (click NE weighted by positives), its step,
     the score by step and the best checkpoint's E-1 click NE per surface."""
-    from gem_model.config import load_features
     from gem_model.train.loop import train
 
     if window is None or valid is None:

@@ -40,9 +40,8 @@ def apply_startup_fits(core: GEM, train: dict[str, Any], streams: RunStreams, *,
                        sharded: bool, say: Callable[[str], None]) -> None:
     """Run the fits `train` (a resolved train config) switches on, in the order of the module doc.
     warm: the weights come from an older checkpoint; resuming: a checkpoint of this run will be loaded."""
-    own_surface = streams.train.own_surface
     core.set_dense_stats(*dense_stats(streams.uri, streams.days, streams.data["surfaces"], streams.features,
-                                      streams.storage_options, own_surface))
+                                      streams.storage_options, streams.train.own_surface))
     if train["head_bias"] == "base_rate" and not warm:  # -3 logits is 400 steps away from a 70% rating-click world
         set_head_bias(core, base_rates(streams.uri, streams.days, streams.data["surfaces"], streams.storage_options))
     if (dp := train["dense_prior"]) and not warm:

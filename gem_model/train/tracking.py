@@ -30,15 +30,6 @@ def wandb_mode() -> str:
     return "online" if os.environ.get("WANDB_API_KEY") else "offline"
 
 
-def wandb_dirs() -> dict[str, str]:
-    base = gem_home() / "wandb"
-    dirs = {"WANDB_DIR": base, "WANDB_DATA_DIR": base / "data", "WANDB_CACHE_DIR": base / "cache",
-            "WANDB_ARTIFACT_DIR": base / "artifacts"}
-    for d in dirs.values():
-        d.mkdir(parents=True, exist_ok=True)
-    return {k: str(v) for k, v in dirs.items()}
-
-
 class Tracker:
     """One W&B run (or nothing when disabled). `info()` is what goes into Dagster metadata."""
 
@@ -51,8 +42,11 @@ class Tracker:
         self._run: Any = None
         if self.mode == "disabled":
             return
-        for k, v in wandb_dirs().items():
-            os.environ.setdefault(k, v)
+        base = gem_home() / "wandb"  # W&B's folders under GEM_HOME unless the environment says otherwise
+        for k, d in {"WANDB_DIR": base, "WANDB_DATA_DIR": base / "data", "WANDB_CACHE_DIR": base / "cache",
+                     "WANDB_ARTIFACT_DIR": base / "artifacts"}.items():
+            d.mkdir(parents=True, exist_ok=True)
+            os.environ.setdefault(k, str(d))
         import wandb  # lazy: importing wandb costs seconds
 
         self._run = wandb.init(project=project, id=run_id, name=name, group=group, job_type=job_type,

@@ -20,6 +20,7 @@ import numpy as np
 import polars as pl
 
 from gem_model.eval.metrics import bootstrap_ne, interval, normalized_entropy, paired_difference, read_oracle
+from gem_model.store.paths import storage_options, table_uri
 
 PREDICTIONS = "eval_predictions.parquet"  # written by gem_model.train.loop.train for data.eval
 
@@ -83,8 +84,6 @@ def warm_vs_cold(
 
 
 def _oracle(config: dict[str, Any], day: str, uri: str | None) -> pl.DataFrame | None:
-    from gem_model.store.paths import storage_options, table_uri
-
     if uri is None and not (config.get("data") or {}).get("oracle", True):
         return None
     lake = (config.get("data") or {}).get("lake")
