@@ -133,60 +133,32 @@ def normalize_partition(stage: pl.DataFrame, surface: Surface, date: dt.date) ->
     inline_labels = surface.format != "event_stream"
     bad_label = pl.lit(False)
     if inline_labels:
-        bad_label = (
-            _bad("click", "click_t")
-            | pl.col("click").is_null()
-            | _bad("click_ts", "click_ts_t")
-            | _bad("conversion", "conversion_t")
-            | _bad("conversion_ts", "conversion_ts_t")
-            | (pl.col("click_t") == 1) & pl.col("click_ts_t").is_null()
+        bad_label = pl.any_horizontal(
+            _bad("click", "click_t"), pl.col("click").is_null(), _bad("click_ts", "click_ts_t"),
+            _bad("conversion", "conversion_t"), _bad("conversion_ts", "conversion_ts_t"),
+            (pl.col("click_t") == 1) & pl.col("click_ts_t").is_null(),
+            pl.lit(has_conversion) & pl.col("conversion").is_null(),
         )
-        if has_conversion:
-            bad_label = bad_label | pl.col("conversion").is_null()
+    enums = {"objective": OBJECTIVES, "creative_format": CREATIVE_FORMATS, "device": DEVICES}
     rules: list[tuple[str, pl.Expr]] = [
         ("unknown_enum", kind.is_null() | ~kind.is_in(KINDS)),
         ("missing_id", imp & _missing("request_id", "user_id", "ad_id", "advertiser_id")),
         ("missing_id", org & _missing("user_id", "item_id")),
         ("missing_id", lab & _missing("request_id")),
-        (
-            "bad_type",
-            imp
-            & (
-                _bad("user_id", "user_id_t")
-                | _bad("ad_id", "ad_id_t")
-                | _bad("advertiser_id", "advertiser_id_t")
-                | pl.col("position_t").is_null()
-                | pl.col("bid_t").is_null()
-                | _bad("user_tenure_days", "tenure_t")
-                | pl.col("ts_t").is_null()
-                | bad_label
-            ),
-        ),
+        ("bad_type", imp & pl.any_horizontal(
+            _bad("user_id", "user_id_t"), _bad("ad_id", "ad_id_t"), _bad("advertiser_id", "advertiser_id_t"),
+            pl.col("position_t", "bid_t", "ts_t").is_null(), _bad("user_tenure_days", "tenure_t"), bad_label,
+        )),
         ("bad_type", org & (_bad("user_id", "user_id_t") | _bad("item_id", "item_id_t") | pl.col("ts_t").is_null())),
         ("bad_type", lab & pl.col("ts_t").is_null()),
-        (
-            "unknown_enum",
-            imp
-            & (
-                ~pl.col("objective").is_in(OBJECTIVES).fill_null(False)
-                | ~pl.col("creative_format").is_in(CREATIVE_FORMATS).fill_null(False)
-                | ~pl.col("device").is_in(DEVICES).fill_null(False)
-            ),
-        ),
+        ("unknown_enum", imp & ~pl.all_horizontal(pl.col(c).is_in(v).fill_null(False) for c, v in enums.items())),
         ("unknown_enum", org & ~pl.col("action").is_in(ORGANIC_ACTIONS).fill_null(False)),
-        (
-            "out_of_range_value",
-            imp & ((pl.col("bid_t") < 0) | (pl.col("position_t") < 1) | (pl.col("tenure_t") < 0)),
-        ),
+        ("out_of_range_value", imp & ((pl.col("bid_t") < 0) | (pl.col("position_t") < 1) | (pl.col("tenure_t") < 0))),
         ("out_of_range_value", pl.col("user_id_t") < 0),
         ("out_of_range_ts", (imp | org) & ~in_day),
         ("out_of_range_ts", imp & ~label_ts_ok),
-        (
-            "unexpected_label",
-            pl.lit(not has_conversion)
-            & ((kind == "conversion") | (imp & (pl.col("conversion_t") == 1))),
-        ),
-    ]
+        ("unexpected_label", pl.lit(not has_conversion) & ((kind == "conversion") | (imp & (pl.col("conversion_t") == 1)))),
+    ]  # fmt: skip
     typed = typed.with_columns(reason=_first_reason(rules))
 
     # Duplicates: of the records that passed every rule so far, the first copy wins.
