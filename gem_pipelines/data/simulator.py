@@ -693,8 +693,7 @@ class _Rec:
         if fmt in _JSON_FORMATS:
             self.obj = json.loads(doc.files[f][i])
         elif fmt == "csv_ms":
-            self.obj = doc.files[f][i].split(",")
-            self.index = {h: k for k, h in enumerate(doc.headers[f].split(","))}
+            self.obj = dict(zip(doc.headers[f].split(","), doc.files[f][i].split(","), strict=True))
         else:
             self.obj = {c: v[doc.files[f][i]] for c, v in doc.cols[f].items()}
 
@@ -702,32 +701,23 @@ class _Rec:
         return field in self.fields
 
     def get(self, field: str):
-        loc = self.fields[field]
-        if self.fmt in _JSON_FORMATS:
-            d = self.obj
-            for k in loc:
-                d = d.get(k) if isinstance(d, dict) else None
-            return d
-        return self.obj[self.index[loc[0]]] if self.fmt == "csv_ms" else self.obj[loc[0]]
+        d = self.obj
+        for k in self.fields[field]:
+            d = d.get(k) if isinstance(d, dict) else None
+        return d
 
     def set(self, field: str, value) -> None:
-        loc = self.fields[field]
-        if self.fmt in _JSON_FORMATS:
-            d = self.obj
-            for k in loc[:-1]:
-                d = d[k]
-            if value is _DELETE:
-                d.pop(loc[-1], None)
-            else:
-                d[loc[-1]] = value
-        elif self.fmt == "csv_ms":
-            if value is _DELETE or value is None:
-                value = ""
-            elif isinstance(value, bool):
-                value = str(int(value))
-            self.obj[self.index[loc[0]]] = str(value)
+        *parents, key = self.fields[field]
+        d = self.obj
+        for k in parents:
+            d = d[k]
+        if value is _DELETE and self.fmt in _JSON_FORMATS:
+            d.pop(key, None)
+        elif self.fmt == "csv_ms":  # text, empty for null
+            value = int(value) if isinstance(value, bool) else value
+            d[key] = "" if value is _DELETE or value is None else str(value)
         else:
-            self.obj[loc[0]] = None if value is _DELETE else value
+            d[key] = None if value is _DELETE else value
 
     def get_ms(self, field: str) -> int | None:
         v = self.get(field)
@@ -740,7 +730,7 @@ class _Rec:
         if self.fmt in _JSON_FORMATS:
             self.doc.files[self.f][self.i] = json.dumps(self.obj, separators=(",", ":"))
         elif self.fmt == "csv_ms":
-            self.doc.files[self.f][self.i] = ",".join(self.obj)
+            self.doc.files[self.f][self.i] = ",".join(self.obj.values())
         else:
             row = self.doc.files[self.f][self.i]
             for c, v in self.obj.items():
@@ -1063,17 +1053,11 @@ class SimulatedPartition:
     @property
     def n_raw_records(self) -> int:
         """Raw records written: lines (without CSV headers) or parquet rows, corrupted and extra ones too."""
-        return (
-            self.n_impressions
-            + self.n_organic
-            + (self.n_click_events + self.n_conversion_events if self._separate_events else 0)
-            + sum(n for r, n in self.n_corrupted.items() if r in ("duplicate_record", "orphan_event"))
-            + (self.n_corrupted.get("unexpected_label", 0) if self._separate_events else 0)
-        )
-
-    @property
-    def _separate_events(self) -> bool:
-        return any(p.name == "events.jsonl" for p in self.files)
+        n = self.n_corrupted.get
+        events = self.n_click_events + self.n_conversion_events + n("unexpected_label", 0)
+        separate_events = any(p.name == "events.jsonl" for p in self.files)  # event_stream
+        extra = n("duplicate_record", 0) + n("orphan_event", 0) + (events if separate_events else 0)
+        return self.n_impressions + self.n_organic + extra
 
 
 def simulate_partition(

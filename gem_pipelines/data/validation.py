@@ -92,21 +92,13 @@ def load_suite_spec(table: str) -> dict[str, Any]:
     if not isinstance(spec, dict):
         raise ConfigError(f"{path}: expected a JSON object (an ExpectationSuite) at the top level")
     if spec.get("name") != table:
-        raise ConfigError(
-            f"{path}: field 'name' is {spec.get('name')!r}, must equal the table name {table!r}"
-        )
+        raise ConfigError(f"{path}: field 'name' is {spec.get('name')!r}, must equal the table name {table!r}")
     exps = spec.get("expectations")
     if not isinstance(exps, list):
         raise ConfigError(f"{path}: field 'expectations' must be a list")
     for i, e in enumerate(exps):
-        if (
-            not isinstance(e, dict)
-            or not isinstance(e.get("type"), str)
-            or not isinstance(e.get("kwargs"), dict)
-        ):
-            raise ConfigError(
-                f"{path}: field 'expectations[{i}]' needs a string 'type' and an object 'kwargs'"
-            )
+        if not (isinstance(e, dict) and isinstance(e.get("type"), str) and isinstance(e.get("kwargs"), dict)):
+            raise ConfigError(f"{path}: field 'expectations[{i}]' needs a string 'type' and an object 'kwargs'")
     return spec
 
 
