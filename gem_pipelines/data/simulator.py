@@ -485,13 +485,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def _ts_col(name: str, epoch_ms: np.ndarray, valid: np.ndarray | None = None) -> pl.Series:
-    s = pl.Series(name, epoch_ms.astype(np.int64) * 1000, dtype=pl.Int64).cast(F.UTC_US)
-    if valid is not None:
-        s = s.zip_with(
-            pl.Series(valid, dtype=pl.Boolean), pl.repeat(None, len(s), dtype=F.UTC_US, eager=True)
-        )
-    return s.alias(name)
+_IMP_SCHEMA = {**F.EVENTS_SCHEMA, "p_click": pl.Float64, "p_conversion": pl.Float64}
 
 
 def simulate_day_frames(
@@ -555,33 +549,21 @@ def simulate_day_frames(
     conv_ms = np.minimum(click_ms + conv_delay, imp_ms + _DAY_MS)
     tenure = np.round(np.maximum(0.0, day + t_ms / _DAY_MS - user["signup"][users]), 3)
     ymd = date.strftime("%Y%m%d")
-    imp = pl.DataFrame(
-        [
-            pl.Series("request_id", [f"{surf.name}-{ymd}-{i:07d}" for i in range(n)], dtype=pl.String),
-            _ts_col("ts", imp_ms),
-            pl.Series("date", [date] * n, dtype=pl.Date),
-            pl.Series("surface", [surf.name] * n, dtype=pl.String),
-            pl.Series("domain", [surf.domain] * n, dtype=pl.String),
-            pl.Series("user_id", c.user_ids[users], dtype=pl.Int64),
-            pl.Series("ad_id", c.ad_ids[ads], dtype=pl.Int64),
-            pl.Series("advertiser_id", ad["advertiser"][ads] + 1, dtype=pl.Int64),
-            pl.Series("objective", np.array(F.OBJECTIVES)[ad["objective"][ads]], dtype=pl.String),
-            pl.Series("creative_format", np.array(F.CREATIVE_FORMATS)[ad["format"][ads]], dtype=pl.String),
-            pl.Series("device", np.array(F.DEVICES)[device], dtype=pl.String),
-            pl.Series("position", position, dtype=pl.Int32),
-            pl.Series("bid", bid, dtype=pl.Float64),
-            pl.Series("user_tenure_days", tenure, dtype=pl.Float64),
-            pl.Series("hour_of_day", hour, dtype=pl.Int32),
-            pl.Series("click", click.astype(np.int8), dtype=pl.Int8),
-            _ts_col("click_ts", click_ms, click),
-            pl.Series("conversion", conv.astype(np.int8), dtype=pl.Int8)
-            if has_conv
-            else pl.Series("conversion", [None] * n, dtype=pl.Int8),
-            _ts_col("conversion_ts", conv_ms, conv if has_conv else np.zeros(n, bool)),
-            pl.Series("p_click", p_click, dtype=pl.Float64),
-            pl.Series("p_conversion", p_click * p_cvc if has_conv else [None] * n, dtype=pl.Float64),
-        ]
-    )
+    imp = pl.DataFrame({
+        "request_id": [f"{surf.name}-{ymd}-{i:07d}" for i in range(n)], "ts": imp_ms, "user_id": c.user_ids[users],
+        "ad_id": c.ad_ids[ads], "advertiser_id": ad["advertiser"][ads] + 1,
+        "objective": np.array(F.OBJECTIVES)[ad["objective"][ads]],
+        "creative_format": np.array(F.CREATIVE_FORMATS)[ad["format"][ads]], "device": np.array(F.DEVICES)[device],
+        "position": position, "bid": bid, "user_tenure_days": tenure, "hour_of_day": hour, "click": click,
+        "click_ts": click_ms, "conversion": conv, "conversion_ts": conv_ms, "p_click": p_click,
+        "p_conversion": p_click * p_cvc,
+    }).with_columns(  # times in epoch us; no conversion labels where the surface does not log them
+        pl.col("ts") * 1000,
+        click_ts=pl.when("click").then(pl.col("click_ts") * 1000),
+        conversion_ts=pl.when(pl.lit(has_conv) & pl.col("conversion")).then(pl.col("conversion_ts") * 1000),
+        conversion=pl.when(has_conv).then("conversion"), p_conversion=pl.when(has_conv).then("p_conversion"),
+        date=pl.lit(date), surface=pl.lit(surf.name), domain=pl.lit(surf.domain),
+    ).select(*F.EVENTS_SCHEMA, "p_click", "p_conversion").cast(_IMP_SCHEMA)  # fmt: skip
 
     # ---- organic activity ----
     m = int(rng.poisson(cfg.impressions_per_day * cfg.share(surf) * cfg.organic_per_impression))
@@ -590,17 +572,11 @@ def simulate_day_frames(
     o_topics = _categorical_rows(rng, _BETA_ORGANIC * interests[o_users] + item_mask)
     o_items = c.item_ids[c.items.sample(rng, o_topics)]
     o_action = rng.choice(len(F.ORGANIC_ACTIONS), m, p=_ACTION_P)
-    org = pl.DataFrame(
-        [
-            pl.Series("user_id", c.user_ids[o_users], dtype=pl.Int64),
-            _ts_col("ts", o_ms),
-            pl.Series("date", [date] * m, dtype=pl.Date),
-            pl.Series("surface", [surf.name] * m, dtype=pl.String),
-            pl.Series("item_id", o_items, dtype=pl.Int64),
-            pl.Series("action", np.array(F.ORGANIC_ACTIONS)[o_action], dtype=pl.String),
-            pl.Series("source", ["organic"] * m, dtype=pl.String),
-        ]
-    ).unique(maintain_order=True)  # exact duplicates would be quarantined as duplicate_record
+    # unique: exact duplicates would be quarantined as duplicate_record
+    org = pl.DataFrame({
+        "user_id": c.user_ids[o_users], "ts": o_ms * 1000, "date": [date] * m, "surface": [surf.name] * m,
+        "item_id": o_items, "action": np.array(F.ORGANIC_ACTIONS)[o_action], "source": ["organic"] * m,
+    }).cast(F.USER_ACTIVITY_SCHEMA).unique(maintain_order=True)  # type: ignore[arg-type]  # fmt: skip
     return imp, org
 
 
