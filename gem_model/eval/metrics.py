@@ -6,6 +6,7 @@ rate, lower is better, and the oracle's NE (the true probabilities of the simula
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -14,8 +15,10 @@ import numpy as np
 import polars as pl
 import torch
 
-from gem_model.data.loader import TASKS, Batch
+from gem_model.data.loader import TASKS, Batch, ExampleStream
 from gem_model.models.calibration import apply as calibrated
+from gem_model.store.paths import storage_options as env_storage_options
+from gem_model.store.paths import table_uri
 
 EPS = 1e-7
 
@@ -46,15 +49,7 @@ def auc(y: np.ndarray, p: np.ndarray) -> float:
     n_neg = float(len(y) - n_pos)
     if n_pos == 0 or n_neg == 0:
         return float("nan")
-    order = np.argsort(p, kind="mergesort")
-    ps = p[order]
-    ranks = np.empty(len(p), dtype=np.float64)
-    # average rank of each run of equal scores
-    boundaries = np.flatnonzero(np.diff(ps)) + 1
-    starts = np.concatenate([[0], boundaries])
-    ends = np.concatenate([boundaries, [len(ps)]])
-    avg = (starts + ends + 1) / 2.0  # 1-based average rank of the run
-    ranks[order] = np.repeat(avg, ends - starts)
+    ranks = pl.Series(p).rank("average").to_numpy()  # 1-based, ties share their average rank
     return float((ranks[y == 1].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
 
 
@@ -98,24 +93,24 @@ def predict(
         if with_embeddings:
             parts["emb"].append(h.float().cpu().numpy())
     model.train(was_training)
-    cat = {k: np.concatenate(v) if v else np.zeros((0, 2)) for k, v in parts.items() if k not in ("request_id",)}
+    # an empty loader: (0, 2) zeros, so the columns below are empty (embeddings aside)
+    cat = {k: np.concatenate(v) if v else np.zeros((0, 2)) for k, v in parts.items() if k != "request_id"}
     surfaces = list(core.cfg.surfaces)
-    n = len(parts["request_id"])
     cols: dict[str, Any] = {
         "request_id": pl.Series(parts["request_id"], dtype=pl.String),
-        "surface": pl.Series([surfaces[i] for i in cat["surface_idx"].astype(int).tolist()] if n else [], dtype=pl.String),
-        "click": cat["y"][:, 0] if n else np.zeros(0),
-        "conversion": cat["y"][:, 1] if n else np.zeros(0),
-        "click_mask": cat["m"][:, 0].astype(bool) if n else np.zeros(0, bool),
-        "conversion_mask": cat["m"][:, 1].astype(bool) if n else np.zeros(0, bool),
-        "p_click": cat["p"][:, 0].astype(np.float64) if n else np.zeros(0),
-        "p_conversion": cat["p"][:, 1].astype(np.float64) if n else np.zeros(0),
+        "surface": pl.Series([surfaces[i] for i in cat["surface_idx"].astype(int).tolist()], dtype=pl.String),
+        "click": cat["y"][:, 0],
+        "conversion": cat["y"][:, 1],
+        "click_mask": cat["m"][:, 0].astype(bool),
+        "conversion_mask": cat["m"][:, 1].astype(bool),
+        "p_click": cat["p"][:, 0].astype(np.float64),
+        "p_conversion": cat["p"][:, 1].astype(np.float64),
     }
     if parts["raw"]:  # a calibrated model: the raw probabilities too (reports show both)
         cols["p_click_raw"] = cat["raw"][:, 0].astype(np.float64)
         cols["p_conversion_raw"] = cat["raw"][:, 1].astype(np.float64)
     if with_embeddings:
-        emb = cat["emb"] if n else np.zeros((0, core.cfg.summary_dim), np.float32)
+        emb = cat["emb"] if parts["emb"] else np.zeros((0, core.cfg.summary_dim), np.float32)
         cols["embedding"] = pl.Series(emb.astype(np.float32)).cast(pl.Array(pl.Float32, emb.shape[1]))
     return pl.DataFrame(cols)
 
@@ -154,13 +149,10 @@ def metric_rows(preds: pl.DataFrame, oracle_df: pl.DataFrame | None = None) -> l
                 "positives": int(y.sum()),
             }
             col = f"oracle_{task}"
-            if col in s.columns:
-                ok = s.filter(pl.col(col).is_not_null())
-                if ok.height == s.height and ok.height:
-                    o_ne = normalized_entropy(ok[task].to_numpy(), ok[col].to_numpy())
-                    row["oracle_ne"] = o_ne
-                    if o_ne and math.isfinite(o_ne) and math.isfinite(row["ne"]):
-                        row["gap"] = row["ne"] / o_ne - 1.0
+            if col in s.columns and s[col].null_count() == 0:  # the oracle's NE only on all the same rows
+                row["oracle_ne"] = o_ne = normalized_entropy(y, s[col].to_numpy())
+                if o_ne and math.isfinite(o_ne) and math.isfinite(row["ne"]):
+                    row["gap"] = row["ne"] / o_ne - 1.0
             rows.append(row)
     return rows
 
@@ -177,8 +169,6 @@ def evaluate_day(
 ) -> list[dict[str, Any]]:
     """Metric rows of a GEM model on one day of `training_examples` (the gate's evaluation), with
     the oracle's NE when the lake has an oracle table."""
-    from gem_model.data.loader import ExampleStream
-
     surfaces = list(surfaces)
     oracle_df = read_oracle([day], surfaces, uri=oracle_uri, missing_ok=True)
     stream = ExampleStream(day, day, surfaces, batch_size=batch_size, shuffle=False, uri=uri,
@@ -193,15 +183,10 @@ def read_oracle(
     """The oracle rows of some days (evaluation only; models never read this table). Real logs have
     no oracle table: with `missing_ok` that gives None (metrics without the floor); any other
     failure to read an existing table still raises."""
-    import datetime as dt
-
     from deltalake import DeltaTable
 
-    from gem_model.store.paths import storage_options as env_so
-    from gem_model.store.paths import table_uri
-
     uri = uri or table_uri("oracle")
-    so = storage_options or env_so()
+    so = storage_options or env_storage_options()
     if missing_ok and not DeltaTable.is_deltatable(uri, storage_options=so):
         return None
     days = [d if isinstance(d, dt.date) else dt.date.fromisoformat(str(d)) for d in dates]
@@ -226,11 +211,6 @@ def _row_log_loss(y: np.ndarray, p: np.ndarray) -> np.ndarray:
     return -(y * np.log(p) + (1 - y) * np.log(1 - p))
 
 
-def _entropy_vec(rate: np.ndarray) -> np.ndarray:
-    r = np.clip(rate, 1e-12, 1 - 1e-12)
-    return -(r * np.log(r) + (1 - r) * np.log(1 - r))
-
-
 def _poisson_weights(n_rows: int, n_boot: int, seed: int, chunk: int):
     """Chunks of Poisson(1) row weights: the resamples every bootstrap of this module shares (a
     given seed gives the same resamples to NE and calibration, so they are paired too)."""
@@ -248,7 +228,8 @@ def bootstrap_ne(
     out: dict[str, list[np.ndarray]] = {k: [] for k in preds}
     for w in _poisson_weights(len(y), n_boot, seed, chunk):
         tot = w.sum(1)
-        h = _entropy_vec((w @ y) / tot)
+        r = np.clip((w @ y) / tot, 1e-12, 1 - 1e-12)  # each resample's own positive rate
+        h = -(r * np.log(r) + (1 - r) * np.log(1 - r))
         for k, v in ll.items():
             out[k].append((w @ v) / tot / h)
     return {k: np.concatenate(v) for k, v in out.items()}
