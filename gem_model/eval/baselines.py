@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,13 +62,11 @@ class LRFeatures:
     """Batch -> (indices, bag offsets, weights, dense) of the hashed logistic regression."""
 
     def __init__(self, features: FeaturesConfig, mean: Sequence[float], std: Sequence[float]):
-        names = [f.name for f in features.sparse]
-        self.col = {n: names.index(n) for n in names}
+        self.col = {f.name: i for i, f in enumerate(features.sparse)}
         self.dense_names = [f.name for f in features.dense]
         self.mean = torch.tensor(mean, dtype=torch.float32)
         self.std = torch.tensor(std, dtype=torch.float32)
-        hist = [c for c in features.history.columns if c.source == "item_id"]
-        self.hist_col = hist[0].name if hist else None
+        self.hist_col = next((c.name for c in features.history.columns if c.source == "item_id"), None)
 
     @property
     def n_dense(self) -> int:
@@ -113,22 +111,24 @@ class LRFeatures:
 
 
 @torch.no_grad()
-def _predict(model: HashedLR, feats: LRFeatures, stream: ExampleStream, surfaces: list[str]) -> pl.DataFrame:
-    model.eval()
+def _predict(stream: ExampleStream, surfaces: list[str], score: Callable[[Batch], np.ndarray]) -> pl.DataFrame:
+    """Every row of `stream` in the `metrics.predict` layout, p_click = score(batch) (click task only)."""
     parts: dict[str, list[Any]] = {"request_id": [], "surface": [], "click": [], "click_mask": [], "p_click": []}
     for b in stream:
-        p = torch.sigmoid(model(*feats(b)))
         parts["request_id"] += b.request_ids
         parts["surface"] += [surfaces[i] for i in b.surface_idx.tolist()]
         parts["click"].append(b.labels[:, 0].numpy())
         parts["click_mask"].append(b.label_mask[:, 0].numpy())
-        parts["p_click"].append(p.numpy().astype(np.float64))
-    model.train()
+        parts["p_click"].append(score(b))
     cat = {k: (np.concatenate(v) if k in ("click", "click_mask", "p_click") else v) for k, v in parts.items()}
     n = len(cat["request_id"])
     return pl.DataFrame({
         **cat, "conversion": np.zeros(n), "conversion_mask": np.zeros(n, bool), "p_conversion": np.zeros(n),
     })
+
+
+def _lr_score(model: HashedLR, feats: LRFeatures) -> Callable[[Batch], np.ndarray]:
+    return lambda b: torch.sigmoid(model(*feats(b))).numpy().astype(np.float64)
 
 
 def _click_ne(preds: pl.DataFrame) -> float:
@@ -157,9 +157,7 @@ def run_baselines(
     def day(d: str) -> ExampleStream:
         return ExampleStream(d, d, batch_size=8192, shuffle=False, **common)
 
-    oracle = None
-    if oracle_uri:
-        oracle = read_oracle([eval_day], uri=oracle_uri, storage_options=so, missing_ok=True)
+    oracle = read_oracle([eval_day], uri=oracle_uri, storage_options=so, missing_ok=True) if oracle_uri else None
     names = list(surfaces.names)
     results: dict[str, list[dict[str, Any]]] = {}
 
@@ -167,7 +165,7 @@ def run_baselines(
     rates = (pl.scan_delta(uri, storage_options=so).filter(pl.col("date").is_in(days), pl.col("click").is_not_null())
              .group_by("surface").agg(pl.col("click").cast(pl.Float64).mean().alias("rate")).collect())
     rate = dict(zip(rates["surface"].to_list(), rates["rate"].to_list(), strict=True))
-    base = _predict_constant(day(eval_day), names, rate)
+    base = _predict(day(eval_day), names, lambda b: np.array([rate.get(names[i], 0.0) for i in b.surface_idx.tolist()]))
     results["base_rate"] = _write(base, out / "base_rate", oracle)
 
     # -- logistic regression --------------------------------------------------------------------
@@ -190,33 +188,17 @@ def run_baselines(
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-        ne = _click_ne(_predict(model, feats, day(valid_day), names))
+        ne = _click_ne(_predict(day(valid_day), names, _lr_score(model, feats)))
         history.append({"epoch": epoch + 1, "valid_click_ne": ne})
         if ne < best:
             best, best_state = ne, copy.deepcopy(model.state_dict())
         else:
             break  # early stopping on E-1
     model.load_state_dict(best_state)
-    results["logistic_regression"] = _write(_predict(model, feats, day(eval_day), names), out / "logistic_regression",
-                                            oracle)
+    results["logistic_regression"] = _write(_predict(day(eval_day), names, _lr_score(model, feats)),
+                                            out / "logistic_regression", oracle)
     results["_lr_valid_history"] = history  # type: ignore[assignment]
     return results
-
-
-def _predict_constant(stream: ExampleStream, names: list[str], rate: dict[str, float]) -> pl.DataFrame:
-    parts: dict[str, list[Any]] = {"request_id": [], "surface": [], "click": [], "click_mask": []}
-    for b in stream:
-        parts["request_id"] += b.request_ids
-        parts["surface"] += [names[i] for i in b.surface_idx.tolist()]
-        parts["click"].append(b.labels[:, 0].numpy())
-        parts["click_mask"].append(b.label_mask[:, 0].numpy())
-    n = len(parts["request_id"])
-    p = np.array([rate.get(s, 0.0) for s in parts["surface"]], dtype=np.float64)
-    return pl.DataFrame({
-        "request_id": parts["request_id"], "surface": parts["surface"], "click": np.concatenate(parts["click"]),
-        "click_mask": np.concatenate(parts["click_mask"]), "p_click": p,
-        "conversion": np.zeros(n), "conversion_mask": np.zeros(n, bool), "p_conversion": np.zeros(n),
-    })
 
 
 def _write(preds: pl.DataFrame, out: Path, oracle: pl.DataFrame | None) -> list[dict[str, Any]]:
