@@ -16,6 +16,7 @@ from typing import Any
 import polars as pl
 
 from gem_model.eval.metrics import normalized_entropy
+from gem_model.store.paths import storage_options, table_uri
 
 AGE_BUCKETS = ("new", "recent", "older")
 RECENT_DAYS = 2  # `recent`: first seen 1..RECENT_DAYS days before E
@@ -61,8 +62,6 @@ def ne_by_age(rows: pl.DataFrame, ages: pl.DataFrame, label: str = "click", scor
 
 def read_events(day: dt.date, uri: str | None = None) -> pl.LazyFrame:
     """The lake's `events` up to `day` (request_id, date, ad_id)."""
-    from gem_model.store.paths import storage_options, table_uri
-
     uri = uri or table_uri("events")
     return (
         pl.scan_delta(uri, storage_options=storage_options(uri))
@@ -83,8 +82,6 @@ def version_report(version_dir: str | Path, day: dt.date, lake: str | None = Non
     has no `events` table to date the ads by (a lake of training examples alone): the foundation asset's
     hook into its evaluation report."""
     from deltalake import DeltaTable
-
-    from gem_model.store.paths import storage_options, table_uri
 
     path = Path(version_dir) / EVAL_PREDICTIONS
     events = table_uri("events", lake)
