@@ -1,10 +1,10 @@
 """Foundation group: the GEM teacher (plus single-surface baselines), gated before it is ACCEPTED."""
 
-import os
 from pathlib import Path
 
 import dagster as dg
 
+from gem_model.config import env
 from gem_model.store.paths import models_dir, reports_dir
 from gem_pipelines import quality_gate
 from gem_pipelines.k8s import GPU_POOL, gpu_step_tags, training_gpus
@@ -29,7 +29,7 @@ GPU_TAGS = gpu_step_tags()
 class FoundationConfig(dg.Config):
     """Launch-time settings of a foundation training run."""
 
-    preset: str = os.environ.get("GEM_MODEL_PRESET", "small")  # assets/models/<preset>.yaml
+    preset: str = str(env("GEM_MODEL_PRESET"))  # assets/models/<preset>.yaml
     seeds: list[int] = [0]
     baselines: bool = True  # also train the single-surface baselines on the same window
     warm_start: bool = True  # start from the last ACCEPTED checkpoint when there is one

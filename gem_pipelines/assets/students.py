@@ -3,11 +3,11 @@ report (every arm x path side by side) and the production student per surface.""
 
 import datetime as dt
 import json
-import os
 
 import dagster as dg
 import polars as pl
 
+from gem_model.config import env
 from gem_model.store.paths import models_dir, reports_dir
 from gem_pipelines import quality_gate
 from gem_pipelines.assets.foundation import ASSET as FOUNDATION_ASSET
@@ -98,7 +98,7 @@ def _accepted_student_pairs() -> dict[str, tuple[str, str]]:
 class StudentsConfig(dg.Config):
     """Launch-time settings of the distillation experiment."""
 
-    preset: str = os.environ.get("GEM_MODEL_PRESET", "small")  # assets/models/students.yaml preset
+    preset: str = str(env("GEM_MODEL_PRESET"))  # assets/models/students.yaml preset
     arms: list[str] = ["labels_only", "standard_kd", "parameter_sharing"]
     paths: list[str] = ["direct", "hierarchical"]
     seeds: list[int] = [0]
@@ -142,7 +142,7 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
                       config={"domain": domain, "teacher_version": teacher_version, "version": version})
     with progress(context.log, f"domain_models[{domain}] training"):
         model, info = train_domain_model(domain, foundation, teacher_predictions=targets, dates=roles.student,
-                                         preset=os.environ.get("GEM_MODEL_PRESET", "small"),
+                                         preset=str(env("GEM_MODEL_PRESET")),
                                          uri=lake.table("training_examples"), log=tracker.log,
                                          device=accelerator.resolved_device(),
                                          precision=accelerator.train_precision())

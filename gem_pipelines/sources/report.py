@@ -13,14 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from gem_model.config import SIM, dataset_name, load_calendar, load_surfaces
+from gem_model.config import SIM, dataset_name, env, load_calendar, load_surfaces
 from gem_model.data.loader import ExampleStream
 from gem_model.eval.baselines import run_baselines
 from gem_model.eval.metrics import (
@@ -369,7 +368,7 @@ def main(argv: list[str] | None = None) -> None:
     train the foundation and its baselines once per seed and write reports/real_data_seeds.md."""
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("--seeds", type=int, nargs="*", default=None)
-    ap.add_argument("--preset", default=os.environ.get("GEM_MODEL_PRESET", "small"))
+    ap.add_argument("--preset", default=env("GEM_MODEL_PRESET"))
     args = ap.parse_args(argv)
     name = dataset_name()
     if name == SIM:
