@@ -23,9 +23,7 @@ _TS_BITS = 42  # 2^42 us ~ 50 days: room for the lookback window, leaves 21 bits
 def attach_history(events: pl.DataFrame, activity: pl.DataFrame, max_len: int) -> pl.DataFrame:
     """`events` + hist_* list columns from `activity` (user_id, ts, item_id, action, surface)."""
     if events.height == 0:
-        return events.with_columns(
-            [pl.lit([], dtype=t).alias(c) for c, t in HISTORY_COLUMNS.items()]
-        )
+        return events.with_columns(pl.lit([], dtype=t).alias(c) for c, t in HISTORY_COLUMNS.items())
     t0 = min(events["ts"].min(), activity["ts"].min() if activity.height else events["ts"].min())
     # Dense user index so the packed (user, time) key fits in int64 whatever the id values are.
     users = pl.concat([events["user_id"], activity["user_id"]]).unique().sort()

@@ -42,7 +42,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gem_model.config import SimulatorConfig, Surface, SurfacesConfig
+from gem_model.config import SimulatorChurn, SimulatorConfig, Surface, SurfacesConfig
 from gem_model.store.atomic import write_bytes
 from gem_pipelines.data import formats as F
 
@@ -362,25 +362,20 @@ class _Day:
     user: _Attrs
 
 
-def _churn_key(cfg: SimulatorConfig) -> tuple[float, float, float]:
-    return (cfg.churn.ads, cfg.churn.organic_items, cfg.churn.users)
-
-
 def _day_catalogue(cfg: SimulatorConfig, day: int) -> _Day:
-    return _catalogue(*_world_key(cfg), _churn_key(cfg), day)
+    return _catalogue(*_world_key(cfg), cfg.churn, day)
 
 
 @functools.lru_cache(maxsize=16)
 def _catalogue(seed: int, n_users: int, n_advertisers: int, n_ads: int, n_items: int, n_topics: int,
-               churn: tuple[float, float, float], day: int) -> _Day:  # fmt: skip
+               churn: SimulatorChurn, day: int) -> _Day:  # fmt: skip
     cfg = SimulatorConfig(seed=seed, n_users=n_users, n_advertisers=n_advertisers, n_ads=n_ads,
-                          n_organic_items=n_items, n_topics=n_topics,
-                          churn={"ads": churn[0], "organic_items": churn[1], "users": churn[2]})  # fmt: skip
+                          n_organic_items=n_items, n_topics=n_topics, churn=churn)  # fmt: skip
     stride = n_ads + n_items
     a_slot, i_slot, u_slot = np.arange(n_ads), np.arange(n_items), np.arange(n_users)
-    a_gen = _generations(seed, _ADS, n_ads, churn[0], day)
-    i_gen = _generations(seed, _ITEMS, n_items, churn[1], day)
-    u_gen = _generations(seed, _USERS, n_users, churn[2], day)
+    a_gen = _generations(seed, _ADS, n_ads, churn.ads, day)
+    i_gen = _generations(seed, _ITEMS, n_items, churn.organic_items, day)
+    u_gen = _generations(seed, _USERS, n_users, churn.users, day)
     ad = _ad_attrs(cfg, a_slot, a_gen)
     items = _item_attrs(cfg, i_slot, i_gen)
     return _Day(
