@@ -55,11 +55,8 @@ def _triton_unavailable_reason(t: torch.Tensor) -> str | None:
 
 def backend_for(tensor: torch.Tensor) -> str:
     """Name of the backend (``"torch"`` or ``"triton"``) :func:`jagged_attention` uses for inputs
-    like ``tensor``, honouring ``GEM_KERNEL_BACKEND``.
-
-    Raises RuntimeError when ``triton`` is forced but cannot run on such a tensor, ValueError for
-    an unknown ``GEM_KERNEL_BACKEND`` value.
-    """
+    like ``tensor``, honouring ``GEM_KERNEL_BACKEND`` (RuntimeError where a forced ``triton``
+    cannot run, ValueError for an unknown value)."""
     requested = os.environ.get(BACKEND_ENV, "").strip().lower()
     if requested not in ("", "auto", *_BACKENDS):
         raise ValueError(f"{BACKEND_ENV}={requested!r} is not one of 'torch', 'triton' (or unset/'auto')")
@@ -196,12 +193,8 @@ def jagged_attention(
 
     Dtypes: q, k, v must share a dtype, except under ``torch.autocast`` for their device, where all
     three are cast to the autocast dtype (e.g. bfloat16) and the output has that dtype.  Softmax
-    and accumulation run in fp32 (fp64 for float64 inputs on the reference path).
-
-    Raises:
-        ValueError: malformed inputs (shapes, dtypes, devices, head dim, offsets) or an unknown
-            ``GEM_KERNEL_BACKEND``.
-        RuntimeError: ``GEM_KERNEL_BACKEND=triton`` where Triton cannot run.
+    and accumulation run in fp32 (fp64 for float64 inputs on the reference path).  Malformed
+    inputs raise ValueError (and see :func:`backend_for`).
     """
     if isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor):
         device_type = q.device.type

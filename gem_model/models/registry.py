@@ -79,10 +79,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
 
 
 def load_model(checkpoint_path: str | Path, device: str | torch.device = "cpu") -> tuple[GEM, dict[str, Any]]:
-    """(model in eval mode, its training config dict); loads with weights_only=True.
-
-    The returned config has the plain train config plus "model_config" (GEMConfig.to_dict()).
-    """
+    """(model in eval mode, its train config dict plus "model_config"); loads with weights_only=True."""
     path = resolve_checkpoint(checkpoint_path)
     ck = torch.load(path, map_location="cpu", weights_only=True)
     mcfg = GEMConfig.from_dict(ck["model_config"])

@@ -23,10 +23,7 @@ def table_uri(table: str, root: str | None = None) -> str:
 
 
 def storage_options(uri: str | None = None) -> dict[str, str] | None:
-    """Object-store options for `uri` (default: the lake), credentials only from the environment.
-
-    The logic (and Delta's S3 commit protocol) lives in gem_model/store/object_store.py.
-    """
+    """Object-store options for `uri` (default: the lake): gem_model.store.object_store."""
     return resolve_storage_options(uri or lake_root())
 
 

@@ -49,8 +49,7 @@ def pytorch_jagged_attention(
     sequence length; computed from ``offsets`` when omitted.
     """
     total, heads, dim = q.shape
-    if scale is None:
-        scale = 1.0 / math.sqrt(dim)
+    scale = 1.0 / math.sqrt(dim) if scale is None else scale
     offs = offsets.to(torch.int64)
     batch = offs.numel() - 1
     if max_len is None:

@@ -613,8 +613,7 @@ class TritonJaggedAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, offsets, max_len, causal, scale):
-        q, k, v = _contig(q), _contig(k), _contig(v)
-        offsets = offsets.contiguous()
+        q, k, v, offsets = _contig(q), _contig(k), _contig(v), offsets.contiguous()
         out, lse = _forward(q, k, v, offsets, max_len, causal, scale)
         ctx.save_for_backward(q, k, v, out, lse, offsets)
         ctx.max_len, ctx.causal, ctx.scale = max_len, causal, scale
@@ -638,9 +637,7 @@ def triton_jagged_attention(
     max_len: int | None = None,
 ) -> torch.Tensor:
     """Run the Triton kernels (no validation; see :func:`kernels.jagged_attention`)."""
-    dim = q.shape[-1]
-    if scale is None:
-        scale = 1.0 / math.sqrt(dim)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if max_len is None:
         offs = offsets.detach().to("cpu", torch.int64)
         max_len = int((offs[1:] - offs[:-1]).max()) if offs.numel() > 1 else 0
