@@ -22,7 +22,6 @@ import pyarrow.compute as pc
 from gem_model.config import FeaturesConfig, SurfacesConfig
 from gem_model.data.normalization import window_scan
 
-UNKNOWN = 0  # row of null and out-of-vocabulary values
 NULL_BUCKET = 0  # hashed ids land in 1..buckets-1; bucket 0 means null / missing
 
 # Hashing: deterministic across processes, platforms and library versions.
