@@ -61,19 +61,15 @@ def _decode_json(raw: pl.Series, dtype: pl.Struct) -> tuple[pl.Series, pl.Series
 
 def _json_lines(path: Path, dtype: pl.Struct) -> pl.DataFrame:
     """Lines + decoded struct column `rec` + parse_reason for lines that are not JSON objects."""
-    lines = read_lines(path)
-    is_object = pl.col("raw").str.json_path_match("$").is_not_null() & pl.col("raw").str.strip_chars().str.starts_with(
-        "{"
+    stripped = pl.col("raw").str.strip_chars()
+    lines = read_lines(path).with_columns(
+        valid=pl.col("raw").str.json_path_match("$").is_not_null() & stripped.str.starts_with("{")
     )
-    lines = lines.with_columns(valid=is_object)
     valid = lines.filter("valid")
     decoded, failed = _decode_json(valid["raw"], dtype)
     valid = valid.with_columns(rec=decoded, decode_failed=failed)
-    invalid = lines.filter(~pl.col("valid")).with_columns(
-        rec=pl.lit(None, dtype=dtype), decode_failed=pl.lit(False)
-    )
+    invalid = lines.filter(~pl.col("valid")).with_columns(rec=pl.lit(None, dtype=dtype), decode_failed=pl.lit(False))
     out = pl.concat([valid, invalid]).sort("line_no")
-    stripped = pl.col("raw").str.strip_chars()
     return out.with_columns(
         parse_reason=pl.when(~pl.col("valid") & stripped.str.starts_with("{") & ~stripped.str.ends_with("}"))
         .then(pl.lit("truncated"))

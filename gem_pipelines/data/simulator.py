@@ -742,12 +742,10 @@ def _mutate(rec: _Rec, reason: str, rng: np.random.Generator) -> None:
     elif reason == "unknown_enum":
         field = _pick(rng, ["objective", "creative_format", "device"]) if imp else "action"
         rec.set(field, _UNKNOWN_ENUMS[field])
-    elif reason == "unexpected_label":  # a conversion on a surface that does not log conversions
+    else:  # unexpected_label: a conversion on a surface that does not log conversions
         rec.set("conversion", True)
         base = rec.get_ms("click_ts") or rec.get_ms("ts")
         rec.set_ms("conversion_ts", base + 900_000)
-    else:  # pragma: no cover
-        raise ValueError(reason)
     rec.dump()
 
 
@@ -851,7 +849,7 @@ def _corrupt(doc: _Doc, surf: Surface, date: dt.date, n_imp: int, rate: float, r
                 f, i = at
                 pos = min(i + 1 + int(rng.integers(0, 200)), len(doc.files[f])) - 0.5
                 extras.append((f, pos, doc.files[f][i]))  # a line, or (parquet) the row index again
-            elif reason in ("orphan_event", "unexpected_label"):  # event_stream extra events
+            else:  # orphan_event, or event_stream's unexpected_label: an extra event
                 if reason == "orphan_event":
                     rid = f"{surf.name}-{date:%Y%m%d}-{n_imp + 1 + injected[reason]:07d}"
                     ms = _day0_ms(date) + int(rng.integers(0, _DAY_MS))
@@ -869,8 +867,6 @@ def _corrupt(doc: _Doc, surf: Surface, date: dt.date, n_imp: int, rate: float, r
                 )
                 pos = float(np.searchsorted(np.asarray(doc.ts_ms[0]), ms, side="right")) - 0.5
                 extras.append((0, pos, line))
-            else:  # pragma: no cover
-                raise ValueError(reason)
             injected[reason] += 1
     for f in range(len(doc.files)):  # extras sit at half positions, records at whole ones: sort them together
         mine = [(pos, seq, rec) for seq, (ff, pos, rec) in enumerate(extras, 1) if ff == f]
