@@ -983,13 +983,12 @@ def _serialise(doc: _Doc) -> dict[str, bytes]:
             out[name] = ("\n".join(lines) + "\n").encode() if lines else b""
             continue
         schema, cols, rows = _PARQUET_SCHEMAS[name], doc.cols[f], doc.files[f]
-        arrays = []
-        for field in schema:
-            values = [cols[field.name][r] for r in rows]
-            if pa.types.is_timestamp(field.type):
-                arrays.append(pa.array(values, pa.int64()).cast(field.type))
-            else:
-                arrays.append(pa.array(values, field.type))
+        arrays = [  # timestamps are epoch us while mutating
+            pa.array(
+                [cols[c.name][r] for r in rows], pa.int64() if pa.types.is_timestamp(c.type) else c.type
+            ).cast(c.type)
+            for c in schema
+        ]
         sink = pa.BufferOutputStream()
         pq.write_table(pa.Table.from_arrays(arrays, schema=schema), sink, compression="zstd")
         out[name] = sink.getvalue().to_pybytes()
