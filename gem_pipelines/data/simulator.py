@@ -959,19 +959,13 @@ def _build_flat(fmt: str, imp: pl.DataFrame, org: pl.DataFrame) -> _Doc:
     return doc
 
 
+# the lake's types, with the 0/1 labels (Int8) as booleans
+_ARROW = {pl.String: pa.string(), pl.Int64: pa.int64(), pl.Int32: pa.int32(), pl.Float64: pa.float64(),
+          pl.Int8: pa.bool_(), F.UTC_US: pa.timestamp("us", "UTC")}  # fmt: skip
 _PARQUET_SCHEMAS = {
-    "impressions.parquet": pa.schema([
-        ("request_id", pa.string()), ("ts", pa.timestamp("us", "UTC")), ("user_id", pa.int64()),
-        ("device", pa.string()), ("user_tenure_days", pa.float64()), ("ad_id", pa.int64()),
-        ("advertiser_id", pa.int64()), ("objective", pa.string()), ("creative_format", pa.string()),
-        ("position", pa.int32()), ("bid", pa.float64()), ("click", pa.bool_()),
-        ("click_ts", pa.timestamp("us", "UTC")), ("conversion", pa.bool_()),
-        ("conversion_ts", pa.timestamp("us", "UTC")),
-    ]),
-    "activity.parquet": pa.schema([
-        ("user_id", pa.int64()), ("ts", pa.timestamp("us", "UTC")), ("item_id", pa.int64()),
-        ("action", pa.string()),
-    ]),
+    name: pa.schema([(c, _ARROW[schema[c]]) for c in F.RECORD_FIELDS["parquet"][kind]])
+    for name, kind, schema in (("impressions.parquet", "impression", F.EVENTS_SCHEMA),
+                               ("activity.parquet", "organic", F.USER_ACTIVITY_SCHEMA))
 }  # fmt: skip
 
 
