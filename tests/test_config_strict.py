@@ -3,6 +3,8 @@ and the key), every field of those models is read by code, and every GEM_* varia
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import re
 import types
 import typing
@@ -30,9 +32,12 @@ from gem_model.config import (
     load_surfaces,
 )
 from gem_model.distill.config import StudentsFile, _overlay, load_student_preset, load_students_file
+from gem_model.models.config import GEMConfig
+from gem_model.train.config import RunConfig
 from gem_pipelines.catalog import CatalogConfig, load_catalog
 from gem_pipelines.k8s import KubernetesConfig, load_kubernetes
 from gem_pipelines.settings import QualityConfig, load_quality
+from gem_pipelines.sources.common import SourceConfig
 
 SHARED_STUDENTS = ASSETS_DIR / "models" / "students.yaml"
 
@@ -146,41 +151,69 @@ def test_students_preset_is_the_yaml_verbatim() -> None:
 # ------------------------------------------------------------------------------------------------
 # Every field is read by code
 
+# the specs of assets/, a run's training config (preset + overrides: model, train, data, tracking, start-up fits),
+# the model's dimensions (a dataclass), the students' and distillation's presets and a real dataset's spec
 ROOT_MODELS = [SurfacesConfig, CalendarConfig, FeaturesConfig, SimulatorConfig, QualityConfig, KubernetesConfig,
-               CatalogConfig, StudentsFile]
+               CatalogConfig, StudentsFile, RunConfig, GEMConfig, SourceConfig]
 # Fields read without `.name` or "name" in the source, each with the reason.
 READ_OTHERWISE: dict[str, str] = {}
 
 
-def _models(model: type[BaseModel], seen: set[type[BaseModel]]) -> Iterator[type[BaseModel]]:
+def _fields(model: type) -> dict[str, Any]:
+    """Field name -> annotation, of a pydantic model or a dataclass."""
+    if dataclasses.is_dataclass(model):
+        hints = typing.get_type_hints(model)
+        return {f.name: hints[f.name] for f in dataclasses.fields(model)}
+    return {name: field.annotation for name, field in model.model_fields.items()}
+
+
+def _models(model: type, seen: set[type]) -> Iterator[type]:
     if model in seen:
         return
     seen.add(model)
     yield model
-    for field in model.model_fields.values():
-        stack = [field.annotation]
+    for annotation in _fields(model).values():
+        stack = [annotation]
         while stack:
             t = stack.pop()
-            if isinstance(t, type) and issubclass(t, BaseModel):
+            if isinstance(t, type) and (issubclass(t, BaseModel) or dataclasses.is_dataclass(t)):
                 yield from _models(t, seen)
             stack.extend(typing.get_args(t) if not isinstance(t, types.NoneType) else [])
 
 
 def _source_text() -> str:
-    return "\n".join(p.read_text() for d in ("gem_model", "gem_pipelines") for p in (REPO_ROOT / d).rglob("*.py"))
+    """The non-test source, less the validators' decorators (naming a field there checks it, it does not use it)."""
+    return "\n".join(line for d in ("gem_model", "gem_pipelines") for p in (REPO_ROOT / d).rglob("*.py")
+                     for line in p.read_text().splitlines() if "field_validator(" not in line)
+
+
+def _unread(roots: list[type], text: str, seen: set[type]) -> list[str]:
+    """'Model.field' of every field (nested models included) that `text` never reads as `.field` or "field"."""
+    return [f"{model.__name__}.{name}" for root in roots for model in _models(root, seen) for name in _fields(model)
+            if f"{model.__name__}.{name}" not in READ_OTHERWISE
+            and not re.search(rf"\.{name}\b|[\"']{name}[\"']", text)]
+
+
+def test_unread_sees_a_field_no_code_reads() -> None:
+    @dataclasses.dataclass
+    class Inner:
+        used_dim: int = 1
+        never_read: int = 2
+
+    class Outer(BaseModel):
+        inner: Inner | None = None
+        also_used: str = ""
+
+    text = "cfg.inner.used_dim\nraw['also_used']\n@field_validator('never_read')\n"
+    assert _unread([Outer], text, set()) == []  # a validator naming it would pass for a read: stripped below
+    assert _unread([Outer], "\n".join(line for line in text.splitlines() if "field_validator(" not in line),
+                   set()) == ["Inner.never_read"]
 
 
 def test_every_config_field_is_read_by_code() -> None:
-    text, seen, unread = _source_text(), set(), []
-    for root in ROOT_MODELS:
-        for model in _models(root, seen):
-            for name in model.model_fields:
-                key = f"{model.__name__}.{name}"
-                if key in READ_OTHERWISE:
-                    continue
-                if not re.search(rf"\.{name}\b|[\"']{name}[\"']", text):
-                    unread.append(key)
-    assert len(seen) >= 15
+    seen: set[type] = set()
+    unread = _unread(ROOT_MODELS, _source_text(), seen)
+    assert {RunConfig, GEMConfig, SourceConfig} <= seen and len(seen) >= 35
     assert not unread, f"config fields no code reads (delete them, or justify in READ_OTHERWISE): {unread}"
 
 
@@ -200,6 +233,69 @@ def test_every_gem_variable_in_the_tree_is_in_env_vars() -> None:
     assert {"GEM_HOME", "GEM_DATA", "GEM_KERNEL_BACKEND"} <= names
     missing = sorted(names - set(ENV_VARS) - set(NOT_ENV))
     assert not missing, f"GEM_* names missing from gem_model.config.ENV_VARS: {missing}"
+
+
+def _environ(node: ast.AST) -> bool:
+    """`os.environ` or a bare `environ`."""
+    return (isinstance(node, ast.Attribute) and node.attr == "environ") or (isinstance(node, ast.Name)
+                                                                             and node.id == "environ")
+
+
+def gem_reads(path: Path) -> list[str]:
+    """The GEM_* variables a file reads from the environment itself: os.environ.get/[]/setdefault/pop,
+    os.getenv, `in os.environ`, with the name spelt out or held by a module-level constant. Writes
+    (`os.environ["GEM_HOME"] = ...`: a process handing its state to its children) are not reads."""
+    tree = ast.parse(path.read_text())
+    consts = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+              for t in n.targets if isinstance(t, ast.Name) and isinstance(n.value.value, str)}
+
+    def name(arg: ast.AST) -> str | None:
+        value = arg.value if isinstance(arg, ast.Constant) else consts.get(arg.id) if isinstance(arg, ast.Name) else None
+        return value if isinstance(value, str) and value.startswith("GEM_") else None
+
+    found = []
+    for node in ast.walk(tree):
+        key = None
+        if isinstance(node, ast.Call) and node.args:
+            f = node.func
+            if (isinstance(f, ast.Attribute) and f.attr in ("get", "setdefault", "pop") and _environ(f.value)) or (
+                    isinstance(f, ast.Attribute) and f.attr == "getenv") or (isinstance(f, ast.Name) and f.id == "getenv"):
+                key = node.args[0]
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _environ(node.value):
+            key = node.slice
+        elif isinstance(node, ast.Compare) and any(_environ(c) for c in node.comparators):
+            key = node.left
+        if key is not None and (n := name(key)):
+            found.append(n)
+    return found
+
+
+# kernels/ imports nothing of the project, so it reads its GEM_KERNEL_* itself (each listed in ENV_VARS).
+READS_ITSELF = ("kernels",)
+
+
+def test_gem_reads_are_seen(tmp_path: Path) -> None:
+    # lower-case names: the scan of GEM_* names below would take upper-case ones for variables of ours
+    src = tmp_path / "m.py"
+    src.write_text("import os\nfrom os import environ, getenv\nB = 'GEM_b'\n"
+                   "a = os.environ.get('GEM_a', 'x')\nb = os.environ[B]\nc = os.getenv('GEM_c')\n"
+                   "d = 'GEM_d' in os.environ\ne = environ.get('HOME')\nos.environ['GEM_e'] = '1'\nf = getenv('GEM_f')\n")
+    assert gem_reads(src) == ["GEM_a", "GEM_b", "GEM_c", "GEM_d", "GEM_f"]
+
+
+def test_gem_variables_are_read_through_env() -> None:
+    """Every GEM_* read goes through gem_model.config.env(), so its default is the one ENV_VARS states."""
+    direct, kernels = {}, set()
+    for d in ("gem_model", "gem_pipelines", *READS_ITSELF):
+        for p in (REPO_ROOT / d).rglob("*.py"):
+            rel = p.relative_to(REPO_ROOT).as_posix()
+            if rel != "gem_model/config.py" and (names := gem_reads(p)):
+                if rel.startswith(READS_ITSELF):
+                    kernels |= set(names)
+                else:
+                    direct[rel] = names
+    assert not direct, f"read GEM_* through gem_model.config.env(): {direct}"
+    assert {"GEM_KERNEL_BACKEND", "GEM_KERNEL_AUTOTUNE"} <= kernels <= set(ENV_VARS)
 
 
 def test_env_gives_the_default_when_unset_or_empty(monkeypatch: pytest.MonkeyPatch) -> None:
