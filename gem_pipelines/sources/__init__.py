@@ -9,11 +9,11 @@ every partition of the dataset's calendar, so ingest (`source: landing`) runs un
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
-from gem_model.config import SOURCES_DIR, load_calendar, load_surfaces
+from gem_model.config import SIM, SOURCES_DIR, dataset_name, load_calendar, load_surfaces
 from gem_model.store.paths import gem_home
+from gem_pipelines.sources.aliccp import import_aliccp
 from gem_pipelines.sources.common import (
     ImportResult,
     SourceConfig,
@@ -22,18 +22,12 @@ from gem_pipelines.sources.common import (
     source_dir,
     source_files,
 )
+from gem_pipelines.sources.mind_tsv import import_mind_tsv
+from gem_pipelines.sources.spec import import_spec
+from gem_pipelines.sources.taobao import import_taobao
 
-Importer = Callable[..., ImportResult]
-
-
-def _importers() -> dict[str, Importer]:
-    """source.yaml `importer` -> its function: the generic one, and modules for layouts no spec expresses."""
-    from gem_pipelines.sources.aliccp import import_aliccp
-    from gem_pipelines.sources.mind_tsv import import_mind_tsv
-    from gem_pipelines.sources.spec import import_spec
-    from gem_pipelines.sources.taobao import import_taobao
-
-    return {"spec": import_spec, "taobao": import_taobao, "aliccp": import_aliccp, "mind_tsv": import_mind_tsv}
+# source.yaml `importer` -> its function: the generic one, and modules for layouts no spec expresses
+IMPORTERS = {"spec": import_spec, "taobao": import_taobao, "aliccp": import_aliccp, "mind_tsv": import_mind_tsv}
 
 
 def _fingerprint(name: str, src: Path) -> dict[str, object]:
@@ -52,7 +46,7 @@ def run_importer(name: str, home: Path, src: Path, cfg: SourceConfig | None = No
     cfg = cfg or load_source(name)
     surfaces = load_surfaces(SOURCES_DIR / name / "surfaces.yaml")
     calendar = None if cfg.time else load_calendar(SOURCES_DIR / name / "calendar.yaml")
-    return _importers()[cfg.importer](src, cfg, surfaces, calendar, home, dataset=name)
+    return IMPORTERS[cfg.importer](src, cfg, surfaces, calendar, home, dataset=name)
 
 
 def import_dataset(name: str, home: Path | None = None, *, force: bool = False) -> ImportResult | None:
@@ -72,8 +66,6 @@ def import_dataset(name: str, home: Path | None = None, *, force: bool = False) 
 
 def before_ingest() -> str | None:
     """Demo hook: with GEM_DATA naming a dataset, import it into landing/ first (None for `sim`)."""
-    from gem_model.config import SIM, dataset_name
-
     name = dataset_name()
     if name == SIM:
         return None
@@ -86,7 +78,6 @@ def before_ingest() -> str | None:
 
 def after_ingest() -> str | None:
     """Demo hook: per source file, rows read = imported + quarantined, recounted from the lake."""
-    from gem_model.config import SIM, dataset_name
     from gem_pipelines.sources.accounting import write_accounting
 
     name = dataset_name()
@@ -95,8 +86,6 @@ def after_ingest() -> str | None:
 
 def after_models() -> str | None:
     """Demo hook: the real-data report (no oracle: bootstrap intervals), after the models."""
-    from gem_model.config import SIM, dataset_name
-
     name = dataset_name()
     if name == SIM:
         return None

@@ -195,6 +195,12 @@ def field_at(i: int) -> pl.Expr:
     return pl.when(v.str.strip_chars() == "").then(None).otherwise(v)
 
 
+def strip_prefix(v: pl.Expr, prefix: str) -> pl.Expr:
+    """`U123` -> `123`; anything else unchanged (so the row rules see it and say bad_type)."""
+    rest = v.str.slice(len(prefix))
+    return pl.when(v.str.starts_with(prefix) & rest.str.contains(r"^[0-9]+$")).then(rest).otherwise(v)
+
+
 def map_surface(rows: pl.DataFrame, raw_value: pl.Expr, cfg: SourceConfig) -> pl.DataFrame:
     """`surface` from the dataset's surface column; a value not declared in source.yaml makes the row
     `unmapped` (landed in the first surface's partition as a record of an unknown kind: unknown_enum)."""

@@ -26,16 +26,12 @@ from gem_pipelines.sources.common import (
     read_rows,
     request_ids,
     source_files,
+    strip_prefix,
     write_landing,
 )
 from gem_pipelines.sources.spec import text_id
 
 BEHAVIORS_FIELDS, NEWS_FIELDS = 5, 8  # MIND's original behaviors.tsv and news.tsv (no header)
-
-
-def _strip_prefix(expr: pl.Expr, letter: str) -> pl.Expr:
-    """`U123` -> `123`; anything else unchanged (so the row rules see it and say bad_type)."""
-    return pl.when(expr.str.contains(f"^{letter}[0-9]+$")).then(expr.str.slice(1)).otherwise(expr)
 
 
 def read_news(src: Path, cfg: SourceConfig) -> pl.DataFrame:
@@ -90,8 +86,8 @@ def read_mind_tsv(src: Path, cfg: SourceConfig, calendar: CalendarConfig) -> tup
     rows = map_surface(rows, pl.col("category"), cfg)
     rows = rows.with_columns(
         date=pl.col("day").fill_null(0).replace_strict(list(range(len(days))), days, default=days[0]),
-        user_id=_strip_prefix(field_at(1), "U"),
-        ad_id=_strip_prefix(pl.col("news"), "N"),
+        user_id=strip_prefix(field_at(1), "U"),
+        ad_id=strip_prefix(pl.col("news"), "N"),
         advertiser_id=pl.Series(text_id(rows["subcategory"].to_list()), dtype=pl.String),
         conversion=pl.lit(None, pl.String),
         seconds=pl.col("seconds").fill_null(NOON),
@@ -106,7 +102,7 @@ def read_mind_tsv(src: Path, cfg: SourceConfig, calendar: CalendarConfig) -> tup
     )  # fmt: skip
     history = hist.filter(pl.col("surface").is_not_null()).select(
         "source_file", "line_no", "surface", date=pl.lit(days[0]), seconds=pl.lit(0, pl.Int64), user_id="user_id",
-        item_id=_strip_prefix(pl.col("news"), "N"), action=pl.lit("click"),
+        item_id=strip_prefix(pl.col("news"), "N"), action=pl.lit("click"),
     )
     return rows, history, hist.height - history.height
 

@@ -37,6 +37,7 @@ from gem_pipelines.sources.common import (
     request_ids,
     source_files,
     split_by_user,
+    strip_prefix,
     write_landing,
 )
 from gem_pipelines.sources.layout import Column, ColumnRef, Read, as_column
@@ -101,57 +102,46 @@ def text_id(values: list[str | None]) -> list[str | None]:
 
 def _clean(rows: pl.DataFrame, ref: Column, name: str) -> pl.Expr:
     """The column as an id: prefix stripped (only before digits) or hashed."""
-    v = pl.col(name)
-    if ref.strip_prefix:
-        v = pl.when(v.str.starts_with(ref.strip_prefix) & v.str.slice(len(ref.strip_prefix)).str.contains(r"^[0-9]+$"))\
-            .then(v.str.slice(len(ref.strip_prefix))).otherwise(v)
+    v = strip_prefix(pl.col(name), ref.strip_prefix) if ref.strip_prefix else pl.col(name)
     if ref.hash:
         return pl.lit(pl.Series(text_id(rows.select(v)[name].to_list()), dtype=pl.String))
     return v
 
 
-class _Log:
+def _side(path: Path, read: Read) -> pl.DataFrame:
+    """A side table as text columns (a real CSV reader: side tables may quote their fields)."""
+    if read.format == "parquet":
+        return pl.read_parquet(path).with_columns(pl.all().cast(pl.String))
+    if read.format == "jsonl":
+        return pl.read_ndjson(path).with_columns(pl.all().cast(pl.String))
+    return pl.read_csv(path, separator=read.sep, has_header=read.header, infer_schema=False,
+                       new_columns=list(read.names) or None)
+
+
+def _read_log(src: Path, cfg: SourceConfig) -> pl.DataFrame:
     """The log's rows with the side tables joined; a column name resolves in the log first."""
-
-    def __init__(self, src: Path, cfg: SourceConfig):
-        self.cfg, c, f = cfg, cfg.columns, cfg.fields
-        assert c is not None
-        sides = []
-        for t in cfg.side_tables:
-            path = need_file(src / t.file)
-            df = self._side(path, t.read)
-            if t.key not in df.columns:
-                raise ValueError(f"{path}: no key column {t.key!r} (columns: {df.columns})")
-            sides.append((t, df))
-        need = [as_column(c.user).column, as_column(c.item).column, c.surface, c.click, c.conversion]
-        if cfg.time:
-            need += [cfg.time.column, cfg.time.day.column if cfg.time.day else None]
-        # the fields' columns: the log's where it has them, else a side table's
-        refs = [as_column(f.advertiser_id).column if f.advertiser_id else None, f.user_tenure_days, f.position, f.bid]
-        self.frames = [(role, read_table(p, cfg.read, [x for x in need if x], [r for r in refs if r]))
-                       for role, p in source_files(cfg, src)]
-        self.sides = sides
-
-    @staticmethod
-    def _side(path: Path, read: Read) -> pl.DataFrame:
-        """A side table as text columns (a real CSV reader: side tables may quote their fields)."""
-        if read.format == "parquet":
-            return pl.read_parquet(path).with_columns(pl.all().cast(pl.String))
-        if read.format == "jsonl":
-            return pl.read_ndjson(path).with_columns(pl.all().cast(pl.String))
-        return pl.read_csv(path, separator=read.sep, has_header=read.header, infer_schema=False,
-                           new_columns=list(read.names) or None)
-
-    def rows(self) -> pl.DataFrame:
-        c = self.cfg.columns
-        assert c is not None
-        rows = pl.concat([df.with_columns(role=pl.lit(role)) for role, df in self.frames], how="vertical")
-        for t, df in self.sides:
-            key = as_column(c.user if t.joins == "user" else c.item).column
-            side = df.unique(t.key, keep="first").rename({k: f"c:{k}" for k in df.columns if k != t.key})
-            side = side.drop([k for k in side.columns if k in rows.columns])  # the log's own column wins
-            rows = rows.join(side, left_on=f"c:{key}", right_on=t.key, how="left", maintain_order="left")
-        return rows
+    c, f = cfg.columns, cfg.fields
+    assert c is not None
+    sides = []
+    for t in cfg.side_tables:
+        path = need_file(src / t.file)
+        df = _side(path, t.read)
+        if t.key not in df.columns:
+            raise ValueError(f"{path}: no key column {t.key!r} (columns: {df.columns})")
+        sides.append((t, df))
+    need = [as_column(c.user).column, as_column(c.item).column, c.surface, c.click, c.conversion]
+    if cfg.time:
+        need += [cfg.time.column, cfg.time.day.column if cfg.time.day else None]
+    # the fields' columns: the log's where it has them, else a side table's
+    refs = [as_column(f.advertiser_id).column if f.advertiser_id else None, f.user_tenure_days, f.position, f.bid]
+    rows = pl.concat([read_table(p, cfg.read, [x for x in need if x], [r for r in refs if r]).with_columns(role=pl.lit(role))
+                      for role, p in source_files(cfg, src)], how="vertical")
+    for t, df in sides:
+        key = as_column(c.user if t.joins == "user" else c.item).column
+        side = df.unique(t.key, keep="first").rename({k: f"c:{k}" for k in df.columns if k != t.key})
+        side = side.drop([k for k in side.columns if k in rows.columns])  # the log's own column wins
+        rows = rows.join(side, left_on=f"c:{key}", right_on=t.key, how="left", maintain_order="left")
+    return rows
 
 
 def _ref(rows: pl.DataFrame, ref: ColumnRef | None, what: str) -> pl.Expr | None:
@@ -217,8 +207,7 @@ def read_spec(src: Path, cfg: SourceConfig, calendar: CalendarConfig | None) -> 
     """Impression rows (see common.write_landing), the window and the import's notes."""
     c, f = cfg.columns, cfg.fields
     assert c is not None
-    log = _Log(src, cfg)
-    rows = log.rows()
+    rows = _read_log(src, cfg)
     rows = map_surface(rows, pl.col(f"c:{c.surface}"), cfg)
     advertiser = _ref(rows, f.advertiser_id, "fields.advertiser_id")
     rows = rows.with_columns(

@@ -14,14 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 
 from gem_model.train.selection import score_variant
-
-
-def validate(overrides: dict[str, Any], *, preset: str = "small", surface: str | None = None,
-             seed: int = 0) -> dict[str, Any]:
-    return score_variant(overrides, preset=preset, seed=seed, surfaces=[surface] if surface else None)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -31,7 +25,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--surface", default=None)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
-    print(json.dumps(validate(json.loads(a.overrides), preset=a.preset, surface=a.surface, seed=a.seed), indent=1))
+    surfaces = [a.surface] if a.surface else None
+    print(json.dumps(score_variant(json.loads(a.overrides), preset=a.preset, seed=a.seed, surfaces=surfaces), indent=1))
 
 
 if __name__ == "__main__":
