@@ -21,6 +21,7 @@ Loading happens in the main process (polars under `fork` can hang).
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -301,19 +302,14 @@ class ExampleStream:
         skip = self.position
         mine = 0  # batches of this rank seen so far in the epoch
         pending: tuple[Chunk, np.ndarray] | None = None
-        for g, (pool, idx) in enumerate(self._global_batches()):
-            if g < self.offset:
-                continue
-            g -= self.offset  # rounds of world_size batches start at the resumed global position
+        # rounds of world_size batches start at the resumed global position
+        for g, (pool, idx) in enumerate(itertools.islice(self._global_batches(), self.offset, None)):
             if g % self.world_size == self.rank:
                 pending = (pool, idx)
-            if g % self.world_size == self.world_size - 1 or self.world_size == 1:
-                if pending is None:
-                    continue
+            if g % self.world_size == self.world_size - 1 and pending is not None:
                 pool, idx = pending
                 pending = None
                 mine += 1
-                if mine <= skip:
-                    continue
-                self.position = mine
-                yield pool.take(idx).to_batch(self.pin_memory)
+                if mine > skip:
+                    self.position = mine
+                    yield pool.take(idx).to_batch(self.pin_memory)
