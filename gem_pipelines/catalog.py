@@ -117,10 +117,8 @@ def annotate(assets: Sequence[dg.AssetsDefinition], catalog_path: Path | None = 
 
         def spec_with(spec: dg.AssetSpec, module: str = module) -> dg.AssetSpec:
             name = spec.key.to_user_string()
-            meta: dict[str, Any] = {}
-            if name in schemas:
-                meta = {"dagster/column_schema": column_schema(schemas[name]), "dagster/uri": table_uri(name),
-                        "dagster/table_name": name}
+            meta = {"dagster/column_schema": column_schema(schemas[name]), "dagster/uri": table_uri(name),
+                    "dagster/table_name": name} if name in schemas else {}
             spec = spec.merge_attributes(metadata=meta, kinds=set(catalog.kinds.get(name, ())),
                                          owners=list(catalog.owners.get(spec.group_name or "", ())))
             return spec.replace_attributes(code_version=code_version(module, spec.group_name))

@@ -97,9 +97,8 @@ class EvalWorld:
         self.stage("features", "features_job", list(self.dates))
 
     def teacher(self, preset: str, seed: int) -> dict[str, Any]:
-        """The pipeline's foundation_model run (cold start, this seed, with its single-surface
-        baselines, then its quality gate): the first seed of the protocol and, once ACCEPTED, the
-        teacher whose predictions the distillation arms learn from (one training serves both)."""
+        """The pipeline's foundation_model run (cold start, this seed, single-surface baselines, quality
+        gate): the protocol's first seed and, once ACCEPTED, the arms' teacher (one training serves both)."""
         ops = {"foundation_model": {"config": {"preset": preset, "seeds": [seed], "baselines": True,
                                                "warm_start": False}}}
         version = self.stage(f"foundation_s{seed}", "foundation_job", [None], ops)

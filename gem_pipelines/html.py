@@ -41,16 +41,15 @@ def table(cols: Sequence[str], rows: Iterable[Sequence[Any]], *, caption: str = 
           raw: frozenset[str] = frozenset(), table_id: str = "") -> str:
     """An HTML table; cells are escaped except in the columns named in `raw` (already HTML). Numbers are
     right-aligned, floats to 4 places."""
+
+    def td(c: str, v: Any) -> str:
+        text = v if c in raw else esc(cell(v))
+        num = isinstance(v, int | float) and not isinstance(v, bool)
+        return f'<td class="num">{text}</td>' if num else f"<td>{text}</td>"
+
     head = "".join(f"<th>{esc(c)}</th>" for c in cols)
-    body = []
-    for i, row in enumerate(rows):
-        cells = []
-        for c, v in zip(cols, row, strict=True):
-            num = isinstance(v, (int, float)) and not isinstance(v, bool)
-            text = v if c in raw else esc(cell(v))
-            cells.append(f'<td class="num">{text}</td>' if num else f"<td>{text}</td>")
-        cls = f' class="{row_class[i]}"' if i < len(row_class) and row_class[i] else ""
-        body.append(f"<tr{cls}>{''.join(cells)}</tr>")
+    body = [(f'<tr class="{row_class[i]}">' if i < len(row_class) and row_class[i] else "<tr>")
+            + "".join(td(c, v) for c, v in zip(cols, row, strict=True)) + "</tr>" for i, row in enumerate(rows)]
     ident = f' id="{esc(table_id)}"' if table_id else ""
     cap = f"<caption>{esc(caption)}</caption>" if caption else ""
     return f"<table{ident}>{cap}<thead><tr>{head}</tr></thead><tbody>\n" + "\n".join(body) + "\n</tbody></table>"

@@ -114,8 +114,7 @@ CALIBRATOR_COLS = ["surface", "task", "fitted", "a", "b", "positives", "own_weig
 
 def calibrator_rows(cal: dict[str, Any] | None) -> list[list[Any]]:
     """The post-hoc map of each (surface, task) (`Calibrator.metadata()`): fitted or identity, and why."""
-    return [[surface, task, head.get("fitted"), head.get("a"), head.get("b"), head.get("positives"),
-             head.get("own_weight"), head.get("why", "")]
+    return [[surface, task, *(head.get(c) for c in CALIBRATOR_COLS[2:-1]), head.get("why", "")]
             for surface, tasks in ((cal or {}).get("heads") or {}).items() for task, head in tasks.items()]
 
 
@@ -138,7 +137,7 @@ def seed_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
         return []
     df = (pl.DataFrame([{"seed": r["seed"], "model": r["model"], "ne": r["ne"], "auc": r.get("auc"),
                          "gap": gap(r["ne"], r.get("oracle_ne"))} for r in click], infer_schema_length=None)
-          .group_by("seed", "model").agg(pl.col("ne").mean(), pl.col("gap").mean(), pl.col("auc").mean())
+          .group_by("seed", "model").agg(pl.col("ne", "gap", "auc").mean())
           .sort("seed", "model"))
     return [list(row) for row in df.iter_rows()]
 

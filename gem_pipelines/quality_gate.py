@@ -1,11 +1,9 @@
 """The model-quality gate of every model (foundation, domain models, students) and the one way a
 version becomes ACCEPTED.
 
-Each training asset evaluates its new version on day E, calls `gate`, yields a blocking
-`quality_gate` check with `check_result`, and only then calls `accept`: ACCEPTED is written (by
-`gem_model.models.registry.write_accepted`, atomically) after an accepting check event is in the instance's
-event log (passed; or, when no pair had enough positives to judge, failed with WARN severity and
-`accepted` in its metadata), so every ACCEPTED file traces to one (`untraced_accepted` lists those that do not).
+Each training asset evaluates its new version on day E, calls `gate`, yields a blocking `quality_gate`
+check with `check_result`, and only then calls `accept`, so every ACCEPTED file traces to an accepting check
+event in the instance's event log (`untraced_accepted` lists those that do not).
 """
 
 from __future__ import annotations
