@@ -161,12 +161,12 @@ def plot(days: list[dict[str, Any]], path: Path) -> None:
     surfaces = sorted({r["surface"] for d in days for r in d["surfaces"]})
     for ax, (col, title) in zip(axes.flat, panels, strict=True):
         for i, surface in enumerate(surfaces):
-            pts = [(r["day"][5:], r.get(col)) for d in days for r in d["surfaces"] if r["surface"] == surface]
-            xs, ys = [x for x, _ in pts], [np.nan if v is None else v for _, v in pts]
+            rs = [r for d in days for r in d["surfaces"] if r["surface"] == surface]
+            xs, ys = [r["day"][5:] for r in rs], [np.nan if r.get(col) is None else r[col] for r in rs]
             ax.plot(xs, ys, marker="o", color=f"C{i}", label=surface)
             if col == "ne":
-                ax.plot(xs, [np.nan if r.get("oracle_ne") is None else r["oracle_ne"] for d in days
-                             for r in d["surfaces"] if r["surface"] == surface], ls="--", marker="x", color=f"C{i}")
+                ax.plot(xs, [np.nan if r.get("oracle_ne") is None else r["oracle_ne"] for r in rs], ls="--", marker="x",
+                        color=f"C{i}")
         if col == "calibration":
             ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_title(title, fontsize=10)
@@ -191,8 +191,7 @@ def render(instance: dg.DagsterInstance | None = None) -> Path:
                    f"evaluation day). Columns: gem_pipelines/day_report.py.\n\n{day_table(days)}\n\n"
                    f"## Per surface on E\n\n{surface_table(days)}\n\n![plots]({png.name})\n")
     if instance is not None and days:
-        links = {f"report_{k}": v for k, v in report_links(out).items()}
-        links.update({f"plot_{k}": v for k, v in report_links(png).items()})
+        links = {f"{name}_{k}": v for name, f in (("report", out), ("plot", png)) for k, v in report_links(f).items()}
         for surface in sorted({r["surface"] for r in days[-1]["surfaces"]}):
             instance.report_runless_asset_event(dg.AssetObservation(
                 "students", partition=surface, description=f"days in the life up to E = {days[-1]['day']}",
