@@ -143,3 +143,21 @@ def test_partitions_older_than_an_input_are_marked_stale_once() -> None:
         assert stale_marks(instance, graph)[1] == []  # already marked: nothing new to say
         dg.materialize([model], partition_key="social", instance=instance, selection=[model])
         assert mark_stale(instance, graph) == {"model[commerce]": newer}
+
+
+def test_the_automation_cursor_is_kept_between_processes(gem_home: Path) -> None:
+    """`make next-day` keeps the cursor of `dg.evaluate_automation_conditions` on disk (Dagster's public
+    serializer): read back, it remembers what was requested, so the next evaluation does not ask again."""
+    from gem_pipelines.next_day import _load_cursor, _save_cursor
+
+    # requested while missing, unless the previous evaluation (which only the cursor remembers) requested it
+    @dg.asset(automation_condition=dg.AutomationCondition.missing() & ~dg.AutomationCondition.newly_requested())
+    def table() -> None: ...
+
+    with dg.instance_for_test() as instance:
+        assert _load_cursor() is None
+        first = dg.evaluate_automation_conditions(defs=[table], instance=instance)
+        assert first.total_requested == 1
+        _save_cursor(first.cursor)
+        assert dg.evaluate_automation_conditions(defs=[table], instance=instance, cursor=_load_cursor()).total_requested == 0
+        assert dg.evaluate_automation_conditions(defs=[table], instance=instance).total_requested == 1  # no cursor

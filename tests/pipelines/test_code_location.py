@@ -49,3 +49,18 @@ def test_schedule_and_sensor_state_is_stored_as_the_ui_toggles_would(gem_home: P
         assert location.sensor_cursor("landing_sensor") is None
         location.set_sensor_cursor("stale_sensor", "ignored")  # no state: nothing to update
         assert location.instigator_state("stale_sensor") is None
+
+
+def test_the_demo_switches_every_schedule_and_sensor_on(gem_home: Path) -> None:
+    """What `make demo` ends with: every schedule and sensor RUNNING, the landing sensor's cursor knowing what
+    landed, and the automation's cursor on disk for `make next-day`."""
+    from gem_pipelines.next_day import _load_cursor, start_automation
+
+    with dg.instance_for_test() as instance:
+        location = CodeLocation(instance)
+        started = start_automation(location)
+        shown = status(location)
+        assert len(started) == len(shown["instigators"]) >= 6  # type: ignore[arg-type]
+        assert {s["status"] for s in shown["instigators"].values()} == {"RUNNING"}  # type: ignore[union-attr]
+        assert shown["instigators"]["landing_sensor"]["cursor"] == "{}"  # type: ignore[index]  # nothing landed
+        assert _load_cursor() is not None
