@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gem_model.config import SIM, SOURCES_DIR, dataset_name, load_calendar, load_surfaces
 from gem_model.store.paths import gem_home
-from gem_pipelines.sources.aliccp import import_aliccp
+from gem_pipelines.sources.aliccp import read_tianchi
 from gem_pipelines.sources.common import (
     ImportResult,
     SourceConfig,
@@ -21,13 +21,14 @@ from gem_pipelines.sources.common import (
     side_files,
     source_dir,
     source_files,
+    write_landing,
 )
-from gem_pipelines.sources.mind_tsv import import_mind_tsv
+from gem_pipelines.sources.mind_tsv import read_mind_tsv
 from gem_pipelines.sources.spec import import_spec
-from gem_pipelines.sources.taobao import import_taobao
+from gem_pipelines.sources.taobao import read_taobao
 
-# source.yaml `importer` -> its function: the generic one, and modules for layouts no spec expresses
-IMPORTERS = {"spec": import_spec, "taobao": import_taobao, "aliccp": import_aliccp, "mind_tsv": import_mind_tsv}
+# source.yaml `importer` -> the module for a layout no spec expresses: (impressions, history, notes)
+READERS = {"taobao": read_taobao, "aliccp": read_tianchi, "mind_tsv": read_mind_tsv}
 
 
 def _fingerprint(name: str, src: Path) -> dict[str, object]:
@@ -46,7 +47,10 @@ def run_importer(name: str, home: Path, src: Path, cfg: SourceConfig | None = No
     cfg = cfg or load_source(name)
     surfaces = load_surfaces(SOURCES_DIR / name / "surfaces.yaml")
     calendar = None if cfg.time else load_calendar(SOURCES_DIR / name / "calendar.yaml")
-    return IMPORTERS[cfg.importer](src, cfg, surfaces, calendar, home, dataset=name)
+    if cfg.importer == "spec":
+        return import_spec(src, cfg, surfaces, calendar, home, dataset=name)
+    rows, history, notes = READERS[cfg.importer](src, cfg, calendar)
+    return write_landing(name, src, rows, history, surfaces, calendar, home, notes=notes)
 
 
 def import_dataset(name: str, home: Path | None = None, *, force: bool = False) -> ImportResult | None:

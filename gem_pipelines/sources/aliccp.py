@@ -16,10 +16,9 @@ from pathlib import Path
 
 import polars as pl
 
-from gem_model.config import CalendarConfig, SurfacesConfig
+from gem_model.config import CalendarConfig
 from gem_pipelines.sources.common import (
     NOON,
-    ImportResult,
     SourceConfig,
     apply_purchase_rule,
     assign_days,
@@ -30,7 +29,6 @@ from gem_pipelines.sources.common import (
     request_ids,
     source_files,
     split_by_user,
-    write_landing,
 )
 
 SKELETON_FIELDS, COMMON_FIELDS = 6, 3  # Tianchi's sample_skeleton_*.csv and common_features_*.csv
@@ -42,7 +40,7 @@ def tianchi_field(feats: pl.Expr, field: str) -> pl.Expr:
     return feats.str.extract(f"(?:^|\x01){field}\x02([^\x03\x01]*)\x03")
 
 
-def read_tianchi(src: Path, cfg: SourceConfig, calendar: CalendarConfig) -> tuple[pl.DataFrame, dict]:
+def read_tianchi(src: Path, cfg: SourceConfig, calendar: CalendarConfig) -> tuple[pl.DataFrame, None, dict]:
     common = []
     for name in cfg.common:
         rows, _ = read_rows(need_file(src / name), header=False, n_fields=COMMON_FIELDS)
@@ -63,11 +61,4 @@ def read_tianchi(src: Path, cfg: SourceConfig, calendar: CalendarConfig) -> tupl
             request_id=request_ids(),
         ))
     rows, notes = apply_purchase_rule(pl.concat(frames, how="diagonal_relaxed"), cfg)
-    return assign_days(split_by_user(rows, cfg), cfg, calendar), notes
-
-
-def import_aliccp(
-    src: Path, cfg: SourceConfig, surfaces: SurfacesConfig, calendar: CalendarConfig, home: Path, dataset: str = "aliccp_full"
-) -> ImportResult:
-    rows, notes = read_tianchi(src, cfg, calendar)
-    return write_landing(dataset, src, rows, None, surfaces, calendar, home, notes=notes)
+    return assign_days(split_by_user(rows, cfg), cfg, calendar), None, notes

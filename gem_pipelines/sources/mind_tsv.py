@@ -15,10 +15,9 @@ from pathlib import Path
 
 import polars as pl
 
-from gem_model.config import CalendarConfig, SurfacesConfig
+from gem_model.config import CalendarConfig
 from gem_pipelines.sources.common import (
     NOON,
-    ImportResult,
     SourceConfig,
     field_at,
     map_surface,
@@ -27,7 +26,6 @@ from gem_pipelines.sources.common import (
     request_ids,
     source_files,
     strip_prefix,
-    write_landing,
 )
 from gem_pipelines.sources.spec import text_id
 
@@ -47,17 +45,13 @@ def read_news(src: Path, cfg: SourceConfig) -> pl.DataFrame:
     return pl.concat(frames).unique("news", keep="first", maintain_order=True)
 
 
-def read_mind_tsv(src: Path, cfg: SourceConfig, calendar: CalendarConfig) -> tuple[pl.DataFrame, pl.DataFrame, int]:
-    """MIND's original behaviors.tsv (impression id, user, time, history, impressions; no header).
-
-    One impression row per candidate `N<id>-<label>` of a line (request_id `<file stem>:<line>:<k>`),
-    at its line's time: the data's first day -> the calendar's first day, and so on in order (MIND
-    has time, so the split is by time: its last day is E, the one before E-1). The category of the
-    candidate's news (news.tsv) is the surface; a line with the wrong field count or an unreadable
-    time, or a candidate whose category the dataset does not declare, lands verbatim (unparseable).
-    The `history` column (clicks before the logged period) becomes organic clicks at 00:00 of the
-    first day, one per user and news (those of undeclared categories are counted, not written):
-    (impression rows, history, history clicks left out)."""
+def read_mind_tsv(src: Path, cfg: SourceConfig, calendar: CalendarConfig) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
+    """behaviors.tsv (impression id, user, time, history, impressions): one impression row per candidate
+    `N<id>-<label>` (request_id `<file stem>:<line>:<k>`) at its line's time, the data's days in order
+    onto the calendar's (the split is by time: its last day is E). A line with the wrong field count or
+    an unreadable time lands verbatim (unparseable). The `history` column (clicks before the logged
+    period) becomes organic clicks at 00:00 of the first day, one per user and news; those of
+    undeclared categories are counted in the notes, not written."""
     news = read_news(src, cfg)
     frames = []
     for _, path in source_files(cfg, src):
@@ -104,12 +98,4 @@ def read_mind_tsv(src: Path, cfg: SourceConfig, calendar: CalendarConfig) -> tup
         "source_file", "line_no", "surface", date=pl.lit(days[0]), seconds=pl.lit(0, pl.Int64), user_id="user_id",
         item_id=strip_prefix(pl.col("news"), "N"), action=pl.lit("click"),
     )
-    return rows, history, hist.height - history.height
-
-
-def import_mind_tsv(
-    src: Path, cfg: SourceConfig, surfaces: SurfacesConfig, calendar: CalendarConfig, home: Path, dataset: str = "mind_full"
-) -> ImportResult:
-    rows, history, outside = read_mind_tsv(src, cfg, calendar)
-    return write_landing(dataset, src, rows, history, surfaces, calendar, home,
-                         notes={"history_clicks_of_undeclared_categories": outside})
+    return rows, history, {"history_clicks_of_undeclared_categories": hist.height - history.height}

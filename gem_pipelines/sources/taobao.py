@@ -19,10 +19,9 @@ from pathlib import Path
 
 import polars as pl
 
-from gem_model.config import CalendarConfig, SurfacesConfig
+from gem_model.config import CalendarConfig
 from gem_pipelines.sources.common import (
     NOON,
-    ImportResult,
     SourceConfig,
     assign_days,
     field_at,
@@ -31,7 +30,6 @@ from gem_pipelines.sources.common import (
     request_ids,
     source_files,
     split_by_user,
-    write_landing,
 )
 
 N_FIELDS, SEQ = 267, 50
@@ -42,8 +40,8 @@ USER, ADGROUP, CUSTOMER, PID, CLK = 250, 259, 262, 265, 266
 BTAG_ACTIONS = {"1": "view", "2": "save", "3": "like", "4": "click"}
 
 
-def read_taobao(src: Path, cfg: SourceConfig, calendar: CalendarConfig) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(impression rows, history steps) of every configured file."""
+def read_taobao(src: Path, cfg: SourceConfig, calendar: CalendarConfig) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
+    """(impression rows, history steps, no notes) of every configured file."""
     frames = []
     for role, path in source_files(cfg, src):
         if role != "all":
@@ -83,11 +81,4 @@ def read_taobao(src: Path, cfg: SourceConfig, calendar: CalendarConfig) -> tuple
         .unique(["user_id", "date", "seconds", "item_id", "action"], keep="first", maintain_order=True)
         .select("source_file", "line_no", "surface", "date", "seconds", "user_id", "item_id", "action")
     )
-    return rows, history
-
-
-def import_taobao(
-    src: Path, cfg: SourceConfig, surfaces: SurfacesConfig, calendar: CalendarConfig, home: Path, dataset: str = "taobao"
-) -> ImportResult:
-    rows, history = read_taobao(src, cfg, calendar)
-    return write_landing(dataset, src, rows, history, surfaces, calendar, home)
+    return rows, history, {}
