@@ -895,7 +895,7 @@ _WRITE_TS = {"jsonl_nested": _iso, "event_stream": _epoch_s, "csv_ms": _ms, "par
 
 
 def _values(fmt: str, kind: str, label: str | None = None) -> dict[str, pl.Expr]:
-    """Each field of `kind` records (formats.RECORD_FIELDS) as `fmt` writes it; `label`: the record kind's."""
+    """Each field of `kind` records (formats.RECORD_FIELDS) as `fmt` writes it; `label`: their kind field."""
     out = {}
     for name in F.RECORD_FIELDS[fmt][kind]:
         e = pl.col(name)
@@ -944,8 +944,8 @@ def _build_flat(fmt: str, imp: pl.DataFrame, org: pl.DataFrame) -> _Doc:
         df = df.select(**{loc: e for (loc,), e in zip(fields.values(), values, strict=True)})
         if doc.cols is None:
             text = df.write_csv(null_value="", line_terminator="\n")
-            header, *lines = text.rstrip("\n").split("\n") if len(df) else (text.rstrip("\n"),)
-            doc.files.append(list(lines))
+            header, *lines = text.rstrip("\n").split("\n")
+            doc.files.append(lines)
             doc.headers.append(header)
             doc.ts_ms.append(df[fields["ts"][0]].to_list())
         else:

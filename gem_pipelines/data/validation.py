@@ -119,7 +119,7 @@ def _parameters(path: str, mtime_ns: int, size: int) -> dict[str, list[str]]:
     return {"surfaces": list(surfaces.names), "domains": list(surfaces.domains)}
 
 
-# --- GX context, one per docs_dir and process -------------------------------------------------------
+# --- GX context, one per process -----------------------------------------------------------------
 
 
 class _Gx:
