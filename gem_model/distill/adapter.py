@@ -87,12 +87,5 @@ class StudentAdapter:
         return torch.from_numpy(out)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "features": self.feature_names,
-            "l2": self.l2,
-            "mean": self.mean.tolist(),
-            "std": self.std.tolist(),
-            "coef": self.coef,
-            "fitted_dates": [d.isoformat() for d in self.fitted_dates],
-            "stats": self.stats,
-        }
+        return {"features": self.feature_names, "l2": self.l2, "mean": self.mean.tolist(), "std": self.std.tolist(),
+                "coef": self.coef, "fitted_dates": [d.isoformat() for d in self.fitted_dates], "stats": self.stats}

@@ -84,14 +84,8 @@ class StudentData:
         return StudentData(**kw)
 
 
-def load_examples(
-    dates: Sequence[dt.date | str],
-    surfaces: Sequence[str] | None = None,
-    *,
-    hist_k: int = 16,
-    uri: str | None = None,
-    surfaces_config: SurfacesConfig | None = None,
-) -> StudentData:
+def load_examples(dates: Sequence[dt.date | str], surfaces: Sequence[str] | None = None, *, hist_k: int = 16,
+                  uri: str | None = None, surfaces_config: SurfacesConfig | None = None) -> StudentData:
     """Every row of `training_examples` on `dates` for `surfaces`, in table order, as fixed-shape
     student tensors. One read, through ExampleStream."""
     features = load_features()
@@ -110,16 +104,9 @@ def load_examples(
 
 
 def _from_batch(b: Batch, day: dt.date, hist_col: str, hist_k: int) -> StudentData:
-    return StudentData(
-        dense=b.dense.float(),
-        sparse=b.sparse.long(),
-        hist_ids=last_k(b.offsets, b.history[hist_col], hist_k),
-        surface_idx=b.surface_idx.long(),
-        labels=b.labels.float(),
-        label_mask=b.label_mask.bool(),
-        request_ids=np.asarray(b.request_ids, dtype=object),
-        dates=np.full(len(b), np.datetime64(day, "D")),
-    )
+    return StudentData(dense=b.dense.float(), sparse=b.sparse.long(), hist_ids=last_k(b.offsets, b.history[hist_col], hist_k),
+                       surface_idx=b.surface_idx.long(), labels=b.labels.float(), label_mask=b.label_mask.bool(),
+                       request_ids=np.asarray(b.request_ids, dtype=object), dates=np.full(len(b), np.datetime64(day, "D")))
 
 
 def attach_teacher(
@@ -137,10 +124,7 @@ def attach_teacher(
     if n_missing:
         ex = joined.filter(missing)["request_id"].head(3).to_list()
         raise KeyError(f"teacher {teacher!r}: {n_missing} of {len(data)} rows have no prediction (e.g. {ex})")
-    p = np.stack(
-        [joined["p_click"].cast(pl.Float32).fill_null(np.nan).to_numpy(), joined["p_conversion"].cast(pl.Float32).fill_null(np.nan).to_numpy()],
-        1,
-    ).astype(np.float32)
+    p = np.ascontiguousarray(joined.select(pl.col("p_click", "p_conversion").cast(pl.Float32).fill_null(np.nan)).to_numpy())
     emb = None
     if embeddings:
         e = joined["embedding"]

@@ -124,18 +124,10 @@ def train_domain_model(
     model.calibrator = fit_domain_calibrator(model, dates[1] + dt.timedelta(days=1), names, uri=uri,
                                              surfaces_config=surfaces_config, batch_size=int(hp["batch_size"]),
                                              device=device)
-    info = {
-        "domain": domain,
-        "teacher": domain_teacher(domain),
-        "surfaces": names,
-        "dates": [dates[0].isoformat(), dates[1].isoformat()],
-        "steps": step,
-        "losses": losses,
-        "rows_without_teacher": missing,
-        "train_seconds": time.perf_counter() - t0,
-        "hyperparameters": hp,
-        "calibration": model.calibrator.metadata(),
-    }
+    info = {"domain": domain, "teacher": domain_teacher(domain), "surfaces": names,
+            "dates": [dates[0].isoformat(), dates[1].isoformat()], "steps": step, "losses": losses,
+            "rows_without_teacher": missing, "train_seconds": time.perf_counter() - t0, "hyperparameters": hp,
+            "calibration": model.calibrator.metadata()}
     return model, info
 
 
@@ -143,18 +135,13 @@ def fit_domain_calibrator(model: torch.nn.Module, day: dt.date, surfaces: list[s
                           surfaces_config: SurfacesConfig | None = None, batch_size: int = 2048,
                           device: torch.device | str | None = None) -> Calibrator:
     """The domain model's own Platt maps, from its raw predictions of `day` on `surfaces` (module doc)."""
-    saved, model.calibrator = getattr(model, "calibrator", None), None  # fitted on raw probabilities
-    try:
-        def predict_day(d: str) -> pl.DataFrame:
-            stream = ExampleStream(d, d, surfaces, batch_size=batch_size, uri=uri, surfaces_config=surfaces_config,
-                                   shuffle=False, max_len=getattr(model.cfg, "seq_len", None))
-            return predict(model, stream, device=device)
+    def predict_day(d: str) -> pl.DataFrame:  # with a calibrator attached, fitting reads its p_*_raw columns
+        stream = ExampleStream(d, d, surfaces, batch_size=batch_size, uri=uri, surfaces_config=surfaces_config,
+                               shuffle=False, max_len=getattr(model.cfg, "seq_len", None))
+        return predict(model, stream, device=device)
 
-        return fit_model_calibrator(predict_day, [day.isoformat()], list(model.cfg.surfaces),
-                                    min_positives=DEFAULT_CALIBRATION["min_positives"],
-                                    shrink_positives=DEFAULT_CALIBRATION["shrink_positives"])
-    finally:
-        model.calibrator = saved
+    return fit_model_calibrator(predict_day, [day.isoformat()], list(model.cfg.surfaces),
+                                min_positives=DEFAULT_CALIBRATION["min_positives"])
 
 
 def save_domain_model(

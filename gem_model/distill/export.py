@@ -25,16 +25,14 @@ class ServingStudent(nn.Module):
     def __init__(self, student: Student):
         super().__init__()
         self.student = student
-        self.use_hist = student.hist_k > 0
-        self.use_teacher = student.teacher_emb_dim > 0
         cal = getattr(student, "calibrator", None)  # gem_model.distill.trainer.fit_student_calibrator
         self.register_buffer("cal_a", cal.a[0].float().clone() if cal is not None else torch.ones(2))
         self.register_buffer("cal_b", cal.b[0].float().clone() if cal is not None else torch.zeros(2))
 
     def forward(self, dense: torch.Tensor, sparse: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
         more = iter(rest)
-        hist = next(more) if self.use_hist else None
-        teacher = next(more) if self.use_teacher else None
+        hist = next(more) if self.student.hist_k > 0 else None
+        teacher = next(more) if self.student.teacher_emb_dim > 0 else None
         return torch.sigmoid(self.cal_a * self.student(dense, sparse, hist, teacher) + self.cal_b)
 
 
@@ -58,7 +56,6 @@ def export_student(model: Student, path: str | Path) -> Path:
     """Export the serving path of `model` (eval mode, CPU) to `path` (.pt2) with a dynamic batch
     dimension; writes `<path>.json` describing the inputs. Returns the path."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     wrapper = ServingStudent(model).eval().cpu()
     inputs = _inputs(model, 4)
     args = tuple(inputs.values())

@@ -22,6 +22,10 @@ from gem_model.eval.metrics import bootstrap_ne, interval, normalized_entropy
 N_BOOT = 1000
 RATIO, TWO_GAINS = "ratio", "two gains"
 FULL_RECIPE = ("parameter_sharing", "hierarchical")  # the seed article's full recipe
+# an interval cell's fields -> the evaluation click row's, in the rows' order (kd_intervals)
+ROW_KEYS = {"gain": "kd_gain", "gain_lo": "kd_gain_lo", "gain_hi": "kd_gain_hi", "report": "kd_report",
+            "effectiveness_lo": "kd_effectiveness_lo", "effectiveness_hi": "kd_effectiveness_hi",
+            "standard_gain_lo": "kd_gain_standard_lo", "standard_gain_hi": "kd_gain_standard_hi"}
 
 
 class EvalPredictions:
@@ -87,13 +91,9 @@ def kd_intervals(rows: list[dict[str, Any]], kept: EvalPredictions, *, n_boot: i
         cell = out[r["surface"]]["arms"].get(f"{r['arm']}|{r['path']}")
         if cell is None:
             continue
-        r.update(kd_gain=cell["gain"], kd_gain_lo=cell["gain_lo"], kd_gain_hi=cell["gain_hi"])
-        if "report" in cell:
-            if cell["report"] == TWO_GAINS:  # no ratio where standard KD's gain is not shown above 0
-                r["kd_effectiveness"] = None
-            r.update(kd_report=cell["report"], kd_effectiveness_lo=cell["effectiveness_lo"],
-                     kd_effectiveness_hi=cell["effectiveness_hi"], kd_gain_standard_lo=cell["standard_gain_lo"],
-                     kd_gain_standard_hi=cell["standard_gain_hi"])
+        r.update({rk: cell[ck] for ck, rk in ROW_KEYS.items() if ck in cell})
+        if cell.get("report") == TWO_GAINS:  # no ratio where standard KD's gain is not shown above 0
+            r["kd_effectiveness"] = None
     return out
 
 

@@ -89,13 +89,8 @@ class Student(nn.Module):
             nn.init.constant_(self.aux.bias, -3.0)
 
     # -- forward: inputs (dense, sparse, hist_ids, teacher_emb), the last two None when unused ---------
-    def hidden(
-        self,
-        dense: torch.Tensor,
-        sparse: torch.Tensor,
-        hist_ids: torch.Tensor | None = None,
-        teacher_emb: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def hidden(self, dense: torch.Tensor, sparse: torch.Tensor, hist_ids: torch.Tensor | None = None,
+               teacher_emb: torch.Tensor | None = None) -> torch.Tensor:
         tokens = [self.tables[table](sparse[:, j]) for j, (_, table) in enumerate(self.cfg["sparse_features"])]
         tokens.append(self.dense(self.dense_ln(dense)))
         if self.hist_k > 0:
@@ -131,7 +126,6 @@ class Student(nn.Module):
 def share_tables(student: Student, teacher: nn.Module, names: list[str] | tuple[str, ...]) -> list[str]:
     """Copy exactly the named embedding tables from `teacher.tables` (a GEM or a Student) into
     the student; returns the names copied. Shapes must match (same table sizes and d_model)."""
-    copied = []
     for name in names:
         if name not in student.tables or name not in teacher.tables:
             raise KeyError(f"table {name!r} missing: student {sorted(student.tables)}, teacher {sorted(teacher.tables)}")
@@ -140,5 +134,4 @@ def share_tables(student: Student, teacher: nn.Module, names: list[str] | tuple[
             raise ValueError(f"table {name!r}: teacher {tuple(src.shape)} != student {tuple(dst.shape)}")
         with torch.no_grad():
             dst.copy_(src.detach().to(dst.device, dst.dtype))
-        copied.append(name)
-    return copied
+    return list(names)

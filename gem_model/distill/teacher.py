@@ -64,9 +64,8 @@ def _dates(dates: Sequence[dt.date | str] | tuple) -> list[dt.date]:
     if isinstance(dates, (dt.date, str)):
         dates = [dates]
     if isinstance(dates, tuple) and len(dates) == 2 and not isinstance(dates[0], (list, tuple)):
-        first, last = (d if isinstance(d, dt.date) else dt.date.fromisoformat(str(d)) for d in dates)
-        if first <= last:
-            return date_range(first, last)
+        if days := date_range(*dates):  # an inclusive (first, last) pair; first > last: two dates
+            return days
     return [d if isinstance(d, dt.date) else dt.date.fromisoformat(str(d)) for d in dates]
 
 

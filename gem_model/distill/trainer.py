@@ -246,7 +246,6 @@ def save_student(model: Student, directory: str | Path, metrics: dict[str, Any] 
     calibrator, "seen_rows" {table: rows its training data reached}}; weights_only-safe), config.json
     and metrics.json."""
     d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
     cal: Calibrator | None = getattr(model, "calibrator", None)
     seen = getattr(model, "seen_rows", None)
     atomic.torch_save({"state_dict": model.state_dict(), "config": dict(model.cfg),
