@@ -70,9 +70,7 @@ def read_events(day: dt.date, uri: str | None = None) -> pl.LazyFrame:
     )
 
 
-def eval_ne_by_age(
-    predictions: str | Path, day: dt.date, events_uri: str | None = None
-) -> list[dict[str, Any]]:
+def eval_ne_by_age(predictions: str | Path, day: dt.date, events_uri: str | None = None) -> list[dict[str, Any]]:
     """E's click NE by ad age for a version's eval predictions (request_id, surface, click, p_click)."""
     return ne_by_age(pl.read_parquet(predictions), ad_ages(read_events(day, events_uri), day))
 

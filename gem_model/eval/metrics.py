@@ -63,14 +63,8 @@ def calibration(y: np.ndarray, p: np.ndarray) -> float:
 
 
 @torch.no_grad()
-def predict(
-    model: torch.nn.Module,
-    loader: Iterable[Batch],
-    *,
-    device: torch.device | str | None = None,
-    with_embeddings: bool = False,
-    amp_dtype: torch.dtype | None = None,
-) -> pl.DataFrame:
+def predict(model: torch.nn.Module, loader: Iterable[Batch], *, device: torch.device | str | None = None,
+            with_embeddings: bool = False, amp_dtype: torch.dtype | None = None) -> pl.DataFrame:
     """One pass: request_id, surface, labels, masks, p_click, p_conversion (+ embedding). A model
     carrying a calibrator (gem_model.models.calibration) gives calibrated p_* and its raw p_*_raw too."""
     was_training = model.training
@@ -119,11 +113,8 @@ def metric_rows(preds: pl.DataFrame, oracle_df: pl.DataFrame | None = None) -> l
     """Rows {surface, task, ne, auc, calibration, calibration_raw, ne_raw, oracle_ne, gap, n, positives}
     from `predict` output (the *_raw pair: before the model's calibrator, None without one)."""
     if oracle_df is not None and len(oracle_df):
-        orc = oracle_df.select(
-            "request_id",
-            pl.col("p_click").alias("oracle_click"),
-            pl.col("p_conversion").alias("oracle_conversion"),
-        ).unique("request_id", keep="first")
+        orc = oracle_df.select("request_id", pl.col("p_click").alias("oracle_click"),
+                               pl.col("p_conversion").alias("oracle_conversion")).unique("request_id", keep="first")
         preds = preds.join(orc, on="request_id", how="left")
     rows = []
     for surface in sorted(preds["surface"].unique().to_list()):
@@ -134,19 +125,12 @@ def metric_rows(preds: pl.DataFrame, oracle_df: pl.DataFrame | None = None) -> l
                 continue
             y = s[task].to_numpy()
             p = s[f"p_{task}"].to_numpy()
+            raw = s[f"p_{task}_raw"].to_numpy() if f"p_{task}_raw" in s.columns else None  # before the calibrator
             row: dict[str, Any] = {
-                "surface": surface,
-                "task": task,
-                "ne": normalized_entropy(y, p),
-                "auc": auc(y, p),
-                "calibration": calibration(y, p),
-                # before the post-hoc calibrator (None: the model has none)
-                "calibration_raw": calibration(y, s[f"p_{task}_raw"].to_numpy()) if f"p_{task}_raw" in s.columns else None,
-                "ne_raw": normalized_entropy(y, s[f"p_{task}_raw"].to_numpy()) if f"p_{task}_raw" in s.columns else None,
-                "oracle_ne": None,
-                "gap": None,
-                "n": int(s.height),
-                "positives": int(y.sum()),
+                "surface": surface, "task": task, "ne": normalized_entropy(y, p), "auc": auc(y, p),
+                "calibration": calibration(y, p), "calibration_raw": None if raw is None else calibration(y, raw),
+                "ne_raw": None if raw is None else normalized_entropy(y, raw),
+                "oracle_ne": None, "gap": None, "n": int(s.height), "positives": int(y.sum()),
             }
             col = f"oracle_{task}"
             if col in s.columns and s[col].null_count() == 0:  # the oracle's NE only on all the same rows
@@ -157,16 +141,9 @@ def metric_rows(preds: pl.DataFrame, oracle_df: pl.DataFrame | None = None) -> l
     return rows
 
 
-def evaluate_day(
-    model: torch.nn.Module,
-    day: Any,
-    surfaces: Iterable[str],
-    *,
-    uri: str | None = None,
-    oracle_uri: str | None = None,
-    batch_size: int = 2048,
-    device: torch.device | str | None = None,
-) -> list[dict[str, Any]]:
+def evaluate_day(model: torch.nn.Module, day: Any, surfaces: Iterable[str], *, uri: str | None = None,
+                 oracle_uri: str | None = None, batch_size: int = 2048,
+                 device: torch.device | str | None = None) -> list[dict[str, Any]]:
     """Metric rows of a GEM model on one day of `training_examples` (the gate's evaluation), with
     the oracle's NE when the lake has an oracle table."""
     surfaces = list(surfaces)
@@ -274,9 +251,8 @@ def bootstrap_ci(
     stats: dict[str, list[float]] = {"ne": [], "auc": [], "calibration": []}
     for _ in range(n_boot if len(y) else 0):
         i = rng.integers(0, len(y), len(y))
-        stats["ne"].append(normalized_entropy(y[i], p[i]))
-        stats["auc"].append(auc(y[i], p[i]))
-        stats["calibration"].append(calibration(y[i], p[i]))
+        for k, f in (("ne", normalized_entropy), ("auc", auc), ("calibration", calibration)):
+            stats[k].append(f(y[i], p[i]))
     lo, hi = (1 - level) / 2 * 100, (1 + level) / 2 * 100
     out = {}
     for k, v in stats.items():

@@ -66,9 +66,8 @@ def model_quality(results: list[dict[str, Any]], seeds: list[int], n_boot: int =
     preds = _predictions(results, seeds)
     roles = load_calendar().roles()
     oracle = read_oracle([roles.evaluation], uri=table_uri("oracle"), storage_options=storage_options())
-    joined = oracle.select("request_id", pl.col("p_click").alias("oracle"))
-    first = preds[("foundation", seeds[0])].select("request_id", "surface", "click")
-    joined = first.join(joined, on="request_id", how="inner")
+    joined = preds[("foundation", seeds[0])].select("request_id", "surface", "click").join(
+        oracle.select("request_id", pl.col("p_click").alias("oracle")), on="request_id", how="inner")
     for (model, seed), df in preds.items():
         # raw: before the post-hoc calibrator fitted on E-1 (models without one: their p_click)
         raw = pl.col("p_click_raw") if "p_click_raw" in df.columns else pl.col("p_click")
