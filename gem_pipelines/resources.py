@@ -38,16 +38,9 @@ class SimulatorResource(dg.ConfigurableResource):
     corruption_rate: float | None = None
 
     def config(self) -> SimulatorConfig:
-        overrides = {
-            k: v
-            for k, v in {
-                "seed": self.seed,
-                "impressions_per_day": self.impressions_per_day,
-                "corruption_rate": self.corruption_rate,
-            }.items()
-            if v is not None
-        }
-        return load_simulator(**overrides)
+        """assets/simulator.yaml with the fields set here on top."""
+        return load_simulator(**self.model_dump(include={"seed", "impressions_per_day", "corruption_rate"},
+                                                exclude_none=True))
 
     def landing_root(self) -> Path:
         return gem_home() / "landing"

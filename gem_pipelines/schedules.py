@@ -11,19 +11,13 @@ import dagster as dg
 
 from gem_pipelines.jobs import lake_maintenance_job, land_and_ingest_job
 from gem_pipelines.partitions import CALENDAR, SURFACES, date_partitions_def, multi_key
+from gem_pipelines.sensors import last_ingested
 
 
 def yesterday(scheduled: dt.datetime) -> dt.date:
     if CALENDAR.days == "open":
         return scheduled.astimezone(dt.UTC).date() - dt.timedelta(days=1)
     return CALENDAR.end()
-
-
-def _ingested(instance: dg.DagsterInstance, key: dg.MultiPartitionKey) -> bool:
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey("events"), asset_partitions=[str(key)]), limit=1
-    ).records
-    return bool(records)
 
 
 def ingest_requests_for(day: dt.date, instance: dg.DagsterInstance | None = None) -> list[dg.RunRequest] | dg.SkipReason:
@@ -34,7 +28,7 @@ def ingest_requests_for(day: dt.date, instance: dg.DagsterInstance | None = None
     )):
         return dg.SkipReason(f"{key} is outside the calendar window (assets/calendar.yaml)")
     keys = [multi_key(key, s) for s in SURFACES.names]
-    todo = [k for k in keys if instance is None or not _ingested(instance, k)]
+    todo = [k for k in keys if not last_ingested(instance, str(k))]
     if not todo:
         return dg.SkipReason(f"{key} is already ingested for every surface")
     return [

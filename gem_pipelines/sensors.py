@@ -12,7 +12,7 @@ from gem_pipelines.jobs import ingest_job
 from gem_pipelines.partitions import SURFACES, date_partitions_def, multi_key
 
 
-def _last_ingested(instance: dg.DagsterInstance | None, key: str) -> float:
+def last_ingested(instance: dg.DagsterInstance | None, key: str) -> float:
     """When `events` of this partition was last materialized (0 if never, or with no instance)."""
     if instance is None:
         return 0.0
@@ -43,7 +43,7 @@ def scan_landing(cursor: dict[str, float], instance: dg.DagsterInstance | None =
             key = f"{day_dir.name}|{surface.name}"
             if mtime > cursor.get(key, 0.0):
                 new_cursor[key] = mtime
-                if mtime <= _last_ingested(instance, key):
+                if mtime <= last_ingested(instance, key):
                     continue
                 requests.append(
                     dg.RunRequest(
