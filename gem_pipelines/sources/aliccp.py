@@ -1,13 +1,11 @@
-"""Ali-CCP (Tianchi 408, the ESMM data) as Tianchi distributes it (assets/sources/aliccp_full): a
-module, as the ids sit in feature lists and the user in another file joined by md5, which no spec
-expresses. The label-encoded CSV layout (assets/sources/aliccp) is a spec.
+"""Ali-CCP (Tianchi 408) as Tianchi distributes it (assets/sources/aliccp_full): a module, as the ids sit
+in feature lists and the user in another file joined by md5 (the label-encoded CSV layout is a spec).
 
 sample_skeleton_*.csv (sample id, click, purchase, md5 of the user's common features, feature count,
-feature list; no header) and common_features_*.csv (md5, feature count, feature list). Field 101
-(user) comes from the common features joined on the md5; 205 item, 207 shop and 301 scenario from
-the sample's own list (raw feature ids, as in the files). A sample whose md5 has no common features
-keeps a null user (quarantined `missing_id`); a line with another field count lands verbatim
-(unparseable). No time, no validation file: users are split by the seeded per-user rule.
+feature list; no header) and common_features_*.csv (md5, feature count, feature list): user 101 from
+the common features, item 205, shop 207 and scenario 301 from the sample's list (raw feature ids). A
+sample whose md5 has no common features keeps a null user (missing_id). No time, no validation
+file: the seeded per-user split.
 """
 
 from __future__ import annotations

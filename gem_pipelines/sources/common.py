@@ -171,13 +171,10 @@ def read_rows(path: Path, *, sep: str = ",", header: bool = True, n_fields: int 
     as the header (or `n_fields`); rows are split on `sep` only (these datasets use no quoting).
     """
     lines = [ln.removesuffix("\r") for ln in read_lines(path)]
-    head: list[str] = []
-    first = 1
-    if header:
-        if not lines:
-            raise ValueError(f"{path}: empty file, expected a header line")
-        head = lines[0].split(sep)
-        lines, first = lines[1:], 2
+    if header and not lines:
+        raise ValueError(f"{path}: empty file, expected a header line")
+    head, first = (lines[0].split(sep), 2) if header else ([], 1)
+    lines = lines[first - 1:]
     n = n_fields or len(head)
     df = pl.DataFrame(
         {
@@ -213,17 +210,10 @@ def map_surface(rows: pl.DataFrame, raw_value: pl.Expr, cfg: SourceConfig) -> pl
     ).drop("_key", "_surface")
 
 
-def unit_hash(seed: int, *parts: Sequence[str | None]) -> list[float]:
-    """A deterministic uniform [0, 1) per key from its text parts (blake2b: stable everywhere)."""
-    cache: dict[tuple, float] = {}
-    out = []
-    for values in zip(*parts, strict=True):
-        if values not in cache:
-            key = f"{seed}|" + "|".join("" if v is None else str(v) for v in values)
-            h = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
-            cache[values] = h / 2**64
-        out.append(cache[values])
-    return out
+def unit_hash(seed: int, values: Sequence[str | None]) -> list[float]:
+    """A deterministic uniform [0, 1) per text value (blake2b: stable everywhere)."""
+    digest = {v: hashlib.blake2b(f"{seed}|{'' if v is None else v}".encode(), digest_size=8).digest() for v in set(values)}
+    return [int.from_bytes(digest[v], "little") / 2**64 for v in values]
 
 
 def row_unit(seed: int, source_file: pl.Series, line_no: pl.Series) -> np.ndarray:
@@ -256,12 +246,8 @@ def train_day_cuts(cfg: SourceConfig, calendar: CalendarConfig) -> tuple[list[dt
 
 
 def assign_days(rows: pl.DataFrame, cfg: SourceConfig, calendar: CalendarConfig) -> pl.DataFrame:
-    """Add `date` from `role` (train | val | test) and the seeded rule of the README.
-
-    test -> E, val -> E-1 (except a `val_to_train` share of a surface's val rows, chosen by a
-    seeded per-row hash, which joins train), train -> one of warm-up .. E-2 by a seeded per-row
-    hash and the `train_days` shares. Nothing here ever looks at a label.
-    """
+    """`date` from `role`: test -> E, val -> E-1 (but a `val_to_train` share of a surface's val rows
+    joins train), train -> warm-up .. E-2 by `train_days`; seeded per-row hashes, never a label."""
     roles = calendar.roles()
     u = pl.lit(pl.Series(row_unit(cfg.seed, rows["source_file"], rows["line_no"]), dtype=pl.Float64))
     # a second, independent hash: which val rows move does not depend on which day they get
@@ -300,14 +286,9 @@ def _iso(seconds: pl.Expr) -> pl.Expr:
 
 
 def impression_lines(rows: pl.DataFrame) -> pl.Series:
-    """jsonl_nested `ad` records for mapped rows; for a row of an undeclared surface a record of kind
-    `unmapped_surface` holding the line (quarantined unknown_enum); the raw line itself for a row
-    that could not be parsed (quarantined unparseable).
-
-    rows: ok, raw, request_id, date, seconds, user_id, ad_id, advertiser_id, click, conversion
-    (text; conversion null where the surface logs none); optionally unmapped, and the spec's fields
-    tenure_days, position, bid (null: the constant).
-    """
+    """jsonl_nested `ad` records of mapped rows; a record of kind `unmapped_surface` holding the line for
+    a row of an undeclared surface (unknown_enum); the raw line of a row that could not be parsed.
+    Optional columns: unmapped, and the spec's fields tenure_days, position, bid (null: the constant)."""
     c = pl.col
 
     def field(name: str, constant: str) -> pl.Expr:  # a spec's field where it has one, else the constant
@@ -364,12 +345,10 @@ def write_landing(
     home: Path,
     notes: dict[str, Any] | None = None,
 ) -> ImportResult:
-    """Write every (date, surface) partition of the window (empty ones too) and the lineage.
-
+    """Write every (date, surface) partition of the window (empty ones too), the lineage and the manifest.
     impressions: source_file, line_no, raw, ok, surface, date, seconds, request_id, user_id, ad_id,
-    advertiser_id, click, conversion. history: source_file, line_no, surface, date, seconds,
-    user_id, item_id, action (already de-duplicated).
-    """
+    advertiser_id, click, conversion (text). history (de-duplicated): source_file, line_no, surface,
+    date, seconds, user_id, item_id, action."""
     validate_name(dataset, "dataset")
     impressions = impressions.with_columns(pl.col("seconds").cast(pl.Int64))
     imp = impressions.with_columns(line=impression_lines(impressions), kind=pl.lit("row"))

@@ -213,14 +213,11 @@ def pooled_difference(diffs: dict[str, np.ndarray], points: dict[str, float], po
 
 def seeds_report(dataset: str, versions: dict[int, str], *, n_boot: int = 1000,
                  baselines: dict[int, Path] | None = None) -> dict[str, Any]:
-    """Click NE on E per surface of the foundation and its single-surface baseline over several seeds
-    (one foundation version per seed, its baselines under the same version): the seed mean, the
-    per-seed values, a 95% Poisson-bootstrap interval of the seed mean (the same resampled rows for
-    every seed and model) and the paired difference foundation - single-surface on those resamples;
-    beside them, each model's seed-mean click NE on E-1, where it was selected. With `baselines`
-    ({seed: dir holding <model>/eval_predictions.parquet of LR_MODELS}), the logistic regression and
-    the base rate on the same resamples. `pooled`: the difference pooled over every surface but the
-    one with the most positives on E (the small surfaces), weighted by their positives."""
+    """Click NE on E per surface over seeds (a foundation version per seed, its baselines under the same
+    version; with `baselines` {seed: dir of LR_MODELS' predictions} those too): seed mean, per-seed
+    values, a 95% interval of the seed mean on resamples shared by every seed and model, the paired
+    difference foundation - single-surface, and each model's E-1 NE. `pooled`: that difference over
+    every surface but the one with the most positives on E, weighted by positives."""
     cfg = load_source(dataset)
     surfaces = load_surfaces()
     seeds = sorted(versions)
@@ -335,9 +332,8 @@ def trained_version(seed: int, preset: str) -> str | None:
 
 
 def lr_baselines(seed: int, version: str) -> Path:
-    """The logistic regression and the base rate of gem_model.eval.baselines fitted with this seed on the
-    teacher's window (the epoch kept on E-1), beside the foundation version as gem_model.eval.model_quality
-    puts them; reused when already there."""
+    """LR_MODELS fitted with this seed on the teacher's window (epoch kept on E-1), beside the foundation
+    version as gem_model.eval.model_quality puts them; reused when already there."""
     out = models_dir(FOUNDATION) / version / "baselines" / f"seed{seed}"
     if all((out / m / PREDICTIONS).is_file() for m in LR_MODELS):
         return out

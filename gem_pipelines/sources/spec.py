@@ -61,18 +61,18 @@ def _columns(path: Path, head: list[str], need: list[str], optional: list[str]) 
     return list(dict.fromkeys([*need, *(c for c in optional if c in head)]))
 
 
-def read_table(path: Path, read: Read, need: list[str], optional: list[str] = ()) -> pl.DataFrame:  # type: ignore[assignment]
+def read_table(path: Path, read: Read, need: list[str], optional: list[str]) -> pl.DataFrame:
     """Rows of one file: source_file, line_no, raw, ok and, as text `c:<name>` (null when empty or
     when the row is not ok), each column of `need` and those of `optional` the file has. A csv/tsv
     row is split on the separator (no quoting), so one bad line is one quarantined row."""
     if read.format in ("csv", "tsv"):
         rows, head = read_rows(path, sep=read.sep, header=read.header, n_fields=None if read.header else len(read.names))
         head = head if read.header else list(read.names)
-        cols = _columns(path, head, need, list(optional))
+        cols = _columns(path, head, need, optional)
         return rows.with_columns(**{f"c:{c}": field_at(head.index(c)) for c in cols}).drop("fields")
     if read.format == "parquet":
         df = pl.read_parquet(path)
-        text = {f"c:{c}": pl.col(c).cast(pl.String) for c in _columns(path, df.columns, need, list(optional))}
+        text = {f"c:{c}": pl.col(c).cast(pl.String) for c in _columns(path, df.columns, need, optional)}
         return df.select(
             source_file=pl.lit(path.name), line_no=pl.int_range(1, pl.len() + 1, dtype=pl.Int64),
             raw=pl.struct(pl.all()).struct.json_encode(), ok=pl.lit(True), **text,
@@ -87,7 +87,7 @@ def read_table(path: Path, read: Read, need: list[str], optional: list[str] = ()
         records.append(rec if isinstance(rec, dict) else None)
     head = list(dict.fromkeys(k for r in records if r for k in r))
     cols = {f"c:{c}": pl.Series([_text(r.get(c)) if r else None for r in records], dtype=pl.String)
-            for c in _columns(path, head, need, list(optional))}
+            for c in _columns(path, head, need, optional)}
     return pl.DataFrame({
         "source_file": [path.name] * len(lines), "line_no": pl.Series(range(1, len(lines) + 1), dtype=pl.Int64),
         "raw": pl.Series(lines, dtype=pl.String), "ok": pl.Series([r is not None for r in records]), **cols,

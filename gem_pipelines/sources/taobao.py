@@ -5,12 +5,8 @@ type), 50-99 cate_his, 100-149 brand_his, 150-199 mask (1 = a real step; sequenc
 padded, the last step is the most recent), 200-249 match_mask, 250 user, 251-258 user profile,
 259 adgroup_id, 260 cate_id, 261 campaign_id, 262 customer, 263 brand, 264 price, 265 pid, 266 clk.
 
-Mapping: user -> user_id, adgroup_id -> ad_id, customer -> advertiser_id, pid -> surface
-(source.yaml `surfaces`), clk -> click. The behaviour sequence becomes the user's organic history
-(user_activity): step k with mask 1 is an activity at D 00:00 + k minutes (the impression is at
-D 12:00, so the whole sequence precedes it), item = brand_his[k] (the finest id the sequence
-has), action from btag_his[k] by BTAG_ACTIONS; identical steps of one user and day land once.
-No time in the data: users are split by the seeded per-user rule (common.split_by_user).
+Step k of the behaviour sequence (mask 1) is the user's organic activity at D 00:00 + k minutes, so
+it precedes the impression at D 12:00; item = brand_his[k], the finest id the sequence has.
 """
 
 from __future__ import annotations
