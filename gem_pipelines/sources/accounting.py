@@ -10,6 +10,7 @@ from typing import Any
 import polars as pl
 
 from gem_model.config import validate_name
+from gem_model.store.atomic import write_json
 from gem_model.store.paths import gem_home, lake_root, reports_dir
 from gem_pipelines.sources.common import FEED
 
@@ -54,7 +55,5 @@ def source_accounting(dataset: str, home: Path | None = None, lake: str | None =
 
 def write_accounting(dataset: str, home: Path | None = None, lake: str | None = None) -> Path:
     rows = source_accounting(dataset, home, lake)
-    path = reports_dir(home) / "source_accounting.json"
-    path.write_text(json.dumps({"dataset": dataset, "files": rows,
-                                "all_accounted": all(r["missing"] == 0 for r in rows)}, indent=2, default=str))
-    return path
+    return write_json(reports_dir(home) / "source_accounting.json",
+                      {"dataset": dataset, "files": rows, "all_accounted": all(r["missing"] == 0 for r in rows)})

@@ -99,9 +99,8 @@ class SourceConfig(_Strict):
     peer_ne: dict[str, float] = {}  # surface -> test click NE of public peer models (targets, not ours)
     news: tuple[PlainName, ...] = ()  # MIND original layout: the news.tsv files (news id -> category, subcategory)
     common: tuple[PlainName, ...] = ()  # Ali-CCP Tianchi layout: the common_features files (md5 -> user features)
-    # Douban: a rated item the label calls negative was still consumed; `view` also writes it as the
-    # user's organic `view` activity at the impression's time (later days' histories then hold what the
-    # user rated low, not only the clicks). None: histories hold clicks only.
+    # Douban: a rated item labelled negative was still consumed; `view` also writes it as the user's organic
+    # `view` at the impression's time (later histories hold what the user rated low). None: clicks only.
     unclicked_as: Literal["view"] | None = None
 
     @model_validator(mode="after")
@@ -249,14 +248,12 @@ def assign_days(rows: pl.DataFrame, cfg: SourceConfig, calendar: CalendarConfig)
     """`date` from `role`: test -> E, val -> E-1 (but a `val_to_train` share of a surface's val rows
     joins train), train -> warm-up .. E-2 by `train_days`; seeded per-row hashes, never a label."""
     roles = calendar.roles()
-    u = pl.lit(pl.Series(row_unit(cfg.seed, rows["source_file"], rows["line_no"]), dtype=pl.Float64))
+    days, cuts = train_day_cuts(cfg, calendar)
+    u = row_unit(cfg.seed, rows["source_file"], rows["line_no"])
+    train_day = pl.lit(pl.Series(days).gather(np.searchsorted(cuts, u, side="right")))  # the first cut above u
     # a second, independent hash: which val rows move does not depend on which day they get
     u2 = pl.lit(pl.Series(row_unit(cfg.seed + 1, rows["source_file"], rows["line_no"]), dtype=pl.Float64))
     moved = u2 < pl.col("surface").replace_strict(cfg.val_to_train, default=0.0, return_dtype=pl.Float64)
-    days, cuts = train_day_cuts(cfg, calendar)
-    train_day = pl.lit(days[-1])
-    for d, c in reversed(list(zip(days, cuts, strict=True))):
-        train_day = pl.when(u < c).then(pl.lit(d)).otherwise(train_day)
     date = (
         pl.when(pl.col("role") == "test").then(pl.lit(roles.evaluation))
         .when((pl.col("role") == "val") & ~moved).then(pl.lit(roles.validation))

@@ -78,10 +78,9 @@ EVIDENCE = ("user_impressions_before", "user_other_impressions_before", "ad_impr
 
 
 def counter_evidence(surfaces: list[str], lake: str | None = None) -> list[dict[str, Any]]:
-    """Per surface and role day (the teacher's window, the selection day E-1, the evaluation day E):
-    rows and the mean of each EVIDENCE counter, read from `training_examples` (no label is read). A
-    model fitted and selected where the user's own surface knew little may weigh the other surfaces
-    more than E, where it knows more, rewards: this shows whether E is such a day."""
+    """Per surface and role day (teacher's window, E-1, E): rows and the mean of each EVIDENCE counter in
+    `training_examples` (no label read). A model fitted where the user's own surface knew little may
+    weigh the other surfaces more than E rewards: this shows whether E is such a day."""
     roles = load_calendar().roles()
     windows = {"teacher": roles.teacher, "validation": (roles.validation,) * 2, "evaluation": (roles.evaluation,) * 2}
     role = pl.coalesce(pl.when(pl.col("date").is_between(lo, hi)).then(pl.lit(name)) for name, (lo, hi) in windows.items())
@@ -125,9 +124,7 @@ def real_data_report(dataset: str, *, n_boot: int = 200, lake: str | None = None
         if b.is_dir():
             preds[f"single_surface:{s}"] = _scores(b, day, [s], lake)
     for s in surfaces.names:
-        for task in TASKS:
-            if task not in surfaces.get(s).tasks:
-                continue
+        for task in (t for t in TASKS if t in surfaces.get(s).tasks):
             row: dict[str, Any] = {"surface": s, "domain": surfaces.get(s).domain, "task": task,
                                    "peer_ne": cfg.peer_ne.get(s) if task == "click" else None}
             for model, key in (("foundation", "foundation"), ("single_surface", f"single_surface:{s}")):
@@ -315,10 +312,7 @@ def trained_version(seed: int, preset: str) -> str | None:
     first, else the newest. None: train one."""
     spec = load_preset(preset)
     accepted = read_accepted(FOUNDATION)
-    candidates = list(reversed(list_versions(FOUNDATION)))
-    if accepted is not None:
-        candidates.insert(0, accepted.name)
-    for v in candidates:
+    for v in ([accepted.name] if accepted is not None else []) + list_versions(FOUNDATION)[::-1]:
         path = models_dir(FOUNDATION) / v / "config.json"
         if not path.is_file():
             continue

@@ -189,9 +189,8 @@ def _timed(rows: pl.DataFrame, cfg: SourceConfig) -> tuple[pl.DataFrame, Calenda
 
 
 def unclicked_history(rows: pl.DataFrame, cfg: SourceConfig) -> pl.DataFrame | None:
-    """source.yaml `unclicked_as: view`: every mapped row labelled 0 is also the user's organic `view`
-    of the item at the impression's time (histories hold only earlier days: no label of the row's
-    own day reaches a feature); clicked rows reach histories as clicks already (ingest)."""
+    """source.yaml `unclicked_as: view`: every mapped row labelled 0 is also the user's organic `view` of
+    the item at the impression's time (histories hold only earlier days); clicks reach them via ingest."""
     if cfg.unclicked_as is None:
         return None
     return (
