@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable
-from pathlib import Path
 
 import dagster as dg
 from dagster._core.definitions.selector import JobSubsetSelector
@@ -54,11 +53,9 @@ IN_PROCESS = {"execution": {"config": {"in_process": {}}},
 class CodeLocation:
     """The workspace's one code location, loaded once, launching synchronous runs on `instance`."""
 
-    def __init__(self, instance: dg.DagsterInstance, workspace_yaml: Path = WORKSPACE_YAML):
-        origins = location_origins_from_yaml_paths([str(workspace_yaml)])
-        if len(origins) != 1:
-            raise ValueError(f"{workspace_yaml}: expected one code location, found {len(origins)}")
-        self.origin = origins[0]  # what `dagster dev` and the daemon load: runs are stamped with it
+    def __init__(self, instance: dg.DagsterInstance):
+        # what `dagster dev` and the daemon load: runs are stamped with it
+        (self.origin,) = location_origins_from_yaml_paths([str(WORKSPACE_YAML)])
         self.instance = instance
         self.location = InProcessCodeLocation(
             InProcessCodeLocationOrigin(self.origin.loadable_target_origin, location_name=self.origin.location_name),
@@ -95,13 +92,11 @@ class CodeLocation:
             asset_graph=self.repo.asset_graph,
         )
 
-    def execute(self, run: DagsterRun) -> DagsterRun:
-        """Run it here and now; returns the finished run (its status says whether it succeeded)."""
+    def launch(self, job_name: str, **kwargs) -> DagsterRun:
+        """`create_run`, run here and now; returns the finished run (its status says whether it succeeded)."""
+        run = self.create_run(job_name, **kwargs)
         execute_run(recon_job_from_origin(run.job_code_origin), run, self.instance)  # type: ignore[arg-type]
         return self.instance.get_run_by_id(run.run_id)  # type: ignore[return-value]
-
-    def launch(self, job_name: str, **kwargs) -> DagsterRun:
-        return self.execute(self.create_run(job_name, **kwargs))
 
     def launch_request(self, request: dg.RunRequest, job_name: str | None = None) -> DagsterRun:
         """Execute what a schedule, a sensor or an automation evaluation asked for."""

@@ -33,9 +33,7 @@ from gem_model.store.paths import gem_home, reports_dir
 if TYPE_CHECKING:
     from gem_pipelines.code_location import CodeLocation
 
-# The automation's cursor: opaque here, as `dg.evaluate_automation_conditions` returns and takes it, kept on
-# disk with Dagster's public serializer.
-Cursor = Any
+Cursor = Any  # opaque: what `dg.evaluate_automation_conditions` returns and takes, on disk in Dagster's serializer
 
 MAX_WAVES = 12  # the longest chain (ingest -> features -> teacher -> domains -> predictions -> report -> students) is 7
 DAEMON_FRESH_S = 120
@@ -98,13 +96,8 @@ def _request_key(request: dg.RunRequest) -> tuple[tuple[str, ...], str | None]:
 
 
 def frontier(requests: list[dg.RunRequest], defs: dg.Definitions) -> list[dg.RunRequest]:
-    """The requests none of whose assets has an ancestor among the other requests.
-
-    Separate runs of one tick would start together (the daemon's backfills order them; see
-    sensors.automation_sensor): a child run next to its parent's would read the old parent, and
-    is not requested again once the parent updates. So the others wait, still requested, until their
-    ancestors have run.
-    """
+    """The requests none of whose assets has an ancestor among the other requests: a child run beside its
+    parent's would read the old parent and not be requested again, so it waits, still requested."""
     graph = defs.resolve_asset_graph()
     out = []
     for request in requests:
@@ -115,18 +108,13 @@ def frontier(requests: list[dg.RunRequest], defs: dg.Definitions) -> list[dg.Run
     return out
 
 
-def evaluate(instance: dg.DagsterInstance, when: dt.datetime, cursor: Cursor | None
-             ) -> tuple[list[dg.RunRequest], Cursor]:
+def evaluate(instance: dg.DagsterInstance, when: dt.datetime, *, fresh: bool = False) -> list[dg.RunRequest]:
+    """One evaluation on the cursor kept on disk (`fresh`: on none), which it then replaces."""
     defs = _defs()
-    result = dg.evaluate_automation_conditions(defs=defs, instance=instance, evaluation_time=when, cursor=cursor)
-    return automation_requests(result, defs), result.cursor
-
-
-def seed_automation_cursor(instance: dg.DagsterInstance) -> None:
-    """After `make demo`: evaluate once at the simulator's clock and keep only the cursor. The demo
-    built everything already; later evaluations see only what changes after it."""
-    _, cursor = evaluate(instance, at(5), None)
-    _save_cursor(cursor)
+    result = dg.evaluate_automation_conditions(defs=defs, instance=instance, evaluation_time=when,
+                                               cursor=None if fresh else _load_cursor())
+    _save_cursor(result.cursor)
+    return automation_requests(result, defs)
 
 
 def start_automation(location: CodeLocation) -> list[str]:
@@ -142,7 +130,7 @@ def start_automation(location: CodeLocation) -> list[str]:
         cursor = landing_cursor() if sensor.name == landing_sensor.name else None
         location.start_sensor(sensor.name, cursor=cursor)
         started.append(f"{sensor.name} RUNNING" + (f" (cursor: {len(json.loads(cursor))} partitions)" if cursor else ""))
-    seed_automation_cursor(location.instance)
+    evaluate(location.instance, at(5), fresh=True)  # the demo built everything: later ticks see only changes
     return started
 
 
@@ -178,16 +166,12 @@ class _Launcher:
 
 
 def run_automation(location: CodeLocation, hour: int, launch: _Launcher) -> dict[str, list]:
-    """Evaluate the automation conditions (one evaluation a minute from `hour`:00 of the simulated
-    today) and run what they request, parents before children, until they request nothing more.
-    Returns the waves of runs, the requests left waiting below a failed run, and the asset partitions
-    then older than one of their inputs (each marked stale in the UI)."""
-    cursor = _load_cursor()
+    """Evaluate the automation conditions (one evaluation a minute from `hour`:00 of the simulated today) and
+    run what they request, parents first, until nothing more: the waves, what waits below a failed run, the stale."""
     waves: list[list[str]] = []
     pending: dict[tuple, dg.RunRequest] = {}  # requested, waiting for their ancestors' runs
     for wave in range(MAX_WAVES):
-        requests, cursor = evaluate(location.instance, at(hour, wave), cursor)
-        _save_cursor(cursor)
+        requests = evaluate(location.instance, at(hour, wave))
         pending.update({_request_key(r): r for r in requests})
         ready = frontier(list(pending.values()), _defs())
         if not ready:
@@ -215,10 +199,7 @@ def run_day(location: CodeLocation, log=print) -> dict[str, object]:
     # The window grew by a day, so the time-partitioned assets' conditions start afresh (Dagster keeps
     # no condition state across a changed partitions definition): evaluate once before the new day
     # lands, so the evaluations after it see the landing as an update.
-    cursor_ = _load_cursor()
-    requests, cursor_ = evaluate(instance, at(1, 0), cursor_)
-    _save_cursor(cursor_)
-    summary["before_landing"] = launch("automation", requests)
+    summary["before_landing"] = launch("automation", evaluate(instance, at(1, 0)))
 
     with dg.build_schedule_context(instance=instance, scheduled_execution_time=at(1, 30)) as ctx:
         result = daily_ingest_schedule(ctx)
