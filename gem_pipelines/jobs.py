@@ -10,8 +10,6 @@ from gem_pipelines.resources import LakeResource
 # Freshness checks run on their own sensor, not inside every materialization run.
 _FRESHNESS = dg.AssetSelection.checks(*freshness_checks)
 
-LAKE_TABLES = ("events", "user_activity", "events_quarantine", "oracle", "training_examples", "teacher_predictions")
-
 land_and_ingest_job = dg.define_asset_job(
     "land_and_ingest_job",
     selection=dg.AssetSelection.assets("raw_logs", "oracle", "events", "user_activity", "events_quarantine") - _FRESHNESS,
@@ -67,7 +65,7 @@ class MaintenanceConfig(dg.Config):
 @dg.op
 def compact_and_vacuum(context: dg.OpExecutionContext, config: MaintenanceConfig, lake: LakeResource) -> None:
     """OPTIMIZE (compact small files) then VACUUM with a retention of at least 7 days."""
-    for table in LAKE_TABLES:
+    for table in lake_io.PARTITION_COLUMNS:
         if not lake_io.table_exists(table, root=lake.uri()):
             context.log.info(f"{table}: not created yet, skipped")
             continue

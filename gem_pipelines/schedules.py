@@ -40,7 +40,6 @@ def ingest_requests_for(day: dt.date, instance: dg.DagsterInstance | None = None
              description="At 01:30 UTC, land and ingest yesterday (the simulator's clock: the window's last day) "
              "for every surface not ingested yet.")
 def daily_ingest_schedule(context: dg.ScheduleEvaluationContext):
-    """At 01:30 UTC, land and ingest yesterday for every surface."""
     return ingest_requests_for(yesterday(context.scheduled_execution_time), context.instance)
 
 

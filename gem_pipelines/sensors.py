@@ -65,7 +65,6 @@ def landing_cursor() -> str:
            description="Ingest every date x surface partition whose complete set of raw files is new in landing/ "
            "(cursor: the files' modification times).")
 def landing_sensor(context: dg.SensorEvaluationContext):
-    """Ingest every date x surface partition whose raw files are new in landing/."""
     cursor = json.loads(context.cursor) if context.cursor else {}
     requests, new_cursor = scan_landing(cursor, context.instance)
     context.update_cursor(json.dumps(new_cursor, sort_keys=True))
@@ -91,7 +90,6 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
            description="Marks every asset partition older than one of its inputs as stale (an observation naming "
            "the newer inputs), e.g. the foundation model after a re-ingest until its weekly retrain.")
 def stale_sensor(context: dg.SensorEvaluationContext):
-    """Mark asset partitions that are older than an input (once per set of newer inputs)."""
     from gem_pipelines.staleness import stale_marks
 
     stale, marks = stale_marks(context.instance, context.repository_def.asset_graph)

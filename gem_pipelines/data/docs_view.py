@@ -31,7 +31,7 @@ def column_of(kwargs: dict[str, Any]) -> str | None:
     return None  # table-level expectation
 
 
-def rule(kwargs: dict[str, Any], limit: int = _MAX_CELL) -> str:
+def rule(kwargs: dict[str, Any]) -> str:
     """The expectation's arguments other than its column, e.g. `min_value=0, where click == 1`."""
     parts = []
     for k, v in kwargs.items():
@@ -42,7 +42,7 @@ def rule(kwargs: dict[str, Any], limit: int = _MAX_CELL) -> str:
             parts.append(f"where {cond['column'].get('name')} {cond['operator']} {json.dumps(cond.get('parameter'))}")
         else:
             parts.append(f"{k}={json.dumps(v, default=str)}")
-    return _short(", ".join(parts), limit)
+    return _short(", ".join(parts), _MAX_CELL)
 
 
 def observed(r: dict[str, Any], limit: int = _MAX_OBSERVED) -> str:

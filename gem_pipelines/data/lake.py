@@ -59,10 +59,8 @@ def write_partition(
     *,
     root: str | None = None,
 ) -> int:
-    """Replace exactly `partition` (e.g. {"date": d, "surface": "feed"}) of `table` with `df`.
-
-    Returns the Delta version this write's commit created. Rows of `df` outside the partition are a bug and raise.
-    """
+    """Replace exactly `partition` (e.g. {"date": d, "surface": "feed"}) of `table` with `df`; returns the
+    Delta version this write's commit created. Rows of `df` outside the partition are a bug and raise."""
     check_schema(df, schema, table)
     columns = PARTITION_COLUMNS[table]
     if set(partition) != set(columns):
@@ -87,8 +85,8 @@ def table_exists(table: str, *, root: str | None = None) -> bool:
     return table_version(table, root=root) is not None
 
 
-def scan(table: str, *, root: str | None = None, version: int | None = None) -> pl.LazyFrame:
-    return pl.scan_delta(table_uri(table, root), version=version, storage_options=storage_options())
+def scan(table: str, *, root: str | None = None) -> pl.LazyFrame:
+    return pl.scan_delta(table_uri(table, root), storage_options=storage_options())
 
 
 def read_partition(
@@ -110,10 +108,8 @@ def read_partition(
 
 
 def optimize_and_vacuum(table: str, *, retention_hours: int = 168, root: str | None = None) -> dict[str, object]:
-    """Compact small files, then vacuum files unreferenced for longer than `retention_hours`.
-
-    Retention below 7 days would break time travel and readers of older versions; refuse it.
-    """
+    """Compact small files, then vacuum files unreferenced for longer than `retention_hours` (below 7 days
+    would break time travel and readers of older versions: refused)."""
     if retention_hours < 168:
         raise ValueError("retention_hours below 168 (7 days) is unsafe for concurrent readers")
     uri = table_uri(table, root)
