@@ -39,10 +39,8 @@ def tianchi_field(feats: pl.Expr, field: str) -> pl.Expr:
 
 
 def read_tianchi(src: Path, cfg: SourceConfig, calendar: CalendarConfig) -> tuple[pl.DataFrame, None, dict]:
-    common = []
-    for name in cfg.common:
-        rows, _ = read_rows(need_file(src / name), header=False, n_fields=COMMON_FIELDS)
-        common.append(rows.filter("ok").select(md5=field_at(0), user_id=tianchi_field(field_at(2), "101")))
+    common = [read_rows(need_file(src / name), header=False, n_fields=COMMON_FIELDS)[0].filter("ok")
+              .select(md5=field_at(0), user_id=tianchi_field(field_at(2), "101")) for name in cfg.common]
     users = pl.concat(common).unique("md5", keep="first", maintain_order=True)
     frames = []
     for _, path in source_files(cfg, src):

@@ -36,10 +36,8 @@ def read_news(src: Path, cfg: SourceConfig) -> pl.DataFrame:
     """news.tsv (MIND original layout, no header, 8 tab-separated fields): news_id, category,
     subcategory. A line with another field count is skipped: its news' impressions then have no
     category and are quarantined as unparseable."""
-    frames = []
-    for name in cfg.news:
-        rows, _ = read_rows(need_file(src / name), sep="\t", header=False, n_fields=NEWS_FIELDS)
-        frames.append(rows.filter("ok").select(news=field_at(0), category=field_at(1), subcategory=field_at(2)))
+    frames = [read_rows(need_file(src / name), sep="\t", header=False, n_fields=NEWS_FIELDS)[0].filter("ok")
+              .select(news=field_at(0), category=field_at(1), subcategory=field_at(2)) for name in cfg.news]
     if not frames:
         raise ValueError("MIND behaviors.tsv needs its news.tsv: list it under `news:` in source.yaml")
     return pl.concat(frames).unique("news", keep="first", maintain_order=True)

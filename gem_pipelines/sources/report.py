@@ -34,6 +34,7 @@ from gem_model.eval.metrics import (
     predict,
 )
 from gem_model.models.registry import list_versions, load_model, read_accepted
+from gem_model.store.atomic import write_json
 from gem_model.store.paths import models_dir, reports_dir, storage_options, table_uri
 from gem_model.train.config import load_preset
 from gem_model.train.foundation import run_foundation
@@ -177,9 +178,8 @@ def to_markdown(doc: dict[str, Any]) -> str:
 
 def write_real_report(dataset: str, *, n_boot: int = 200, lake: str | None = None) -> Path:
     doc = real_data_report(dataset, n_boot=n_boot, lake=lake)
-    out = reports_dir() / "real_data_report.json"
-    out.write_text(json.dumps(doc, indent=2, default=str))
-    (reports_dir() / "real_data_report.md").write_text(to_markdown(doc))
+    out = write_json(reports_dir() / "real_data_report.json", doc)
+    out.with_suffix(".md").write_text(to_markdown(doc))
     return out
 
 
@@ -226,9 +226,7 @@ def seeds_report(dataset: str, versions: dict[int, str], *, n_boot: int = 1000,
     models = ["foundation", "single_surface"]
     if baselines:
         models += list(LR_MODELS)
-        for seed in seeds:
-            for m in LR_MODELS:
-                preds[f"{m}|{seed}"] = pl.read_parquet(Path(baselines[seed]) / m / PREDICTIONS)
+        preds |= {f"{m}|{seed}": pl.read_parquet(Path(baselines[seed]) / m / PREDICTIONS) for seed in seeds for m in LR_MODELS}
     first = next(iter(preds.values())).select("request_id", "surface", "click")
     for k, df in preds.items():
         first = first.join(df.select("request_id", pl.col("p_click").alias(k)), on="request_id", how="inner")
@@ -346,8 +344,7 @@ def run_seeds(dataset: str, seeds: list[int], preset: str) -> Path:
     versions = {seed: trained_version(seed, preset) or run_foundation(preset, seeds=(seed,), baselines=True)["version"]
                 for seed in seeds}
     doc = seeds_report(dataset, versions, baselines={seed: lr_baselines(seed, versions[seed]) for seed in seeds})
-    out = reports_dir() / "real_data_seeds.json"
-    out.write_text(json.dumps(doc, indent=2, default=str))
+    out = write_json(reports_dir() / "real_data_seeds.json", doc)
     out.with_suffix(".md").write_text(seeds_markdown(doc))
     return out
 

@@ -40,7 +40,7 @@ from gem_pipelines.sources.common import (
     strip_prefix,
     write_landing,
 )
-from gem_pipelines.sources.layout import Column, ColumnRef, Read, as_column
+from gem_pipelines.sources.layout import ColumnRef, Read, as_column
 
 DAY_S = 86400
 LAST_S = DAY_S - 2  # the click lands 1 s after its impression: an impression at most 2 s before midnight
@@ -100,14 +100,6 @@ def text_id(values: list[str | None]) -> list[str | None]:
             for v in values]
 
 
-def _clean(rows: pl.DataFrame, ref: Column, name: str) -> pl.Expr:
-    """The column as an id: prefix stripped (only before digits) or hashed."""
-    v = strip_prefix(pl.col(name), ref.strip_prefix) if ref.strip_prefix else pl.col(name)
-    if ref.hash:
-        return pl.lit(pl.Series(text_id(rows.select(v)[name].to_list()), dtype=pl.String))
-    return v
-
-
 def _side(path: Path, read: Read) -> pl.DataFrame:
     """A side table as text columns (a real CSV reader: side tables may quote their fields)."""
     if read.format == "parquet":
@@ -148,9 +140,12 @@ def _ref(rows: pl.DataFrame, ref: ColumnRef | None, what: str) -> pl.Expr | None
     if ref is None:
         return None
     col = as_column(ref)
-    if f"c:{col.column}" not in rows.columns:
+    name = f"c:{col.column}"
+    if name not in rows.columns:
         raise ValueError(f"source.yaml {what}: no column {col.column!r} in the log or its side tables")
-    return _clean(rows, col, f"c:{col.column}")
+    # an id: prefix stripped (only before digits) or hashed
+    v = strip_prefix(pl.col(name), col.strip_prefix) if col.strip_prefix else pl.col(name)
+    return pl.lit(pl.Series(text_id(rows.select(v)[name].to_list()), dtype=pl.String)) if col.hash else v
 
 
 def _timed(rows: pl.DataFrame, cfg: SourceConfig) -> tuple[pl.DataFrame, CalendarConfig, dict[str, int]]:
@@ -208,10 +203,10 @@ def read_spec(src: Path, cfg: SourceConfig, calendar: CalendarConfig | None) -> 
     assert c is not None
     rows = _read_log(src, cfg)
     rows = map_surface(rows, pl.col(f"c:{c.surface}"), cfg)
-    advertiser = _ref(rows, f.advertiser_id, "fields.advertiser_id")
     rows = rows.with_columns(
         user_id=_ref(rows, c.user, "columns.user"),
         ad_id=_ref(rows, c.item, "columns.item"),
+        advertiser_id=_ref(rows, f.advertiser_id or c.item, "fields.advertiser_id"),  # none: the item's own
         click=pl.col(f"c:{c.click}"),
         conversion=pl.col(f"c:{c.conversion}") if c.conversion else pl.lit(None, pl.String),
         tenure_days=_ref(rows, f.user_tenure_days, "fields.user_tenure_days"),
@@ -219,7 +214,6 @@ def read_spec(src: Path, cfg: SourceConfig, calendar: CalendarConfig | None) -> 
         bid=_ref(rows, f.bid, "fields.bid"),
         request_id=request_ids(),
     )
-    rows = rows.with_columns(advertiser_id=pl.col("ad_id") if advertiser is None else advertiser)  # no advertiser: the item's own
     rows, notes = apply_purchase_rule(rows, cfg)
     if cfg.duplicates == "quarantine":
         # every copy of a line carries its first copy's id: the row rules file the later ones duplicate_record
@@ -228,8 +222,7 @@ def read_spec(src: Path, cfg: SourceConfig, calendar: CalendarConfig | None) -> 
         notes["exact_duplicates"] = {k: int(n) for k, n in copies.group_by("source_file").len().iter_rows()}
         rows = rows.with_columns(request_id=first)
     if cfg.time:
-        rows, calendar, clamped = _timed(rows, cfg)
-        notes["time_clamped"] = clamped
+        rows, calendar, notes["time_clamped"] = _timed(rows, cfg)
     else:
         if calendar is None:
             raise ValueError("untimed data needs the dataset's calendar.yaml")
