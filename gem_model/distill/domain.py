@@ -28,8 +28,9 @@ from gem_model.distill.teacher import FOUNDATION, domain_teacher, read_teacher_p
 from gem_model.distill.trainer import masked_bce
 from gem_model.eval.metrics import predict
 from gem_model.models.calibration import DEFAULT_CALIBRATION, Calibrator, fit_model_calibrator
+from gem_model.store import atomic
 from gem_model.store.paths import models_dir
-from gem_model.train.loop import MODEL, atomic_save, atomic_write_json
+from gem_model.train.loop import MODEL
 from gem_model.train.precision import autocast_dtype
 
 
@@ -156,9 +157,9 @@ def save_domain_model(
     d = (Path(root) / domain if root is not None else models_dir("domain_models", domain)) / version
     meta = {k: v for k, v in info.items() if k != "losses"}
     cal = getattr(model, "calibrator", None)
-    atomic_save({"model": model.state_dict(), "model_config": model.cfg.to_dict(), "config": meta,
-                 "step": int(info.get("steps", 0)), "rows": json.dumps(info.get("rows", [])),
-                 **({"calibration": cal.state()} if cal is not None else {})}, d / MODEL)
-    atomic_write_json({**meta, "loss_curve": info.get("losses", []), "version": version}, d / "metrics.json")
-    atomic_write_json(meta, d / "config.json")
+    atomic.torch_save({"model": model.state_dict(), "model_config": model.cfg.to_dict(), "config": meta,
+                       "step": int(info.get("steps", 0)), "rows": json.dumps(info.get("rows", [])),
+                       **({"calibration": cal.state()} if cal is not None else {})}, d / MODEL)
+    atomic.write_json(d / "metrics.json", {**meta, "loss_curve": info.get("losses", []), "version": version})
+    atomic.write_json(d / "config.json", meta)
     return d / MODEL

@@ -5,9 +5,6 @@
 
 The config is a plain dict (a JSON or YAML file), checked key by key by gem_model.train.config.RunConfig.
 
-`train()` reads top to bottom: set-up (device, model, optimizers, data, the start-up fits of
-gem_model.train.startup, a resumed state), the loop (`train_loop`), finish (selection on E-1,
-calibration, evaluation on E, files).
 Under torchrun (WORLD_SIZE > 1) the model is wrapped in DDP (gloo on CPU, NCCL on GPU), or with
 `train.embedding_sharding: row` its tables are sharded row-wise and the rest goes under FSDP2
 (gem_model.train.sharding); every rank reads its shard of the stream; rank 0 alone logs, checkpoints and
@@ -53,13 +50,6 @@ CHECKPOINT = "checkpoint.pt"  # full resumable state, rewritten every `checkpoin
 BEST = "best.pt"  # weights of the best validation score so far
 MODEL = "model.pt"  # the selected model: what downstream assets load
 EVAL_PREDICTIONS = "eval_predictions.parquet"  # p_click of every clickable row of E
-
-atomic_save = atomic.torch_save  # (obj, path): gem_model.store.atomic is the one atomic-write helper
-
-
-def atomic_write_json(obj: Any, path: Path) -> None:
-    atomic.write_json(path, obj, allow_nan=True)
-
 
 def pick_device(name: str, local_rank: int = 0) -> torch.device:
     if name == "auto":
@@ -238,7 +228,7 @@ def save_checkpoint(run: Run, st: State) -> None:
         "model_config": run.mcfg.to_dict(),
     }
     if run.rank == 0:
-        atomic_save(ck, run.out / CHECKPOINT)
+        atomic.torch_save(ck, run.out / CHECKPOINT)
 
 
 def load_checkpoint(run: Run, path: Path) -> State:
@@ -276,8 +266,8 @@ def validate(run: Run, st: State) -> None:
         st.best.update(score=score, step=st.step, evals_since=0, rows=rows)
         state = run.layout.model_state(run.core) if run.takes_part else None
         if run.rank == 0:
-            atomic_save({"model": state, "model_config": run.mcfg.to_dict(), "config": run.cfg, "step": st.step},
-                        run.out / BEST)
+            atomic.torch_save({"model": state, "model_config": run.mcfg.to_dict(), "config": run.cfg, "step": st.step},
+                              run.out / BEST)
     else:
         st.best["evals_since"] += 1
     run.say(f"valid step {st.step}: mean NE {score:.4f} (best {st.best['score']:.4f} at step {st.best['step']})")
@@ -396,11 +386,11 @@ def write_outputs(run: Run, st: State, summary: dict[str, Any], calibrator: Cali
     if run.rank != 0:
         return
     cfg, out = run.cfg, run.out
-    atomic_save({"model": final, "model_config": run.mcfg.to_dict(), "config": cfg, "step": summary["best_step"],
-                 "rows": json.dumps(summary["rows"]), **({"calibration": calibrator.state()} if calibrator else {})},
-                out / MODEL)
-    atomic_write_json(cfg, out / "config.json")
-    atomic_write_json({**summary, "config": cfg}, out / "metrics.json")
+    atomic.torch_save({"model": final, "model_config": run.mcfg.to_dict(), "config": cfg, "step": summary["best_step"],
+                       "rows": json.dumps(summary["rows"]), **({"calibration": calibrator.state()} if calibrator else {})},
+                      out / MODEL)
+    atomic.write_json(out / "config.json", cfg)
+    atomic.write_json(out / "metrics.json", {**summary, "config": cfg})
     if run.tracker is not None:
         run.tracker.log_metric_rows(summary["rows"], "eval", step=st.step)
         run.tracker.summary({"samples_per_s": summary["samples_per_s"], "best_valid_score": summary["best_valid_score"]})
@@ -447,7 +437,7 @@ def train(
         for buf in core.buffers():
             torch_dist.broadcast(buf, 0)
     if tcfg["dump_rank_weights"]:  # tests: every rank's final weights, before selection
-        atomic_save(run.layout.model_state(core), run.out / f"rank{run.rank}.pt")
+        atomic.torch_save(run.layout.model_state(core), run.out / f"rank{run.rank}.pt")
 
     # -- finish: select, calibrate, evaluate, write -------------------------------------------------------
     calibrator = select_and_calibrate(run)
