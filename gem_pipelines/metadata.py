@@ -228,11 +228,8 @@ def distillation_plot(rows: list[dict[str, Any]]) -> dg.MetadataValue:
 
 
 class progress:  # noqa: N801  (used as a context manager, like contextlib's)
-    """Log a line at least every `every` seconds during a long step: what finished last, how long so far.
-
-    `progress.step(text)` records (and logs) a finished unit of work; a daemon thread repeats the
-    latest status when nothing finished for `every` seconds, so the UI's log never goes quiet.
-    """
+    """Log a line at least every `every` seconds during a long step (`step(text)`: a unit finished; a daemon
+    thread repeats the latest status meanwhile), so the UI's log never goes quiet."""
 
     def __init__(self, log: Any, name: str, total: int | None = None, every: float = 30.0) -> None:
         self.log, self.name, self.total, self.every = log, name, total, every

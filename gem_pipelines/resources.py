@@ -13,11 +13,8 @@ from gem_model.store.paths import gem_home, lake_root
 
 
 class LakeResource(dg.ConfigurableResource):
-    """Where the Delta tables live: `root` (a local path or s3://, gs://, az:// URI) or the default.
-
-    Object-store credentials are read from the environment by deltalake (AWS_*, AZURE_*, GOOGLE_*),
-    never from config, so they never reach run storage or logs.
-    """
+    """Where the Delta tables live: `root` (a local path or s3://, gs://, az:// URI) or the default. Object-store
+    credentials come from the environment (deltalake reads AWS_*, AZURE_*, GOOGLE_*): never in run storage or logs."""
 
     root: str | None = None
 
@@ -50,19 +47,15 @@ class SimulatorResource(dg.ConfigurableResource):
         return self.landing_root() / surface / date.isoformat()
 
 
-def _env_int(name: str) -> int | None:
-    value = env_value(name)
-    return int(value) if value else None
-
-
 def resources_for(env: str | None = None) -> dict[str, object]:
     env = env or env_value("GEM_ENV")
     if env == "local":
         return {
             "lake": LakeResource(),
             # a public dataset (GEM_DATA) is imported into landing/ first; ingest then reads those files
-            "simulator": SimulatorResource(source="simulator" if dataset_name() == SIM else "landing",
-                                           impressions_per_day=_env_int("GEM_IMPRESSIONS_PER_DAY")),
+            "simulator": SimulatorResource(
+                source="simulator" if dataset_name() == SIM else "landing",
+                impressions_per_day=int(n) if (n := env_value("GEM_IMPRESSIONS_PER_DAY")) else None),
             "accelerator": AcceleratorResource(device=env_value("GEM_DEVICE") or "auto"),
             "wandb": WandbResource(),
             "pipes": dg.PipesSubprocessClient(),

@@ -47,10 +47,6 @@ class IngestResult:
         return self.normalized.quarantine.height / n if n else 0.0
 
 
-def partition_key(date: dt.date, surface: str) -> str:
-    return f"{date.isoformat()}|{surface}"
-
-
 def ingest_partition(
     surface: Surface,
     date: dt.date,
@@ -62,7 +58,7 @@ def ingest_partition(
 ) -> IngestResult:
     from gem_pipelines.data.validation import build_docs, validate_frame
 
-    key = partition_key(date, surface.name)
+    key = f"{date.isoformat()}|{surface.name}"
     stage = stage_partition(surface.format, landing_root / surface.name / date.isoformat())
     norm = normalize_partition(stage, surface, date)
     frames = {"events": norm.events, "user_activity": norm.user_activity, "events_quarantine": norm.quarantine}
