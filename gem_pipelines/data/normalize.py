@@ -43,7 +43,14 @@ class NormalizedPartition:
 
     @cached_property
     def paid(self) -> pl.DataFrame:
-        return paid_activity(self.events)
+        """Clicks and conversions on ads, as activity at their own time (derived, never counted twice)."""
+        return pl.concat([
+            self.events.filter(pl.col(action) == 1).select(
+                "user_id", ts=f"{action}_ts", date="date", surface="surface", item_id="ad_id",
+                action=pl.lit(action), source=pl.lit("paid"),
+            )
+            for action in ("click", "conversion")
+        ]).select(list(USER_ACTIVITY_SCHEMA)).cast(USER_ACTIVITY_SCHEMA)  # type: ignore[arg-type]  # fmt: skip
 
     @cached_property
     def user_activity(self) -> pl.DataFrame:
@@ -266,14 +273,3 @@ def normalize_partition(stage: pl.DataFrame, surface: Surface, date: dt.date) ->
         merged_label_events=good_lab.height,
         reasons={k: int(v) for k, v in sorted(reasons.items())},
     )
-
-
-def paid_activity(events: pl.DataFrame) -> pl.DataFrame:
-    """Clicks and conversions on ads, as activity at their own time (derived, never counted twice)."""
-    return pl.concat([
-        events.filter(pl.col(action) == 1).select(
-            "user_id", ts=f"{action}_ts", date="date", surface="surface", item_id="ad_id",
-            action=pl.lit(action), source=pl.lit("paid"),
-        )
-        for action in ("click", "conversion")
-    ]).select(list(USER_ACTIVITY_SCHEMA)).cast(USER_ACTIVITY_SCHEMA)  # type: ignore[arg-type]  # fmt: skip

@@ -42,12 +42,8 @@ def read_lines(path: Path) -> pl.DataFrame:
 
 
 def _decode_json(raw: pl.Series, dtype: pl.Struct) -> tuple[pl.Series, pl.Series]:
-    """Decode JSON objects to `dtype`; returns (decoded struct, per-row failure flag).
-
-    Polars decodes a whole column or fails; on failure, bisect to isolate the few rows whose
-    nested shape cannot be coerced (e.g. an object where a scalar belongs), so one bad record
-    costs O(log n) decodes instead of a per-row Python loop.
-    """
+    """(decoded struct, per-row failure flag). Polars decodes a whole column or fails, so bisect to the rows whose
+    shape cannot be coerced (an object where a scalar belongs): O(log n) decodes per bad record, no row loop."""
     try:
         return raw.str.json_decode(dtype), pl.Series([False] * len(raw), dtype=pl.Boolean)
     except pl.exceptions.PolarsError:

@@ -75,9 +75,7 @@ _DIURNAL = _DIURNAL / _DIURNAL.sum()
 _ACTION_P = np.array([0.55, 0.18, 0.05, 0.04, 0.06, 0.12])  # formats.ORGANIC_ACTIONS order
 
 
-# ------------------------------------------------------------------------------------------------
-# World
-# ------------------------------------------------------------------------------------------------
+# --- World --------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -187,10 +185,7 @@ def _surface_params(seed: int, name: str, n_users: int) -> tuple[float, np.ndarr
     return bias, affinity
 
 
-# ------------------------------------------------------------------------------------------------
-# Churn: slots and generations
-# ------------------------------------------------------------------------------------------------
-#
+# --- Churn: slots and generations ---------------------------------------------------------------
 # Each kind (ads, organic items, users) has a fixed number of slots; slot k holds one entity at a
 # time. Its generation on day t is floor((t - _CHURN_REF) * rate_k + phase_k): generation 0 is the
 # static catalogue, each later (or earlier) generation a new entity born the day the generation
@@ -458,9 +453,7 @@ def interest_affinity(
     return u[np.arange(len(u)), topic]
 
 
-# ------------------------------------------------------------------------------------------------
-# One day of one surface: clean frames
-# ------------------------------------------------------------------------------------------------
+# --- One day of one surface: clean frames -------------------------------------------------------
 
 
 def _categorical_rows(rng: np.random.Generator, logits: np.ndarray) -> np.ndarray:
@@ -575,9 +568,7 @@ def simulate_day_frames(
     return imp, org
 
 
-# ------------------------------------------------------------------------------------------------
-# Raw records in each surface's native format
-# ------------------------------------------------------------------------------------------------
+# --- Raw records in each surface's native format ------------------------------------------------
 
 _IN_PLACE = ("unparseable", "truncated", "missing_id", "bad_type", "out_of_range_value", "out_of_range_ts",
              "unknown_enum")  # fmt: skip
