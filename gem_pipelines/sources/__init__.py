@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gem_model.config import SIM, SOURCES_DIR, dataset_name, load_calendar, load_surfaces
 from gem_model.store.paths import gem_home
+from gem_pipelines.sources.accounting import write_accounting
 from gem_pipelines.sources.aliccp import read_tianchi
 from gem_pipelines.sources.common import (
     ImportResult,
@@ -31,9 +32,8 @@ from gem_pipelines.sources.taobao import read_taobao
 READERS = {"taobao": read_taobao, "aliccp": read_tianchi, "mind_tsv": read_mind_tsv}
 
 
-def _fingerprint(name: str, src: Path) -> dict[str, object]:
+def _fingerprint(name: str, cfg: SourceConfig, src: Path) -> dict[str, object]:
     """What an import depends on: the dataset's specs and the source files (size, mtime)."""
-    cfg = load_source(name)
     specs = {p.name: p.read_text() for p in sorted((SOURCES_DIR / name).glob("*.yaml"))}
     paths = [p for _, p in source_files(cfg, src)] + side_files(cfg, src)
     files = {p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in paths}
@@ -60,7 +60,7 @@ def import_dataset(name: str, home: Path | None = None, *, force: bool = False) 
     home = home or gem_home()
     src = source_dir(cfg)
     stamp = home / "imports" / name / "fingerprint.json"
-    fp = _fingerprint(name, src)
+    fp = _fingerprint(name, cfg, src)
     if not force and stamp.is_file() and json.loads(stamp.read_text()) == fp:
         return None
     result = run_importer(name, home, src, cfg)
@@ -82,8 +82,6 @@ def before_ingest() -> str | None:
 
 def after_ingest() -> str | None:
     """Demo hook: per source file, rows read = imported + quarantined, recounted from the lake."""
-    from gem_pipelines.sources.accounting import write_accounting
-
     name = dataset_name()
     return None if name == SIM else f"row accounting:       {write_accounting(name)}"
 
