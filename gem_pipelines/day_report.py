@@ -119,12 +119,10 @@ def write_day(day: dt.date, summary: dict[str, Any], models: list[dict[str, str]
     """Keep one simulated day's record (what `render` reads)."""
     from gem_model.store.atomic import write_json
 
-    path = reports_dir() / DAYS_DIR / f"{day.isoformat()}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, {"day": day.isoformat(), "wall_s": round(wall_s, 1), "retrained": models,
-                      "failed": summary.get("failed", []), "stale": summary.get("stale", []),
-                      "surfaces": surface_rows(day)})
-    return path
+    return write_json(reports_dir() / DAYS_DIR / f"{day.isoformat()}.json",
+                      {"day": day.isoformat(), "wall_s": round(wall_s, 1), "retrained": models,
+                       "failed": summary.get("failed", []), "stale": summary.get("stale", []),
+                       "surfaces": surface_rows(day)})
 
 
 def load_days() -> list[dict[str, Any]]:
