@@ -21,9 +21,8 @@ def segment_ids(offsets: torch.Tensor, total: int) -> torch.Tensor:
 
 
 def segment_softmax(scores: torch.Tensor, seg: torch.Tensor, batch: int) -> torch.Tensor:
-    """Softmax of scores [L, ...] within each segment (row) of seg [L]. Computed in fp32 whatever
-    dtype arrives (CUDA autocast runs `exp` in fp32 while the scores may be bf16: mixing them in
-    one index_add is what crashed bf16 training); the result has the scores' dtype."""
+    """Softmax of scores [L, ...] within each segment of seg [L], in fp32 (autocast's fp32 `exp` and bf16
+    scores must not meet in one index_add); the result has the scores' dtype."""
     s32 = scores.float()
     idx = seg.view(-1, *([1] * (s32.dim() - 1))).expand_as(s32)
     mx = s32.new_full((batch, *s32.shape[1:]), -1e30).scatter_reduce(0, idx, s32.detach(), "amax", include_self=True)
@@ -34,9 +33,8 @@ def segment_softmax(scores: torch.Tensor, seg: torch.Tensor, batch: int) -> torc
 
 def segment_sum(values: torch.Tensor, seg: torch.Tensor, batch: int, weights: torch.Tensor | None = None,
                 out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """sum over each segment of `weights * values` ([L, ...] -> [batch, ...]; `weights` broadcasts
-    against `values`). Accumulates in fp32 whatever dtypes arrive (bf16 values with fp32 weights
-    or the reverse) and casts once to `out_dtype` (default: the values' dtype)."""
+    """Sum over each segment of `weights * values` ([L, ...] -> [batch, ...]), accumulated in fp32 whatever
+    dtypes arrive, cast once to `out_dtype` (default: the values' dtype)."""
     v = values.float() if weights is None else weights.float() * values.float()
     out = v.new_zeros((batch, *v.shape[1:])).index_add(0, seg, v)
     return out.to(out_dtype or values.dtype)
@@ -88,9 +86,8 @@ class LCB(nn.Module):
 
 
 class WukongLayer(nn.Module):
-    """X' = LN(concat(FMB(X), LCB(X)) + X) with n_F + n_L = n_out tokens out. When n_out < n_in
-    (the last layer of an interaction arch, which returns only the non-sequence tokens) the
-    residual is the first n_out input tokens."""
+    """n_F + n_L = n_out tokens out; when n_out < n_in (an interaction arch's last layer returns only the
+    non-sequence tokens) the residual is the first n_out input tokens."""
 
     def __init__(self, n_in: int, d: int, k: int, hidden: int, fm_frac: float = 0.5, dropout: float = 0.0,
                  n_out: int | None = None):
@@ -137,9 +134,8 @@ class GatedCompression(nn.Module):
 
 
 class PMA(nn.Module):
-    """Pooling by multi-head attention: seed queries attend over each jagged sequence. The seeds
-    are personalised by the row's X_sum (target-aware pooling, as in DIN), so the pool can look
-    for history entries that match the candidate ad."""
+    """Pooling by multi-head attention over each jagged sequence; the seeds are personalised by the row's
+    X_sum (target-aware, as in DIN), so the pool can look for history entries that match the candidate ad."""
 
     def __init__(self, d: int, n_seeds: int, n_heads: int, cond_dim: int):
         super().__init__()
@@ -160,9 +156,8 @@ class PMA(nn.Module):
 
 
 class CrossArch(nn.Module):
-    """Summaries exchanged between the arches: X_sum (for the sequence arch) and
-    S_sum = CLS tokens || PMA tokens || most recent tokens (|| target-attention tokens), for the
-    interaction arch."""
+    """X_sum (for the sequence arch) and S_sum = CLS || PMA || most recent (|| target-attention) tokens
+    (for the interaction arch)."""
 
     def __init__(self, n_tokens: int, d: int, n_sum: int, n_cls: int, n_pma: int, n_recent: int, n_heads: int):
         super().__init__()
@@ -227,8 +222,7 @@ class SequenceMHA(nn.Module):
 
     def forward_jagged(self, s: torch.Tensor, offsets: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
         """`max_len` (longest sequence, from the loader) spares the kernel a read-back of the offsets."""
-        # strided views of the fused projection (unit last stride): both backends take them as
-        # they are, so no copies (3 fewer ops forward and backward)
+        # strided views of the fused projection (unit last stride): both backends take them without copies
         q, k, v = self.qkv(self.ln(s)).view(-1, 3, self.h, self.dh).unbind(1)  # [L, H, Dh]
         o = kernels.jagged_attention(q, k, v, offsets, max_len=max_len)
         return self.out(o.reshape(-1, self.h * self.dh))
