@@ -188,10 +188,9 @@ def format_table(plans: list[Plan]) -> str:
     width = max(len(k) for k in keys)
     cols = [[str(r[k]) for k in keys] for r in rows]
     cw = [max(len(v) for v in c) for c in cols]
-    lines = [f"| {'':<{width}} | " + " | ".join(f"{c[0]:>{w}}" for c, w in zip(cols, cw, strict=True)) + " |"]
-    lines.append(f"|{'-' * (width + 2)}|" + "|".join("-" * (w + 2) for w in cw) + "|")
-    for i, k in enumerate(keys[1:], start=1):
-        lines.append(f"| {k:<{width}} | " + " | ".join(f"{c[i]:>{w}}" for c, w in zip(cols, cw, strict=True)) + " |")
+    lines = [f"| {k if i else '':<{width}} | " + " | ".join(f"{c[i]:>{w}}" for c, w in zip(cols, cw, strict=True)) + " |"
+             for i, k in enumerate(keys)]
+    lines.insert(1, f"|{'-' * (width + 2)}|" + "|".join("-" * (w + 2) for w in cw) + "|")
     return "\n".join(lines)
 
 
