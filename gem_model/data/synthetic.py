@@ -84,10 +84,7 @@ def synthetic_day(
     h_surface = np.asarray(names)[rng.integers(0, len(names), total)]
     secs = np.sort(rng.exponential(86400.0, total))[::-1] + 1.0
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    in_hist = np.zeros(rows, dtype=bool)
-    if total:
-        hit = item == ad[row_of]
-        in_hist = np.bincount(row_of[hit], minlength=rows) > 0
+    in_hist = np.bincount(row_of[item == ad[row_of]], minlength=rows) > 0
 
     s_off = np.array([-0.2, 0.1, -0.4, 0.3, 0.0, 0.2, -0.1, 0.05] * 4)[: len(names)]
     position = rng.integers(1, 10, rows)
@@ -115,8 +112,7 @@ def synthetic_day(
         item, action, h_surface, secs = item[:0], action[:0], h_surface[:0], secs[:0]
 
     def lst(values: np.ndarray, typ: pa.DataType) -> pl.Series:
-        arr = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values, type=typ))
-        return pl.Series(arr)
+        return pl.Series(pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values, type=typ)))
 
     df = pl.DataFrame(
         {
@@ -151,8 +147,7 @@ def synthetic_day(
         pl.col("conversion_ts").dt.replace_time_zone("UTC"),
         # a history-only world: no counters (its features list none; the columns keep the contract)
         *[pl.lit(0.0).alias(c) for c in COUNTER_COLUMNS],
-    ).cast(TRAINING_EXAMPLES_SCHEMA)
-    df = df.select(list(TRAINING_EXAMPLES_SCHEMA))
+    ).cast(TRAINING_EXAMPLES_SCHEMA).select(list(TRAINING_EXAMPLES_SCHEMA))
     oracle = pl.DataFrame(
         {
             "request_id": rid,
@@ -170,14 +165,13 @@ def write_synthetic_lake(
     dates: Sequence[dt.date],
     rows_per_day: int,
     *,
-    surfaces: SurfacesConfig | None = None,
     seed: int = 0,
     **kw: Any,
 ) -> None:
     """Write `training_examples` (by date) and `oracle` (by date, surface) under `lake_root` (a path or URI)."""
     so = storage_options(lake_root)
     for i, d in enumerate(dates):
-        ex, orc = synthetic_day(d, rows_per_day, surfaces=surfaces, seed=seed, **kw)
+        ex, orc = synthetic_day(d, rows_per_day, seed=seed, **kw)
         mode = "overwrite" if i == 0 else "append"
         ex.write_delta(f"{lake_root}/training_examples", mode=mode, storage_options=so,
                        delta_write_options={"partition_by": ["date"]})
