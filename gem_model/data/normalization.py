@@ -2,9 +2,7 @@
 
 The model standardises its dense inputs with fixed (mean, std) buffers computed once over the
 training window, exactly as the Encoder transforms them (log1p where features.yaml says so, nulls
-as 0). They are saved in the state dict, so evaluation and serving use the training window's
-statistics: no running statistics that lag the data (BatchNorm with a small momentum kept most of
-its initial values after one epoch and shifted tenure by +2 sd at evaluation).
+as 0), so evaluation and serving use the training window's statistics, not running ones that lag the data.
 """
 
 from __future__ import annotations
@@ -43,10 +41,7 @@ def dense_stats(
     if own_surface:
         lf = own_surface_view(lf, own_surface)
     x = lf.select([dense_expr(f) for f in features.dense])
-    row = x.select(
-        [pl.col(f.name).mean().alias(f"m{j}") for j, f in enumerate(features.dense)]
-        + [pl.col(f.name).std(ddof=0).alias(f"s{j}") for j, f in enumerate(features.dense)]
-    ).collect().row(0)
+    row = x.select(pl.all().mean().name.prefix("m_"), pl.all().std(ddof=0).name.prefix("s_")).collect().row(0)
     n = len(features.dense)
     mean = [float(v or 0.0) for v in row[:n]]
     std = [max(float(v or 0.0), MIN_STD) for v in row[n:]]

@@ -1,11 +1,9 @@
 """What a single-surface model may read: its own surface's data and nothing of the others.
 
-`training_examples` rows carry two kinds of cross-surface data: the user's history on every surface
-(hist_* lists) and the counters over every surface (schemas.CROSS_SURFACE_COUNTERS). A model trained
-on one surface alone, the foundation's single-surface baseline, must not read either, or the
-comparison measures nothing of what learning across surfaces adds. Its view keeps the history entries
-of its own surface and reads each cross-surface counter as its one-surface counterpart, which is
-what "every surface" means to a model that knows one ("every other surface": nothing, 0). The model's inputs keep their shape.
+The foundation's single-surface baseline must not read the user's history on other surfaces (hist_*) nor the
+counters over every surface (schemas.CROSS_SURFACE_COUNTERS), or the comparison measures nothing of what learning
+across surfaces adds. Its view keeps its own surface's history entries and reads each cross-surface counter as its
+one-surface counterpart ("every other surface": 0); the model's inputs keep their shape.
 """
 
 from __future__ import annotations
