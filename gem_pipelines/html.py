@@ -37,7 +37,7 @@ def cell(v: Any) -> str:
     return "" if v is None else str(v)
 
 
-def table(cols: Sequence[str], rows: Iterable[Sequence[Any]], *, caption: str = "", row_class: Sequence[str] = (),
+def table(cols: Sequence[str], rows: Iterable[Sequence[Any]], *, row_class: Sequence[str] = (),
           raw: frozenset[str] = frozenset(), table_id: str = "") -> str:
     """An HTML table; cells are escaped except in the columns named in `raw` (already HTML). Numbers are
     right-aligned, floats to 4 places."""
@@ -51,5 +51,4 @@ def table(cols: Sequence[str], rows: Iterable[Sequence[Any]], *, caption: str = 
     body = [(f'<tr class="{row_class[i]}">' if i < len(row_class) and row_class[i] else "<tr>")
             + "".join(td(c, v) for c, v in zip(cols, row, strict=True)) + "</tr>" for i, row in enumerate(rows)]
     ident = f' id="{esc(table_id)}"' if table_id else ""
-    cap = f"<caption>{esc(caption)}</caption>" if caption else ""
-    return f"<table{ident}>{cap}<thead><tr>{head}</tr></thead><tbody>\n" + "\n".join(body) + "\n</tbody></table>"
+    return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>\n" + "\n".join(body) + "\n</tbody></table>"

@@ -27,11 +27,11 @@ def load_kubernetes(path: Path | None = None) -> KubernetesConfig:
     return _load(KubernetesConfig, path or ASSETS_DIR / "kubernetes.yaml")
 
 
-def gpu_step_tags(gpus: int = 1, cfg: KubernetesConfig | None = None) -> dict[str, object]:
+def gpu_step_tags(gpus: int = 1) -> dict[str, object]:
     """Op tags of a step that needs `gpus` GPUs of one node (limits = requests: GPUs are not overcommitted)."""
     if gpus < 1:
         raise ValueError(f"a GPU step needs at least one GPU, got {gpus}")
-    cfg = cfg or load_kubernetes()
+    cfg = load_kubernetes()
     gpu = {cfg.gpu_resource: str(gpus)}
     pod_spec = cfg.model_dump(include={"node_selector", "tolerations"}, exclude_defaults=True)  # the ones set
     config: dict[str, object] = {"container_config": {"resources": {"limits": gpu, "requests": dict(gpu)}}}
