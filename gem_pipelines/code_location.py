@@ -1,11 +1,10 @@
 """Real runs of the code location, executed here: what `make demo` and `make next-day` launch.
 
-`execute_in_process` runs carry no code-location origin, so the UI lists them under no job. A
-`dagster job launch` per run starts a code server each time (too slow for ~50 runs). Here the
-workspace.yaml location is loaded once, in this process; each run is created exactly as the UI or
-the daemon would create it (job snapshot, execution plan, and the workspace's own origin, so the
-job page lists it and re-execution shows no version warning), then executed synchronously in this
-process, with the in-process executor, as a run worker would execute it.
+`execute_in_process` runs carry no code-location origin (the UI lists them under no job), and a `dagster job
+launch` per run starts a code server each time (too slow for ~50 runs). Here the workspace.yaml location is
+loaded once; each run is created as the UI or the daemon would create it (job snapshot, execution plan, the
+workspace's own origin: the job page lists it, re-execution shows no version warning), then executed
+synchronously in this process with the in-process executor, as a run worker would.
 
 Dagster has no public API for that (`execute_job` stamps no code-location origin; `DagsterInstance.submit_run`
 goes through a run launcher: a process per run), nor for the schedules' and sensors' stored state, so this is

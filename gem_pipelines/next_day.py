@@ -5,12 +5,8 @@ moves with E), then the automation does what the daemon would do, tick by tick, 
 the daily schedule lands and ingests the new day, the landing sensor looks for raw files nobody
 ingested, and the automation conditions are evaluated (`dg.evaluate_automation_conditions`) until
 they request nothing more; every requested run is a real run of the code location, executed here.
-
-Each day ends with a report (gem_pipelines/day_report.py: $GEM_HOME/reports/days_in_the_life.md and
-.png, linked from each `students` partition's page); `--days 7` (`make week`) runs seven days.
-Requested runs are launched under the job that holds their assets (gem_pipelines.jobs), so the job
-pages list them; asset partitions left older than an input (a model waiting for its cadence) are
-marked stale (gem_pipelines.staleness).
+Each day ends with a report ($GEM_HOME/reports/days_in_the_life.md, gem_pipelines/day_report.py);
+`--days 7` (`make week`) runs seven days.
 
 Run it with the UI stopped (or its automation sensor off): a running daemon would evaluate the same
 conditions on its own cursor and launch the same runs a second time.

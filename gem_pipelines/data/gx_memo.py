@@ -4,26 +4,23 @@ great-expectations==1.24.1 (GX_VERSION, the pin in pyproject.toml); `RELIED_ON` 
 here with its parameters, and tests/data/test_validation.py::test_gx_internals_that_gx_memo_relies_on and
 ::test_gx_still_calls_what_gx_memo_wraps fail when an upgrade moves, reshapes or stops calling one of them.
 
-What GX 1.x rebuilds on every call, and what happens to it here (`bench/validation_cost.py` shows the costs):
+What GX 1.x rebuilds on every call, and what it is inside the block (`bench/validation_cost.py` shows the costs):
 - `Expectation.configuration`: a new `ExpectationConfiguration` (a pydantic `dict()`, a regex `camel_to_snake`
-  of the class name, a new model) on every read, dozens of reads per expectation while the metric graph is
-  built (~2,800 for the 37 expectations of `events`, a third of a suite's time whatever the rows). Inside
-  the block: built on the first read for that expectation object (the objects GX validates are created by
-  `to_domain_obj()` for the run and not changed during it).
-- `ExpectationConfiguration.to_domain_obj()`: a pydantic validation once per metric of each expectation.
-  Inside the block: the expectation built on the first call for that configuration object, built again if
-  its type or kwargs changed since.
-- `IDDict.to_id()`: JSON + md5, twice per metric configuration. Inside the block: once per distinct kwargs
-  (plain JSON-like values with the same types and reprs).
-- The row-condition filter: `DataFrame.query` over the whole frame once per metric of a conditional
-  expectation (~13 ms a query on `events`). Inside the block: once per (frame, condition); metric functions
-  read their domain, they do not write it.
+  of the class name, a new model) on every read, ~2,800 reads for the 37 expectations of `events` while the
+  metric graph is built (a third of a suite's time whatever the rows). Inside: built on the first read for that
+  expectation object (GX creates them by `to_domain_obj()` for the run and does not change them during it).
+- `ExpectationConfiguration.to_domain_obj()`: a pydantic validation per metric of each expectation. Inside:
+  built on the first call for that configuration object, again if its type or kwargs changed since.
+- `IDDict.to_id()`: JSON + md5, twice per metric configuration. Inside: once per distinct kwargs (plain
+  JSON-like values with the same types and reprs).
+- The row-condition filter: `DataFrame.query` over the whole frame per metric of a conditional expectation
+  (~13 ms a query on `events`). Inside: once per (frame, condition); metric functions read their domain only.
 - The metric dependency graph of a list of expectations, identical for every partition of a table: kept per
   process (at most _GRAPHS_MAX), keyed by engine type, batch id, runtime configuration and the contents of
   every expectation configuration; used only inside the block.
 Outside the block, and on any other thread, these are GX's own. One change holds everywhere, since its answer
-is GX's own: `column_mean` asks whether a column holds `decimal.Decimal` values by testing every value in
-Python (a sixth of the metric time of `events` on 23k rows); an array whose dtype is not `object` cannot.
+is GX's own: `column_mean` tests every value in Python for `decimal.Decimal` (a sixth of the metric time of
+`events` on 23k rows); an array whose dtype is not `object` cannot hold one.
 tests/data/test_validation.py::test_memoised_gx_gives_the_results_of_plain_gx compares both ways.
 """
 
@@ -222,7 +219,7 @@ def _typed(value: Any) -> Any:
 
 @contextlib.contextmanager
 def memoised() -> Iterator[None]:
-    """Memoise `Expectation.configuration` and row-condition filters on this thread during the block."""
+    """Memoise what the module docstring lists (but the decimal test) on this thread during the block."""
     _install()
     names = ("memo", "filters", "domain_objs", "ids")
     outer = [getattr(_state, n, None) for n in names]
