@@ -37,7 +37,6 @@ def gate(rows: list[dict[str, Any]], previous: list[dict[str, Any]] | None, cfg:
          reference: list[dict[str, Any]] | None = None, allow_ungated: bool = False) -> dict[str, Any]:
     """Pass iff every gated pair has NE < max_ne (below the base rate), NE <= (1 + max_regression) x
     the last accepted NE, and (students) NE <= (1 + max_vs_labels_only) x the `reference` (labels_only) NE.
-
     Gated pairs: (surface, task) with at least `min_positives` positives on the evaluation day.
     `rows`, `previous` and `reference` are metric rows ({surface, task, ne, positives, ...}) on the
     same evaluation day; `previous` is None when nothing was accepted yet. With no gated pair the
@@ -84,11 +83,8 @@ def like_with_like(row: dict[str, Any], previous: dict[str, Any] | None) -> tupl
 
 def accepted_rows(asset: str, evaluation_date: str, partition: str | None = None,
                   rescore: Callable[[Path], list[dict[str, Any]]] | None = None) -> list[dict[str, Any]] | None:
-    """Metric rows of the last ACCEPTED version on `evaluation_date`, for the regression check.
-
-    When the accepted version was gated on another day (the window moved), it is re-scored on this
-    one with `rescore(version_dir)`; without a `rescore` there is nothing comparable (None).
-    """
+    """Metric rows of the last ACCEPTED version on `evaluation_date`, for the regression check: re-scored with
+    `rescore(version_dir)` when it was gated on another day (the window moved); None when nothing is comparable."""
     from gem_model.models.registry import read_accepted
 
     version_dir = read_accepted(asset, partition)
@@ -103,11 +99,8 @@ def accepted_rows(asset: str, evaluation_date: str, partition: str | None = None
 
 
 def check_result(verdict: dict[str, Any], version: str, evaluation_date: str) -> dg.AssetCheckResult:
-    """The blocking quality_gate check: the verdict as a readable table, the version it judged.
-
-    A version accepted unjudged (no pair had enough positives) is not a green pass: the check fails
-    with WARN severity (the UI's yellow "warning"; WARN blocks nothing) and says "not judged".
-    """
+    """The blocking quality_gate check: the verdict as a table, the version it judged. A version accepted unjudged
+    (no pair had enough positives) is no green pass: the check fails with WARN (yellow, blocks nothing)."""
     unjudged = verdict["passed"] and not verdict.get("judged", True)
     return dg.AssetCheckResult(
         check_name=CHECK,
