@@ -28,9 +28,7 @@ _VERSION_RE = re.compile(r"^\d{8}T\d{6}Z-[a-z0-9]{6}$")
 def new_version(run_id: str | None = None, now: dt.datetime | None = None) -> str:
     """UTC time + a short run id, e.g. 20261129T153000Z-ab12cd."""
     now = now or dt.datetime.now(dt.UTC)
-    short = re.sub(r"[^a-z0-9]", "", (run_id or "").lower())[:6]
-    if len(short) < 6:
-        short = (short + secrets.token_hex(3))[:6]
+    short = (re.sub(r"[^a-z0-9]", "", (run_id or "").lower())[:6] + secrets.token_hex(3))[:6]  # random-padded
     return f"{now:%Y%m%dT%H%M%SZ}-{short}"
 
 
@@ -40,28 +38,25 @@ def version_dir(asset: str, version: str, partition: str | None = None, home: Pa
     return models_dir(asset, partition, home) / version
 
 
-def list_versions(asset: str, partition: str | None = None, home: Path | None = None) -> list[str]:
-    base = models_dir(asset, partition, home)
+def list_versions(asset: str, partition: str | None = None) -> list[str]:
+    base = models_dir(asset, partition)
     if not base.is_dir():
         return []
     return sorted(p.name for p in base.iterdir() if p.is_dir() and _VERSION_RE.match(p.name))
 
 
-def read_accepted(asset: str, partition: str | None = None, home: Path | None = None) -> Path | None:
+def read_accepted(asset: str, partition: str | None = None) -> Path | None:
     """The ACCEPTED version's directory, or None when nothing was accepted (or it vanished)."""
-    f = models_dir(asset, partition, home) / ACCEPTED
-    if not f.exists():
+    f = models_dir(asset, partition) / ACCEPTED
+    if not (version := f.read_text().strip() if f.exists() else ""):
         return None
-    version = f.read_text().strip()
-    if not version:
-        return None
-    d = version_dir(asset, version, partition, home)
+    d = version_dir(asset, version, partition)
     return d if d.is_dir() else None
 
 
-def write_accepted(asset: str, version: str, partition: str | None = None, home: Path | None = None) -> Path:
-    """Point ACCEPTED at `version` (atomically: a reader sees the old or the new line, never half)."""
-    d = version_dir(asset, version, partition, home)
+def write_accepted(asset: str, version: str, partition: str | None = None) -> Path:
+    """Point ACCEPTED at `version` (atomically)."""
+    d = version_dir(asset, version, partition)
     if not d.is_dir():
         raise FileNotFoundError(f"{d} does not exist: cannot accept a version that was never written")
     return atomic.write_text(d.parent / ACCEPTED, version + "\n")

@@ -34,6 +34,7 @@ from gem_model.data.vocab import collision_rates
 from gem_model.eval.metrics import metric_rows, predict, read_oracle
 from gem_model.models import GEM, GEMConfig
 from gem_model.models.calibration import Calibrator, calibration_days, fit_model_calibrator
+from gem_model.models.registry import resolve_checkpoint
 from gem_model.store import atomic
 from gem_model.store.paths import gem_home, table_uri
 from gem_model.train.config import load_config_file, resolve_config
@@ -84,10 +85,7 @@ def _set_rng_state(s: dict[str, torch.Tensor]) -> None:
 
 def warm_start(model: torch.nn.Module, source: str | Path) -> dict[str, int]:
     """Copy every tensor of a checkpoint whose name and shape match; returns counts."""
-    path = Path(source)
-    if path.is_dir():
-        path = path / MODEL if (path / MODEL).exists() else path / CHECKPOINT
-    state = torch.load(path, map_location="cpu", weights_only=True)["model"]
+    state = torch.load(resolve_checkpoint(source), map_location="cpu", weights_only=True)["model"]
     own = model.state_dict()
     loaded = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
     model.load_state_dict(loaded, strict=False)
