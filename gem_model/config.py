@@ -22,18 +22,15 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 class EnvVar(NamedTuple):
-    """One environment variable the project reads: its name, the value env() gives when it is unset or empty
-    (None: unset, or a default computed at the call site that `meaning` states) and what it does."""
+    """default: what env() gives when unset or empty (None: unset, or a call-site default `meaning` states)."""
 
     name: str
     default: str | None
     meaning: str
 
 
-# Every environment variable the project reads, in one place. GEM_* reads in gem_model and gem_pipelines go
-# through env(); kernels/ reads its GEM_KERNEL_* itself (it imports nothing of the project) and tests/ their
-# GEM_CHROMIUM / GEM_SHARED_DIR, but they are listed here too. The others belong to the libraries named
-# (W&B, Dagster, torchrun, GX, Triton, object stores): listed as far as our code reads or sets them.
+# Every environment variable the project reads or sets. GEM_* reads go through env(), except kernels/ (it imports
+# nothing of the project) and tests/; the others belong to the libraries named.
 ENV_VARS: dict[str, EnvVar] = {v.name: v for v in (
     # where state and specs live
     EnvVar("GEM_HOME", None, "all state the pipelines write; unset: .gem/ in the repo root; made absolute"),
@@ -319,19 +316,14 @@ class SimulatorConfig(_Strict):
     corruption_rate: float = Field(default=0.003, ge=0, le=0.2)
     # per-surface share of the day's impressions, replacing surfaces.yaml's traffic_share (e.g. the
     # evaluation world gives the small surfaces enough traffic for confidence intervals)
-    traffic_share: dict[str, float] | None = None
+    traffic_share: dict[Name, Annotated[float, Field(gt=0, le=1)]] | None = None
     churn: SimulatorChurn = SimulatorChurn()
 
     @field_validator("traffic_share")
     @classmethod
     def _shares(cls, v: dict[str, float] | None) -> dict[str, float] | None:
-        if v is not None:
-            for name, share in v.items():
-                validate_name(name, "surface")
-                if not 0 < share <= 1:
-                    raise ValueError(f"traffic_share[{name}] = {share}: expected a share in (0, 1]")
-            if abs(sum(v.values()) - 1.0) > 1e-6:
-                raise ValueError(f"traffic_share sums to {sum(v.values())}, not 1")
+        if v is not None and abs(sum(v.values()) - 1.0) > 1e-6:
+            raise ValueError(f"traffic_share sums to {sum(v.values())}, not 1")
         return v
 
     def share(self, surface: Surface) -> float:
