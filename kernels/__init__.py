@@ -1,8 +1,6 @@
-"""Jagged-sequence kernels (imports only torch and triton): :func:`jagged_attention` (softmax
-attention inside each sequence of a jagged batch; Triton on CUDA, PyTorch elsewhere),
-:func:`jagged_to_padded` / :func:`padded_to_jagged` (layout conversions) and :func:`backend_for`
-(the backend ``jagged_attention`` would use).  Set ``TRITON_INTERPRET=1`` *before* importing this
-package to run the Triton kernels on CPU.
+"""Jagged-sequence kernels (imports only torch and triton): attention inside each sequence of a jagged batch
+(Triton on CUDA, PyTorch elsewhere) and jagged <-> padded conversions.  Set ``TRITON_INTERPRET=1`` *before*
+importing this package to run the Triton kernels on CPU.
 """
 
 from kernels.jagged_attention import SUPPORTED_HEAD_DIMS, backend_for, jagged_attention

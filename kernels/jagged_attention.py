@@ -5,8 +5,6 @@ tensors in float16 / bfloat16 / float32; ``"torch"`` (:mod:`kernels.pytorch.pt_j
 the reference, for everything else.  ``GEM_KERNEL_BACKEND=torch|triton`` (read at every call;
 unset, empty or ``auto``: the default rule) forces one; ``triton`` on CPU tensors needs
 ``TRITON_INTERPRET=1`` set before ``kernels`` is imported (slow; for tests), else RuntimeError.
-The Triton module documents its own switches (``GEM_KERNEL_DETERMINISTIC``, ``GEM_KERNEL_AUTOTUNE``,
-``GEM_KERNEL_SHORT_MAX``, ``GEM_KERNEL_SHORT_TILES``).
 """
 
 from __future__ import annotations
