@@ -18,9 +18,8 @@ from typing import Any
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path to write; on success it replaces `path`, on an error it is removed.
-
-    The temporary name ends with `path`'s suffix (torch.export.save, for one, checks it)."""
+    """Yield a temporary path to write (ending with `path`'s suffix: torch.export.save checks it); on success it
+    replaces `path`, on an error it is removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")

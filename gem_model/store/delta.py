@@ -59,9 +59,8 @@ def _flock(path: Path, exclusive: bool) -> Iterator[None]:
 
 @contextlib.contextmanager
 def partition_lock(uri: str, *partitions: str) -> Iterator[None]:
-    """Exclusive locks on partitions (e.g. "date=2026-11-01__surface=feed"), shared on their table.
-
-    Several partitions are locked in sorted order, so two writers of overlapping sets cannot deadlock."""
+    """Exclusive locks on partitions (e.g. "date=2026-11-01__surface=feed"), taken in sorted order so two writers
+    of overlapping sets cannot deadlock; a shared lock on their table."""
     d = _lock_dir(uri)
     with contextlib.ExitStack() as stack:
         stack.enter_context(_flock(d / "table.lock", exclusive=False))
@@ -96,12 +95,8 @@ def overwrite_partition(
     predicate: str,
     storage_options: dict[str, str] | None = None,
 ) -> int:
-    """Replace the rows matching `predicate` with `df` in one commit, holding the locks of `lock_keys`
-    (the partitions it replaces).
-
-    Returns the version this write committed. A commit that conflicts with a writer on another host
-    is retried (the whole write: the loser's data files are left unreferenced and VACUUM removes them).
-    """
+    """Replace the rows matching `predicate` with `df` in one commit under the locks of `lock_keys`; returns the
+    version it committed. A conflicting commit is retried whole (the loser's files are left for VACUUM)."""
     write_id = uuid.uuid4().hex
     options: dict = {"partition_by": list(partition_by),
                      "commit_properties": CommitProperties(custom_metadata={WRITE_ID_KEY: write_id})}

@@ -52,12 +52,8 @@ def check_lake_uri(uri: str) -> str:
 
 
 def resolve_storage_options(uri: str) -> dict[str, str] | None:
-    """deltalake / polars `storage_options` for the table or lake at `uri` (`gem_model.store.paths.storage_options`
-    resolves the default lake root).
-
-    Only the variables of the URI's provider (SCHEME_PREFIXES); None for a local lake or a scheme
-    without variables set.
-    """
+    """deltalake / polars `storage_options` for `uri`: only its provider's variables (SCHEME_PREFIXES); None for a
+    local lake or a scheme without variables set."""
     uri = check_lake_uri(uri)
     scheme = urlsplit(uri).scheme if is_uri(uri) else ""
     prefix = SCHEME_PREFIXES.get(scheme)

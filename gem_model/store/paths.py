@@ -23,7 +23,7 @@ def table_uri(table: str, root: str | None = None) -> str:
 
 
 def storage_options(uri: str | None = None) -> dict[str, str] | None:
-    """Object-store options for `uri` (default: the lake): gem_model.store.object_store."""
+    """Object-store options for `uri` (default: the lake)."""
     return resolve_storage_options(uri or lake_root())
 
 
