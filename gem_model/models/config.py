@@ -48,10 +48,9 @@ class GEMConfig:
     # rows of the wide history-item x candidate cross table (0: none): the logistic regression's
     # strongest features, inside the model's wide path (hashed pairs, 1/sqrt(history length) each)
     wide_cross_rows: int = 0
-    # width of a frozen per-item topic vector of the shared item table (0: none). `train.item_svd` writes
-    # its PPMI-SVD directions there too; two match statistics read it (mean and max over the history of
-    # cos(candidate, item)), so the window's co-occurrence structure survives whatever the click
-    # gradient does to the trained embeddings. Saved with the weights (a buffer).
+    # width of a frozen per-item topic vector of the shared item table (0: none; `train.item_svd` writes it, a
+    # buffer): mean and max cos(candidate, item) over the history keep the window's co-occurrence structure
+    # whatever the click gradient does to the trained embeddings
     topic_dim: int = 0
     attention: str = "jagged"  # jagged (kernels.jagged_attention) | padded (SDPA over a padded batch)
     max_hist_len: int | None = None  # None: features.yaml history.max_len (never longer)
@@ -149,13 +148,11 @@ class GEMConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> GEMConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
         for k in RETIRED.keys() & d.keys():
             if RETIRED[k] is not None and d[k] != RETIRED[k]:
                 raise ValueError(f"this checkpoint was trained with {k}={d[k]!r}, an option since removed")
         d = {k: v for k, v in d.items() if k not in RETIRED}
-        unknown = set(d) - known
-        if unknown:
+        if unknown := set(d) - {f.name for f in dataclasses.fields(cls)}:
             raise ValueError(f"unknown GEMConfig fields {sorted(unknown)}")
         # checkpoints saved before the exact-match statistic existed carry no such key: same shapes
         return cls(**{"exact_match": False, **d})
