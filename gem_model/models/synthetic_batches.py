@@ -30,21 +30,20 @@ def _yaml(path: Path) -> dict[str, Any]:
     return yaml.safe_load(path.read_text()) or {}
 
 
-def preset_dims(preset: str, assets: Path = ASSETS) -> dict[str, Any]:
+def preset_dims(preset: str) -> dict[str, Any]:
     """The `model:` mapping of assets/models/<preset>.yaml."""
-    return dict(_yaml(assets / "models" / f"{preset}.yaml").get("model") or {})
+    return dict(_yaml(ASSETS / "models" / f"{preset}.yaml").get("model") or {})
 
 
-def config_from_assets(preset: str = "base", overrides: dict[str, Any] | None = None,
-                       assets: Path = ASSETS) -> GEMConfig:
+def config_from_assets(preset: str = "base", overrides: dict[str, Any] | None = None) -> GEMConfig:
     """GEMConfig of `preset` with the feature and surface fields of the YAML specs (what
     `GEMConfig.from_specs` builds, without the pydantic validation of gem_model.config)."""
-    feats, surfs = _yaml(assets / "features.yaml"), _yaml(assets / "surfaces.yaml")
+    feats, surfs = _yaml(ASSETS / "features.yaml"), _yaml(ASSETS / "surfaces.yaml")
     hist = feats["history"]
     tables = {f["table"]: int(f["buckets"]) for f in [*feats["sparse"], *hist["columns"]]
               if f.get("table") and f.get("buckets")}
     names = [s["name"] for s in surfs["surfaces"]]
-    dims = {**preset_dims(preset, assets), **(overrides or {})}
+    dims = {**preset_dims(preset), **(overrides or {})}
     return GEMConfig(**{
         **dims,
         "dense_features": [f["name"] for f in feats["dense"]],
@@ -64,16 +63,12 @@ def synthetic_batch(cfg: GEMConfig, batch_size: int, generator: torch.Generator,
     g = generator
     hi = cfg.seq_len if max_len is None else min(max_len, cfg.seq_len)
     lengths = torch.randint(min(min_len, hi), hi + 1, (batch_size,), generator=g)
-    offsets = torch.zeros(batch_size + 1, dtype=torch.int64)
-    offsets[1:] = torch.cumsum(lengths, 0)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths, 0)])
     total = int(offsets[-1])
     sparse = torch.stack([torch.randint(1, cfg.tables[t], (batch_size,), generator=g) for _, t in cfg.sparse_features], 1)
-    history: dict[str, torch.Tensor] = {}
-    for name, source, table in cfg.history_columns:
-        if source == "ts":
-            history[name] = torch.rand(total, generator=g) * 1e6 + 1.0
-        else:
-            history[name] = torch.randint(1, cfg.tables[table], (total,), generator=g)
+    history = {name: torch.rand(total, generator=g) * 1e6 + 1.0 if source == "ts"
+               else torch.randint(1, cfg.tables[table], (total,), generator=g)
+               for name, source, table in cfg.history_columns}
     dense = torch.randn(batch_size, len(cfg.dense_features), generator=g)
     logit = -2.0 + 0.5 * dense[:, 0]
     if cfg.target_pairs and total:  # the candidate shows up in half of the non-empty histories
