@@ -1,19 +1,13 @@
 """Warm start of a production student from the last ACCEPTED student of its surface.
 
-A new day moves the window by one day: retraining from the ACCEPTED weights keeps what they learnt
-and needs fewer steps to track the new days. It is done whenever the ACCEPTED student is the same
-network: same surface, features, tasks and architecture (its whole config but the keys that only
-steer training: seed, arm, path and teacher), and every parameter of the same shape. A student that
-changes teacher (path) or loss (arm) keeps its weights when the arm adds no head or input: the
-aux-head arms add a head (`aux_head`), the representation arms an input (`teacher_emb_dim`), and those
-differences start it cold. The parameter-sharing arm then copies the teacher's tables over the warm
-ones, as it does over a cold start. A cold start logs its reason and keeps it in the train info
-(`warm_start`), so metrics.json and the asset metadata say which it was.
+Retraining from the ACCEPTED weights keeps what they learnt and needs fewer steps to track the new days.
+It is done whenever the ACCEPTED student is the same network: its whole config but the keys that only
+steer training (IGNORED_KEYS), and every parameter's shape (an arm that adds a head or an input starts
+cold). A cold start logs its reason and keeps it in the train info (`warm_start`). The parameter-sharing
+arm copies the teacher's tables over the warm ones, as over a cold start.
 
-A warm start keeps the rows the old student's data reached (saved as `seen_rows`) and folds the
-item-table rows its new window meets for the first time (ads and items born since) into them, as the
-teacher's warm retrain does (gem_model.train.item_svd.fold_in_rows): each new row becomes the
-PPMI-weighted mean of the known rows it shares histories with, instead of a random start.
+Item-table rows the new window meets for the first time are folded in as the teacher's warm retrain does
+(gem_model.train.item_svd.fold_in_rows): the PPMI-weighted mean of the known rows they share histories with.
 """
 
 from __future__ import annotations
@@ -48,15 +42,13 @@ def warm_start(model: Student, source: str | Path | None, data: StudentData | No
         cfg, state = dict(saved["config"]), saved["state_dict"]
     except Exception as e:  # torch raises several types for a missing, truncated or foreign file
         raise ValueError(f"{file}: cannot load the ACCEPTED student to warm-start from: {e}") from e
-    reason = _incompatible(cfg, state, model)
-    if reason:
+    if reason := _incompatible(cfg, state, model):
         log.warning("student %s/%s/%s starts cold: %s", model.cfg.get("surface"), model.cfg.get("arm"),
                     model.cfg.get("path"), reason)
         return {"warm_start_from": None, "warm_start": f"cold: {reason}"}
     model.load_state_dict(state)
     out: dict[str, Any] = {"warm_start_from": str(path), "warm_start": "warm"}
-    seen = saved.get("seen_rows")
-    if seen:
+    if seen := saved.get("seen_rows"):
         model.seen_rows = {t: v.long() for t, v in seen.items()}
         if data is not None:
             out["folded_in"] = fold_in_student(model, data, model.seen_rows)
