@@ -166,15 +166,9 @@ class GEM(nn.Module):
         offsets = batch.offsets.long()
         hist_len = offsets[1:] - offsets[:-1]
         total = int(batch.history[cfg.history_columns[0][0]].shape[0]) if cfg.history_columns else 0
-        h = None
-        raw: dict[str, torch.Tensor] = {}
-        for name, source, table in cfg.history_columns:
-            e = self.time(batch.history[name]) if source == "ts" else self.emb_drop(self.tables[table](batch.history[name]))
-            raw[name] = e
-            h = e if h is None else h + e
-        if h is None:
-            h = tokens[0].new_zeros(total, cfg.d_model)
-        h = self.seq_ln(h)
+        raw = {name: self.time(batch.history[name]) if source == "ts" else self.emb_drop(self.tables[table](batch.history[name]))
+               for name, source, table in cfg.history_columns}
+        h = self.seq_ln(sum(raw.values(), tokens[0].new_zeros(total, cfg.d_model)))
         seg_h = segment_ids(offsets, total)
         target = None
         dense_in = [(batch.dense.float() - self.dense_mean) / self.dense_std]
