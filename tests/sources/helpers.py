@@ -4,6 +4,9 @@ every source row through the unchanged parsers and row rules (no Delta, no GX: s
 from __future__ import annotations
 
 import datetime as dt
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -19,6 +22,18 @@ from tests.conftest import shared_real
 def need(sub: str) -> Path:
     """../shared/data/real/<sub>; the test is reported not run on a clone without ../shared."""
     return shared_real(sub)
+
+
+def run_demo_slice(dataset: str, source_dir: Path, assets_dir: Path, home: Path) -> None:
+    """`GEM_DATA=<dataset> python -m gem_pipelines.demo` (what `make demo DATA=<dataset>` runs) on a slice of
+    the sample, with the test's assets and the tiny preset; fails with the demo's output."""
+    env = {**os.environ, "GEM_DATA": dataset, "GEM_SOURCE_DIR": str(source_dir), "GEM_HOME": str(home),
+           "DAGSTER_HOME": str(home / "dagster"), "GEM_ASSETS_DIR": str(assets_dir),
+           "GEM_MODEL_PRESET": "tiny", "WANDB_MODE": "disabled", "DAGSTER_DISABLE_TELEMETRY": "1"}
+    env.pop("GEM_LAKE_URI", None)
+    proc = subprocess.run([sys.executable, "-m", "gem_pipelines.demo"], env=env, capture_output=True, text=True,
+                          timeout=580)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
 
 
 def run_import(dataset: str, home: Path, src: Path | None = None, cfg: SourceConfig | None = None) -> ImportResult:

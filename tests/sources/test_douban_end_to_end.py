@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import dagster as dg
@@ -16,7 +14,7 @@ import pytest
 import yaml
 
 from gem_model.config import ASSETS_DIR
-from tests.sources.helpers import need
+from tests.sources.helpers import need, run_demo_slice
 
 pytestmark = pytest.mark.slow
 USER_MOD = 24  # keep users with id % USER_MOD == 0: ~110 users, ~13k rows in all three domains
@@ -68,13 +66,7 @@ def _assets(dest: Path) -> Path:
 def test_douban_slice_runs_the_whole_graph(tmp_path: Path) -> None:
     rows = _slice(need("douban_multidomain"), tmp_path / "douban")
     home = tmp_path / "gem"
-    env = {**os.environ, "GEM_DATA": "douban", "GEM_SOURCE_DIR": str(tmp_path / "douban"), "GEM_HOME": str(home),
-           "DAGSTER_HOME": str(home / "dagster"), "GEM_ASSETS_DIR": str(_assets(tmp_path / "assets")),
-           "GEM_MODEL_PRESET": "tiny", "WANDB_MODE": "disabled", "DAGSTER_DISABLE_TELEMETRY": "1"}
-    env.pop("GEM_LAKE_URI", None)
-    proc = subprocess.run([sys.executable, "-m", "gem_pipelines.demo"], env=env, capture_output=True, text=True,
-                          timeout=580)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    run_demo_slice("douban", tmp_path / "douban", _assets(tmp_path / "assets"), home)
 
     # every real row accounted for, per file, recounted from the lake
     acc = json.loads((home / "reports" / "source_accounting.json").read_text())
@@ -120,7 +112,7 @@ def test_douban_slice_runs_the_whole_graph(tmp_path: Path) -> None:
         assert (student / (student / "ACCEPTED").read_text().strip() / "student.pt2").exists()
     assert not (home / "models" / "domain_models").exists()  # no domain model where no hierarchy exists
 
-    os.environ["DAGSTER_HOME"] = env["DAGSTER_HOME"]
+    os.environ["DAGSTER_HOME"] = str(home / "dagster")
     with dg.DagsterInstance.get() as instance:
         for asset, check in [("events", "gx_suite"), ("events", "row_conservation"), ("user_activity", "gx_suite")]:
             records = instance.event_log_storage.get_asset_check_execution_history(

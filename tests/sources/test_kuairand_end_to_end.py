@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
@@ -17,7 +14,7 @@ import pytest
 import yaml
 
 from gem_model.config import ASSETS_DIR
-from tests.sources.helpers import need
+from tests.sources.helpers import need, run_demo_slice
 
 pytestmark = pytest.mark.slow
 LOG = "log_standard_pure_20220425_20220503.csv.gz"
@@ -66,13 +63,7 @@ def _assets(dest: Path) -> Path:
 def test_kuairand_slice_runs_the_whole_graph(tmp_path: Path) -> None:
     rows = _slice(need("kuairand_pure"), tmp_path / "kuairand")
     home = tmp_path / "gem"
-    env = {**os.environ, "GEM_DATA": "kuairand", "GEM_SOURCE_DIR": str(tmp_path / "kuairand"), "GEM_HOME": str(home),
-           "DAGSTER_HOME": str(home / "dagster"), "GEM_ASSETS_DIR": str(_assets(tmp_path / "assets")),
-           "GEM_MODEL_PRESET": "tiny", "WANDB_MODE": "disabled", "DAGSTER_DISABLE_TELEMETRY": "1"}
-    env.pop("GEM_LAKE_URI", None)
-    proc = subprocess.run([sys.executable, "-m", "gem_pipelines.demo"], env=env, capture_output=True, text=True,
-                          timeout=580)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    run_demo_slice("kuairand", tmp_path / "kuairand", _assets(tmp_path / "assets"), home)
 
     # the window came from the data; every row accounted for, recounted from the lake
     assert yaml.safe_load((home / "imports" / "kuairand" / "calendar.yaml").read_text())["start"] == "2022-04-30"
