@@ -17,8 +17,8 @@ export DAGSTER_DISABLE_TELEMETRY := 1
 export WANDB_MODE ?= offline
 export WANDB_SILENT := true
 # pytest's "no tests collected" exit code (5) is a failure here, not a pass. Two xdist workers for CI's two
-# cores, a test file per worker at a time (tests/conftest.py groups them); PYTEST_ARGS="-n 0" runs serially.
-PYTEST_ARGS ?= -n 2 --dist loadgroup
+# cores, a test file per worker at a time (tests/conftest.py schedules them); PYTEST_ARGS="-n 0" runs serially.
+PYTEST_ARGS ?= -n 2
 
 .PHONY: demo next-day week test chromium ui bench eval lint clean
 

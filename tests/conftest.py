@@ -78,17 +78,35 @@ def shared_samples() -> Path:
     return shared_real()
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist turns xdist_group marks into node-id suffixes
+# The test files on the session's demo world (tests/pipelines/conftest.py: demo_world): one xdist scope,
+# so the demo is built once. pytest_collection_modifyitems fails when a file joins or leaves them unlisted.
+DEMO_WORLD_FILES = {f"tests/pipelines/{f}.py" for f in ("test_demo_runs", "test_end_to_end", "test_next_day",
+                                                        "test_reingest")}
+
+
+def _scope(nodeid: str) -> str:
+    path = nodeid.split("::")[0]
+    return "demo_world" if path in DEMO_WORLD_FILES else path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`make test` runs two xdist workers, a scope at a time on each: a test file, or all the demo world's
+    files, so module and demo fixtures are built once (xdist's loadgroup ignores marks under pytest 9)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFileAndDemoWorld(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+    return ByFileAndDemoWorld(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """`make test` runs two xdist workers with --dist loadgroup. One group per test file, so a module's
-    fixtures are built once; the files on the session's demo world share one group, so the demo runs once.
-    The slow groups go first: the other worker drains the short tests meanwhile."""
-    groups: dict[pytest.Item, str] = {}
+    """The demo world's scope first, then the other slow files: the other worker drains the short tests
+    meanwhile. A stable sort by whole files keeps a file's tests together (module fixtures set up once)."""
     for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            group = "demo_world" if "demo_world" in item.fixturenames else item.nodeid.split("::")[0]
-            item.add_marker(pytest.mark.xdist_group(group))
-        groups[item] = item.get_closest_marker("xdist_group").args[0]
-    slow = {groups[i] for i in items if i.get_closest_marker("slow")}
-    # a stable sort by whole groups: a file's tests stay together, so its module fixtures are set up once
-    items.sort(key=lambda item: (groups[item] != "demo_world", groups[item] not in slow))
+        uses_demo = "demo_world" in item.fixturenames
+        if uses_demo != (_scope(item.nodeid) == "demo_world"):
+            pytest.fail(f"{item.nodeid}: list its file in DEMO_WORLD_FILES (tests/conftest.py) iff it uses demo_world")
+    slow = {_scope(i.nodeid) for i in items if i.get_closest_marker("slow")}
+    items.sort(key=lambda item: (_scope(item.nodeid) != "demo_world", _scope(item.nodeid) not in slow))
