@@ -58,15 +58,16 @@ def phases(V, frame, key: str, runs: int = 10) -> None:  # noqa: N803 (the modul
 
     import great_expectations.expectations.expectation as E
     import great_expectations.validator.validator as OV
-    from great_expectations.data_context.store.store import Store
+
+    from gem_model.store import atomic
 
     spent: dict[str, float] = collections.defaultdict(float)
     patched = [(V, "validate_frame", "validate_frame"), (V, "_to_pandas", "  polars -> pandas"),
-               (V, "_run_suite", "  suite through the Validator (2 passes)"),
+               (V, "_run_suite", "  suite through the Validator (one pass)"),
                (OV.Validator, "_resolve_suite_level_graph_and_process_metric_evaluation_errors",
                 "    metric resolution (pandas engine)"),
                (E.Expectation, "metrics_validate", "    expectations checking their metrics"),
-               (Store, "set", "  result stored (JSON)")]
+               (atomic, "write_json", "  result stored (JSON)")]
     originals = [(obj, name, getattr(obj, name)) for obj, name, _ in patched]
 
     def timed(fn, label):
