@@ -24,9 +24,7 @@ EPS = 1e-7
 
 
 def log_loss(y: np.ndarray, p: np.ndarray) -> float:
-    y = np.asarray(y, dtype=np.float64)
-    p = np.clip(np.asarray(p, dtype=np.float64), EPS, 1 - EPS)
-    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))) if len(y) else float("nan")
+    return float(np.mean(_row_log_loss(np.asarray(y, dtype=np.float64), p))) if len(y) else float("nan")
 
 
 def entropy(rate: float) -> float:
