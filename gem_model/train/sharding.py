@@ -57,16 +57,17 @@ class RowShardedEmbedding(nn.Module):
         """Real (non-padding) rows held by this rank."""
         return max(0, min(self.num_embeddings - self.start, self.shard_rows))
 
-    def load_full(self, full: torch.Tensor) -> None:
-        """Copy this rank's rows out of the full [num_embeddings, dim] table."""
-        n = self.local_rows
-        self.weight.detach().zero_()
-        self.weight.detach()[:n].copy_(full[self.start : self.start + n].to(self.weight.device))
+    def shard(self, full: torch.Tensor) -> torch.Tensor:
+        """This rank's [shard_rows, ...] part of a [num_embeddings, ...] tensor (the weight or a per-row
+        optimiser state), padding rows zero."""
+        out = full.new_zeros((self.shard_rows, *full.shape[1:]))
+        out[: self.local_rows] = full[self.start : self.start + self.local_rows]
+        return out
 
-    def full_weight(self) -> torch.Tensor:
-        """The whole table, gathered on every rank (checkpoints; tests)."""
-        parts = [torch.empty_like(self.weight) for _ in range(self.world_size)]
-        torch_dist.all_gather(parts, self.weight.detach().contiguous(), group=self.group)
+    def gather(self, shard: torch.Tensor) -> torch.Tensor:
+        """The whole [num_embeddings, ...] tensor of every rank's shard, on every rank. Collective."""
+        parts = [torch.empty_like(shard) for _ in range(self.world_size)]
+        torch_dist.all_gather(parts, shard.contiguous(), group=self.group)
         return torch.cat(parts)[: self.num_embeddings]
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -105,7 +106,7 @@ def shard_embeddings(model: GEM, group: torch_dist.ProcessGroup | None = None,
                 new = RowShardedEmbedding(child.num_embeddings, child.embedding_dim, group=group,
                                           device=device or child.weight.device, dtype=child.weight.dtype)
                 with torch.no_grad():
-                    new.load_full(child.weight)
+                    new.weight.copy_(new.shard(child.weight))
                 setattr(parent, name, new)
                 sharded.append(new)
     return sharded
@@ -157,7 +158,7 @@ def embedding_bytes(model: GEM) -> int:
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The unsharded model's state dict (names and shapes), gathered on every rank. Collective."""
     tables = {f"{name}.weight": m for name, m in model.named_modules() if isinstance(m, RowShardedEmbedding)}
-    return {k: tables[k].full_weight() if k in tables else v.full_tensor() if isinstance(v, DTensor) else v.detach().clone()
+    return {k: tables[k].gather(v) if k in tables else v.full_tensor() if isinstance(v, DTensor) else v.detach().clone()
             for k, v in model.state_dict().items()}
 
 
@@ -167,7 +168,7 @@ def load_full_state_dict(model: nn.Module, state: dict[str, Any]) -> None:
     with torch.no_grad():
         for k, v in model.state_dict().items():
             if k in tables:
-                tables[k].load_full(state[k])
+                v.copy_(tables[k].shard(state[k]))
             elif isinstance(v, DTensor):
                 v.copy_(distribute_tensor(state[k].to(v.dtype), v.device_mesh, v.placements))
             else:
@@ -247,9 +248,7 @@ def _full_state_tensor(v: Any, p: nn.Parameter) -> Any:
         return v.full_tensor()
     table: RowShardedEmbedding | None = getattr(p, "_row_sharded_table", None)
     if table is not None and isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == table.shard_rows:
-        parts = [torch.empty_like(v) for _ in range(table.world_size)]  # per-row state: gather the rows
-        torch_dist.all_gather(parts, v.contiguous(), group=table.group)
-        return torch.cat(parts)[: table.num_embeddings]
+        return table.gather(v)  # per-row state
     return v
 
 
@@ -258,7 +257,5 @@ def _local_state_tensor(v: Any, p: nn.Parameter) -> Any:
         return distribute_tensor(v.to(p.device), p.device_mesh, p.placements)
     table: RowShardedEmbedding | None = getattr(p, "_row_sharded_table", None)
     if table is not None and isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == table.num_embeddings:
-        out = v.new_zeros((table.shard_rows, *v.shape[1:]))
-        out[: table.local_rows] = v[table.start : table.start + table.local_rows]
-        return out
+        return table.shard(v)
     return v
