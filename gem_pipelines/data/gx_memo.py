@@ -29,7 +29,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 GX_VERSION = "1.24.1"
@@ -68,15 +68,9 @@ def _install() -> None:
         original = Expectation.configuration.fget
 
         def configuration(self: Any) -> Any:
-            memo = getattr(_state, "memo", None)
-            if memo is None:
+            if getattr(_state, "memo", None) is None:
                 return original(self)
-            hits["Expectation.configuration"] += 1
-            hit = memo.get(id(self))
-            if hit is None or hit[0] is not self:
-                # the object is kept in the memo, so its id cannot be reused by another while memoising
-                hit = memo[id(self)] = (self, original(self))
-            return hit[1]
+            return _memo("memo", "Expectation.configuration", id(self), self, None, lambda: original(self))
 
         Expectation.configuration = property(configuration, doc=Expectation.configuration.__doc__)
 
@@ -85,15 +79,11 @@ def _install() -> None:
         original_filter = PandasExecutionEngine._apply_row_condition_filter
 
         def _apply_row_condition_filter(self: Any, data: Any, row_condition: Any, domain_kwargs: dict) -> Any:
-            memo = getattr(_state, "filters", None)
-            if memo is None:
+            if getattr(_state, "filters", None) is None:
                 return original_filter(self, data, row_condition, domain_kwargs)
-            hits["PandasExecutionEngine._apply_row_condition_filter"] += 1
             key = (id(data), repr(row_condition), repr(domain_kwargs.get("condition_parser")))
-            hit = memo.get(key)
-            if hit is None or hit[0] is not data:
-                hit = memo[key] = (data, original_filter(self, data, row_condition, domain_kwargs))
-            return hit[1]
+            return _memo("filters", "PandasExecutionEngine._apply_row_condition_filter", key, data, None,
+                         lambda: original_filter(self, data, row_condition, domain_kwargs))
 
         PandasExecutionEngine._apply_row_condition_filter = _apply_row_condition_filter
 
@@ -102,15 +92,11 @@ def _install() -> None:
         original_to_domain_obj = ExpectationConfiguration.to_domain_obj
 
         def to_domain_obj(self: Any) -> Any:
-            memo = getattr(_state, "domain_objs", None)
-            if memo is None:
+            if getattr(_state, "domain_objs", None) is None:
                 return original_to_domain_obj(self)
-            hits["ExpectationConfiguration.to_domain_obj"] += 1
-            hit = memo.get(id(self))
             # GX adds batch_id to a copy's kwargs before building its expectation: rebuild if they changed
-            if hit is None or hit[0] is not self or hit[1] != self.type or hit[2] != self.kwargs:
-                hit = memo[id(self)] = (self, self.type, dict(self.kwargs), original_to_domain_obj(self))
-            return hit[3]
+            return _memo("domain_objs", "ExpectationConfiguration.to_domain_obj", id(self), self,
+                         (self.type, dict(self.kwargs)), lambda: original_to_domain_obj(self))
 
         ExpectationConfiguration.to_domain_obj = to_domain_obj
 
@@ -172,6 +158,17 @@ def _install() -> None:
 
         Validator._generate_metric_dependency_subgraphs_for_each_expectation_configuration = subgraphs
         _installed = True
+
+
+def _memo(slot: str, name: str, key: Any, owner: Any, stamp: Any, build: Callable[[], Any]) -> Any:
+    """`build()` once per `key` in this thread's memo `slot`, again when `stamp` changed. `owner` is kept in the
+    memo, so its id (part of `key`) cannot be reused by another object while memoising."""
+    hits[name] += 1
+    memo = getattr(_state, slot)
+    hit = memo.get(key)
+    if hit is None or hit[0] is not owner or hit[1] != stamp:
+        hit = memo[key] = (owner, stamp, build())
+    return hit[2]
 
 
 _PLAIN = (str, int, float, bool, type(None))
