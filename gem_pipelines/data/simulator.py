@@ -781,8 +781,7 @@ def _plan(rng: np.random.Generator, n_records: int, reasons: tuple[str, ...], ra
         return counts
     k = int(rng.binomial(n_records, rate))
     if n_records >= 1000:  # every reason at least once, so quarantine is always exercised
-        for r in reasons:
-            counts[r] = 1
+        counts = dict.fromkeys(reasons, 1)
         k = max(0, k - len(reasons))
     for j in rng.integers(0, len(reasons), k):
         counts[reasons[int(j)]] += 1
@@ -820,24 +819,23 @@ def _corrupt(doc: _Doc, surf: Surface, date: dt.date, n_imp: int, rate: float, r
     injected = dict.fromkeys(reasons, 0)
     extras: list[tuple[int, float, object]] = []  # (file, position key, record)
     for reason in reasons:
+        in_place = reason in _IN_PLACE or (reason == "unexpected_label" and fmt != "event_stream")
+        if in_place:  # the kinds of record the reason applies to
+            kinds = ("imp",) if reason in ("out_of_range_value", "unexpected_label") else ("imp", "org")
+        else:
+            kinds = {"duplicate_record": ("imp", "imp_ev", "org", "click", "conv"), "orphan_event": ()}.get(
+                reason, ("imp", "imp_ev"))  # fmt: skip
         for _ in range(counts[reason]):
-            if reason in _IN_PLACE or (reason == "unexpected_label" and fmt != "event_stream"):
-                kinds = ("imp",) if reason in ("out_of_range_value", "unexpected_label") else ("imp", "org")
-                at = take(kinds)
-                if at is None:
-                    continue
-                f, i = at
-                if reason == "truncated":
-                    doc.files[f][i] = _truncate(doc.files[f][i], fmt, rng)
-                elif reason == "unparseable":
-                    doc.files[f][i] = _unparseable(doc.files[f][i], fmt, rng)
-                else:
-                    _mutate(_Rec(doc, fmt, f, i), reason, rng)
+            if (at := take(kinds) if kinds else (0, 0)) is None:  # an orphan event is a new record
+                continue
+            f, i = at
+            if reason == "truncated":
+                doc.files[f][i] = _truncate(doc.files[f][i], fmt, rng)
+            elif reason == "unparseable":
+                doc.files[f][i] = _unparseable(doc.files[f][i], fmt, rng)
+            elif in_place:
+                _mutate(_Rec(doc, fmt, f, i), reason, rng)
             elif reason == "duplicate_record":  # an exact later copy
-                at = take(("imp", "imp_ev", "org", "click", "conv"))
-                if at is None:
-                    continue
-                f, i = at
                 pos = min(i + 1 + int(rng.integers(0, 200)), len(doc.files[f])) - 0.5
                 extras.append((f, pos, doc.files[f][i]))  # a line, or (parquet) the row index again
             else:  # orphan_event, or event_stream's unexpected_label: an extra event
@@ -847,15 +845,9 @@ def _corrupt(doc: _Doc, surf: Surface, date: dt.date, n_imp: int, rate: float, r
                     event = _pick(rng, ["click", "click", "conversion"] if "conversion" in surf.tasks
                                   else ["click"])  # fmt: skip
                 else:
-                    at = take(("imp", "imp_ev"))
-                    if at is None:
-                        continue
-                    rid = doc.rids[at[0]][at[1]]
-                    ms = doc.ts_ms[at[0]][at[1]] + int(rng.integers(60_000, 3_600_000))
+                    rid, ms = doc.rids[f][i], doc.ts_ms[f][i] + int(rng.integers(60_000, 3_600_000))
                     event = "conversion"
-                line = json.dumps(
-                    {"event": event, "request_id": rid, "ts": ms / 1000.0}, separators=(",", ":")
-                )
+                line = json.dumps({"event": event, "request_id": rid, "ts": ms / 1000.0}, separators=(",", ":"))
                 pos = float(np.searchsorted(np.asarray(doc.ts_ms[0]), ms, side="right")) - 0.5
                 extras.append((0, pos, line))
             injected[reason] += 1
