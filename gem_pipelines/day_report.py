@@ -12,6 +12,10 @@ Measured on E from the lake alone (no model is loaded): the foundation's predict
 - `gap_closed`: (1 - ne) / (1 - oracle_ne), the share of the gap between the base rate and the
   oracle that the model closes;
 - `calibration`: mean prediction / mean oracle probability (against the truth, not the day's clicks);
+- `oracle_map_calibration`: the same ratio for the oracle's own probabilities behind a map fitted the
+  way the ACCEPTED foundation's was, on the same days (its metrics.json `calibration`): how far from 1
+  a perfect model lands through the same fitting noise; `calibration_ok`: `calibration` no further
+  from 1 than that (issue 24's yardstick; a map fitted on ~700 clicks cannot promise 0.97-1.03);
 - `new_ad_ne`: NE on impressions of ads first seen on E (first date the ad_id is in `events`), with
   their impressions and clicks (gem_model.eval.ad_age);
 - `student_ne`, `student_gap_closed`: the surface's ACCEPTED student on E (its quality gate's rows).
@@ -29,7 +33,7 @@ import dagster as dg
 import numpy as np
 import polars as pl
 
-from gem_model.store.paths import gem_home, models_dir, reports_dir, table_uri
+from gem_model.store.paths import gem_home, models_dir, reports_dir, storage_options, table_uri
 from gem_pipelines.metadata import md_grid, pyplot
 
 DAYS_DIR = "next_day"
@@ -63,26 +67,49 @@ def retrained(before: dict[str, str], after: dict[str, str]) -> list[dict[str, s
     return [{"model": name, "start": _start(name, v)} for name, v in sorted(after.items()) if before.get(name) != v]
 
 
+def scored(days: list[dt.date]) -> pl.DataFrame:
+    """request_id, surface, p_click (the foundation's), click and oracle_p (when the lake has an oracle)
+    of `days`' impressions."""
+    from gem_model.eval.metrics import read_oracle
+
+    tp_uri, ev_uri = table_uri("teacher_predictions"), table_uri("events")
+    preds = (pl.scan_delta(tp_uri, storage_options=storage_options(tp_uri))
+             .filter(pl.col("date").is_in(days) & (pl.col("teacher") == "foundation"))
+             .select("request_id", "surface", "p_click").collect())
+    clicks = (pl.scan_delta(ev_uri, storage_options=storage_options(ev_uri)).filter(pl.col("date").is_in(days))
+              .select("request_id", pl.col("click").cast(pl.Float64)).collect())
+    df = preds.join(clicks, on="request_id", how="inner")
+    oracle = read_oracle(days, uri=table_uri("oracle"), missing_ok=True)
+    if oracle is None:
+        return df
+    return df.join(oracle.select("request_id", pl.col("p_click").alias("oracle_p")), on="request_id", how="left")
+
+
+def pooled_table(days: list[dict[str, Any]]) -> str:
+    """Per surface over every recorded day's rows together: NE, the oracle's, the share of the gap closed."""
+    from gem_model.eval.metrics import normalized_entropy
+
+    df = scored([dt.date.fromisoformat(d["day"]) for d in days])
+    rows = []
+    for surface in sorted(df["surface"].unique().to_list()):
+        s = df.filter(pl.col("surface") == surface)
+        y = s["click"].to_numpy()
+        ne = normalized_entropy(y, s["p_click"].to_numpy())
+        o = normalized_entropy(y, s["oracle_p"].to_numpy()) if "oracle_p" in s.columns and s["oracle_p"].null_count() == 0 else None
+        rows.append([surface, len(days), s.height, int(y.sum()), ne, o, (1 - ne) / (1 - o) if o is not None and o < 1 else None])
+    return md_grid(["surface", "days", "impressions", "clicks", "ne", "oracle_ne", "gap_closed"], rows, fmt=_f).value
+
+
 def surface_rows(day: dt.date) -> list[dict[str, Any]]:
     """Per surface: the foundation's NE, share of the oracle gap, calibration against the truth and
     new-ad NE on `day`, with the ACCEPTED student's NE (empty when `day` has no foundation predictions)."""
     from gem_model.eval.ad_age import ad_ages, read_events
-    from gem_model.eval.metrics import normalized_entropy, read_oracle
-    from gem_model.store.paths import storage_options
-
-    tp_uri, ev_uri = table_uri("teacher_predictions"), table_uri("events")
-    preds = (pl.scan_delta(tp_uri, storage_options=storage_options(tp_uri))
-             .filter((pl.col("date") == day) & (pl.col("teacher") == "foundation"))
-             .select("request_id", "surface", "p_click").collect())
-    if preds.height == 0:
+    from gem_model.eval.metrics import normalized_entropy
+    df = scored([day])
+    if df.height == 0:
         return []
-    clicks = (pl.scan_delta(ev_uri, storage_options=storage_options(ev_uri)).filter(pl.col("date") == day)
-              .select("request_id", pl.col("click").cast(pl.Float64)).collect())
-    df = preds.join(clicks, on="request_id", how="inner")
-    oracle = read_oracle([day], uri=table_uri("oracle"), missing_ok=True)
-    if oracle is not None:
-        df = df.join(oracle.select("request_id", pl.col("p_click").alias("oracle_p")), on="request_id", how="left")
-    df = df.join(ad_ages(read_events(day, ev_uri), day), on="request_id", how="left")
+    df = df.join(ad_ages(read_events(day, table_uri("events")), day), on="request_id", how="left")
+    mapped = oracle_map_calibration(day, df) if "oracle_p" in df.columns else {}
     rows = []
     for surface in sorted(df["surface"].unique().to_list()):
         s = df.filter(pl.col("surface") == surface)
@@ -95,12 +122,47 @@ def surface_rows(day: dt.date) -> list[dict[str, Any]]:
             row["oracle_ne"] = normalized_entropy(y, q)
             row["gap_closed"] = (1 - row["ne"]) / (1 - row["oracle_ne"]) if row["oracle_ne"] < 1 else None
             row["calibration"] = float(p.mean() / q.mean())
+            if surface in mapped:
+                row["oracle_map_calibration"] = mapped[surface]
+                row["calibration_ok"] = abs(row["calibration"] - 1) <= abs(mapped[surface] - 1)
         new = s.filter(pl.col("ad_age") == "new")
         row.update(new_ad_impressions=new.height, new_ad_clicks=int(new["click"].sum()),
                    new_ad_ne=normalized_entropy(new["click"].to_numpy(), new["p_click"].to_numpy()))
         row.update(_student(surface, day))
         rows.append(row)
     return rows
+
+
+def oracle_map_calibration(day: dt.date, rows: pl.DataFrame) -> dict[str, float]:
+    """{surface: mean mapped oracle p / mean oracle p} on `rows` (request_id, surface, oracle_p of `day`),
+    the map fitted like the ACCEPTED foundation's on the oracle's p of its fitting days; {} when the
+    foundation has no fitted map or a fitting day has no oracle."""
+    from gem_model.eval.metrics import read_oracle
+    from gem_model.models.calibration import fit_calibrator
+
+    version = accepted_versions().get("foundation_model")
+    path = models_dir("foundation_model") / str(version) / "metrics.json"
+    cal = (json.loads(path.read_text()).get("calibration") or {}) if version and path.is_file() else {}
+    if not cal.get("fit_day"):
+        return {}
+    fit_days = [dt.date.fromisoformat(d) for d in cal["fit_day"].split(",")]
+    oracle = read_oracle(fit_days, uri=table_uri("oracle"), missing_ok=True)
+    if oracle is None:
+        return {}
+    ev_uri = table_uri("events")
+    clicks = (pl.scan_delta(ev_uri, storage_options=storage_options(ev_uri)).filter(pl.col("date").is_in(fit_days))
+              .select("request_id", pl.col("click").cast(pl.Float64)).collect())
+    fit_rows = oracle.join(clicks, on="request_id", how="inner").with_columns(
+        click_mask=pl.lit(True), conversion=pl.lit(0.0), conversion_mask=pl.lit(False))
+    surfaces = sorted(rows["surface"].unique().to_list())
+    mapper = fit_calibrator(fit_rows, surfaces, min_positives=int(cal["min_positives"]), fit_day=cal["fit_day"],
+                            shrink_positives=float(cal.get("shrink_positives") or 0.0), prior=cal.get("prior") or "pooled")
+    out = {}
+    for surface in surfaces:
+        q = rows.filter(pl.col("surface") == surface)["oracle_p"].drop_nulls().to_numpy()
+        if len(q):
+            out[surface] = float(mapper.apply_probs(q, [surface] * len(q)).mean() / q.mean())
+    return out
 
 
 def _student(surface: str, day: dt.date) -> dict[str, Any]:
@@ -135,7 +197,8 @@ def _f(v: Any) -> str:
     return f"{v:.4f}" if isinstance(v, float) else str(v)
 
 
-SURFACE_COLS = ("day", "surface", "ne", "oracle_ne", "gap_closed", "calibration", "new_ad_ne",
+SURFACE_COLS = ("day", "surface", "ne", "oracle_ne", "gap_closed", "calibration", "oracle_map_calibration",
+                "calibration_ok", "new_ad_ne",
                 "new_ad_impressions", "new_ad_clicks", "student_ne", "student_gap_closed")
 
 
@@ -154,7 +217,7 @@ def day_table(days: list[dict[str, Any]]) -> str:
 def plot(days: list[dict[str, Any]], path: Path) -> None:
     plt = pyplot()
     panels = (("ne", "foundation NE (dashed: oracle)"), ("gap_closed", "share of the oracle gap closed"),
-              ("calibration", "mean prediction / mean oracle p"), ("new_ad_ne", "NE on ads first seen on E"))
+              ("calibration", "mean prediction / mean oracle p (dashed: the oracle's behind the same map)"), ("new_ad_ne", "NE on ads first seen on E"))
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))
     surfaces = sorted({r["surface"] for d in days for r in d["surfaces"]})
     for ax, (col, title) in zip(axes.flat, panels, strict=True):
@@ -162,9 +225,9 @@ def plot(days: list[dict[str, Any]], path: Path) -> None:
             rs = [r for d in days for r in d["surfaces"] if r["surface"] == surface]
             xs, ys = [r["day"][5:] for r in rs], [np.nan if r.get(col) is None else r[col] for r in rs]
             ax.plot(xs, ys, marker="o", color=f"C{i}", label=surface)
-            if col == "ne":
-                ax.plot(xs, [np.nan if r.get("oracle_ne") is None else r["oracle_ne"] for r in rs], ls="--", marker="x",
-                        color=f"C{i}")
+            ref = {"ne": "oracle_ne", "calibration": "oracle_map_calibration"}.get(col)
+            if ref:
+                ax.plot(xs, [np.nan if r.get(ref) is None else r[ref] for r in rs], ls="--", marker="x", color=f"C{i}")
         if col == "calibration":
             ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_title(title, fontsize=10)
@@ -185,9 +248,13 @@ def render(instance: dg.DagsterInstance | None = None) -> Path:
     png = out.with_suffix(".png")
     if days:
         plot(days, png)
+    judged = [r["calibration_ok"] for d in days for r in d["surfaces"] if r.get("calibration_ok") is not None]
     out.write_text(f"# Days in the life\n\nOne row per simulated day (E: the window's last day, every model's "
                    f"evaluation day). Columns: gem_pipelines/day_report.py.\n\n{day_table(days)}\n\n"
-                   f"## Per surface on E\n\n{surface_table(days)}\n\n![plots]({png.name})\n")
+                   f"## Per surface on E\n\nCalibration no further from 1 than the oracle's behind the same map: "
+                   f"{sum(judged)} of {len(judged)} (day, surface) cells.\n\n{surface_table(days)}\n\n"
+                   f"## Every day's rows pooled\n\n{pooled_table(days) if days else ''}\n\n"
+                   f"![plots]({png.name})\n")
     if instance is not None and days:
         links = {f"{name}_{k}": v for name, f in (("report", out), ("plot", png)) for k, v in report_links(f).items()}
         for surface in sorted({r["surface"] for r in days[-1]["surfaces"]}):

@@ -197,6 +197,9 @@ def _check_report(home: Path, summaries: list[dict], acc1: dict[str, str]) -> No
         assert {r["surface"] for r in d["surfaces"]} == set(SURFACES)
         for r in d["surfaces"]:
             assert r["impressions"] > 0 and 0.2 < r["calibration"] < 5  # mean prediction / mean oracle p
+            # the yardstick: the oracle's own p behind a map fitted like the foundation's, on its days
+            assert 0.2 < r["oracle_map_calibration"] < 5
+            assert r["calibration_ok"] == (abs(r["calibration"] - 1) <= abs(r["oracle_map_calibration"] - 1))
             if r["clicks"] == 0:  # the test world's shops: ~1 click a day, NE undefined without one
                 assert math.isnan(r["ne"]) and math.isnan(r["oracle_ne"])
                 continue
@@ -211,4 +214,11 @@ def _check_report(home: Path, summaries: list[dict], acc1: dict[str, str]) -> No
     assert all(m["start"] in ("warm", "cold") for m in days[2]["retrained"])
     md = (home / "reports" / "days_in_the_life.md").read_text()
     assert md.count("| 2026-11-0") == 3 + 3 * len(SURFACES)  # a row per day, and per day and surface
+    ok = sum(r["calibration_ok"] for d in days for r in d["surfaces"])
+    assert f"than the oracle's behind the same map: {ok} of {3 * len(SURFACES)} (day, surface) cells" in md
+    pooled = md.split("## Every day's rows pooled")[1].splitlines()
+    for surface in SURFACES:  # the three days' rows together, per surface
+        cells = next(line for line in pooled if line.startswith(f"| {surface} |")).split("|")[2:5]
+        rs = [r for d in days for r in d["surfaces"] if r["surface"] == surface]
+        assert [int(c) for c in cells] == [3, sum(r["impressions"] for r in rs), sum(r["clicks"] for r in rs)]
     assert (home / "reports" / "days_in_the_life.png").read_bytes()[:4] == b"\x89PNG"
