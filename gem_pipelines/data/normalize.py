@@ -117,18 +117,12 @@ def normalize_partition(stage: pl.DataFrame, surface: Surface, date: dt.date) ->
     has_conversion = "conversion" in surface.tasks
 
     typed = stage.with_columns(
-        ts_t=_ts("ts", unit),
-        click_ts_t=_ts("click_ts", unit),
-        conversion_ts_t=_ts("conversion_ts", unit),
-        user_id_t=_int("user_id"),
-        ad_id_t=_int("ad_id"),
-        advertiser_id_t=_int("advertiser_id"),
-        item_id_t=_int("item_id"),
+        **{f"{c}_t": _ts(c, unit) for c in ("ts", "click_ts", "conversion_ts")},
+        **{f"{c}_t": _int(c) for c in ("user_id", "ad_id", "advertiser_id", "item_id")},
         position_t=_int("position", pl.Int32),
         bid_t=pl.col("bid").cast(pl.Float64, strict=False),
         tenure_t=pl.col("user_tenure_days").cast(pl.Float64, strict=False),
-        click_t=_flag("click"),
-        conversion_t=_flag("conversion"),
+        **{f"{c}_t": _flag(c) for c in ("click", "conversion")},
     )
     kind = pl.col("kind")
     imp, org, lab = kind == "impression", kind == "organic", kind.is_in(["click", "conversion"])
