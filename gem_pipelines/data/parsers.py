@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+from functools import reduce
 from pathlib import Path
 
 import polars as pl
@@ -94,11 +95,7 @@ def _json_struct(tree: dict[str, object]) -> pl.Struct:
 def _stage_json(raw_format: str, directory: Path) -> pl.DataFrame:
     fields = {**RECORD_FIELDS[raw_format]["impression"], **RECORD_FIELDS[raw_format]["organic"]}
     df = _json_lines(directory / LANDING_FILES[raw_format][0], _json_struct(path_tree(fields)))
-    columns = {}
-    for name, path in fields.items():
-        columns[name] = pl.col("rec")
-        for key in path:
-            columns[name] = columns[name].struct.field(key)
+    columns = {name: reduce(lambda e, key: e.struct.field(key), path, pl.col("rec")) for name, path in fields.items()}
     kind = columns.pop("kind")
     if raw_format == "jsonl_nested":  # its impressions are records of kind "ad"
         kind = pl.when(kind == "ad").then(pl.lit("impression")).otherwise(kind)
