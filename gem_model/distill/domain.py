@@ -59,8 +59,6 @@ def train_domain_model(
     overrides: dict[str, Any] | None = None,
     uri: str | None = None,
     tp_uri: str | None = None,
-    surfaces_config: SurfacesConfig | None = None,
-    seed: int = 0,
     log: Any | None = None,
     device: torch.device | str | None = None,
     precision: str = "auto",
@@ -74,7 +72,7 @@ def train_domain_model(
     roles().student). uri: training_examples table (default: the lake's). device: where to train
     (the accelerator resource's; default: the foundation's); precision: auto | bf16 | fp32 (autocast).
     Its own calibrator is fitted on the day after `dates` (E-1)."""
-    surfaces_config = surfaces_config or load_surfaces()
+    surfaces_config = load_surfaces()
     names = [s.name for s in surfaces_config.in_domain(domain)]
     if not names:
         raise ValueError(f"domain {domain!r} has no surfaces; domains: {surfaces_config.domains}")
@@ -87,14 +85,14 @@ def train_domain_model(
     if tp.height == 0:
         raise ValueError("no foundation teacher predictions to distil from")
 
-    torch.manual_seed(seed)
+    torch.manual_seed(0)
     device = torch.device(device) if device is not None else next(foundation.parameters()).device
     model = copy.deepcopy(foundation).to(device).train()
     model.calibrator = None  # the foundation's map is not this model's: it gets its own after training
     amp_dtype = autocast_dtype(precision, device)
     opt = torch.optim.Adam(model.parameters(), lr=float(hp["lr"]))
     stream = ExampleStream(dates[0], dates[1], names, batch_size=int(hp["batch_size"]), uri=uri,
-                           surfaces_config=surfaces_config, seed=seed, shuffle_buffer=4 * int(hp["batch_size"]),
+                           surfaces_config=surfaces_config, seed=0, shuffle_buffer=4 * int(hp["batch_size"]),
                            max_len=getattr(model.cfg, "seq_len", None))
     max_steps = hp.get("max_steps")
     losses: list[float] = []

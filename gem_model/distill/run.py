@@ -251,7 +251,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def write_report(rows: list[dict[str, Any]], path: str | Path | None = None, extra: dict[str, Any] | None = None,
+def write_report(rows: list[dict[str, Any]], path: str | Path | None = None,
                  incumbents: Mapping[str, tuple[str, str]] | None = None, keep_within: float = 0.0) -> Path:
     """reports/distillation_report.json: rows, summary, and the (arm, path) selected per surface
     (`select_student`, keeping a surface's incumbent (arm, path) within `keep_within`)."""
@@ -266,7 +266,6 @@ def write_report(rows: list[dict[str, Any]], path: str | Path | None = None, ext
         "selected": {s: {"arm": a, "path": p, "kept_accepted": incumbents.get(s) == (a, p)}
                      for s, (a, p) in selected.items()},
         "keep_accepted_within": keep_within,
-        **(extra or {}),
     }
     return atomic.write_json(path, doc)
 
@@ -287,7 +286,6 @@ def run_distillation(
     oracle_uri: str | None = None,
     save_root: str | Path | None = None,
     tracking_group: str | None = None,
-    tracking_project: str = "gem",
     surfaces_config: SurfacesConfig | None = None,
     on_student: Callable[[dict[str, Any], Student, list[dict[str, Any]], dict[str, Any]], None] | None = None,
     device: str | None = None,
@@ -313,7 +311,7 @@ def run_distillation(
     surfaces_config = surfaces_config or load_surfaces()
     roles = roles or load_calendar().roles()
     hp = load_student_preset(preset, overrides=overrides)
-    tracker = Tracker(project=tracking_project, name="distillation", group=tracking_group, job_type="distill",
+    tracker = Tracker(project="gem", name="distillation", group=tracking_group, job_type="distill",
                       config={"arms": list(arms), "paths": list(paths), "seeds": list(seeds), **hp})
     rows: list[dict[str, Any]] = []
     kept = EvalPredictions()
@@ -382,11 +380,10 @@ def score_student(
     uri: str | None = None,
     tp_uri: str | None = None,
     oracle_uri: str | None = None,
-    surfaces_config: SurfacesConfig | None = None,
 ) -> list[dict[str, Any]]:
     """Metric rows of a saved student on `day`: how the quality gate re-scores the ACCEPTED student
     when the evaluation day moved. Its teacher's predictions of that day feed the representation arms."""
-    surfaces_config = surfaces_config or load_surfaces()
+    surfaces_config = load_surfaces()
     model = load_student(model_dir).eval()
     cfg = model.cfg
     surface, teacher = cfg["surface"], cfg.get("teacher")

@@ -78,7 +78,6 @@ def predict_teacher(
     surfaces: Sequence[str] | None = None,
     batch_size: int = 4096,
     uri: str | None = None,
-    surfaces_config: SurfacesConfig | None = None,
     device: torch.device | str | None = None,
     precision: str = "auto",
 ) -> pl.DataFrame:
@@ -88,7 +87,7 @@ def predict_teacher(
     to `device` (default: where it is); precision: auto | bf16 | fp32 (autocast; heads stay fp32)."""
     if teacher_name != FOUNDATION and not teacher_name.startswith("domain:"):
         raise ValueError(f"teacher must be 'foundation' or 'domain:<name>', not {teacher_name!r}")
-    surfaces_config = surfaces_config or load_surfaces()
+    surfaces_config = load_surfaces()
     device = torch.device(device) if device is not None else next(model.parameters()).device
     model.to(device)
     amp_dtype = autocast_dtype(precision, device)

@@ -112,8 +112,7 @@ def shard_embeddings(model: GEM, group: torch_dist.ProcessGroup | None = None,
     return sharded
 
 
-def shard_model(model: GEM, group: torch_dist.ProcessGroup | None = None,
-                device: torch.device | str | None = None) -> GEM:
+def shard_model(model: GEM, device: torch.device | str | None = None) -> GEM:
     """Embedding tables row-wise across ranks, every other parameter under FSDP2 (in place): one unit per
     trunk block (`model.blocks`) and the root for the rest. `device`: where this rank's part goes (the
     model may arrive on the CPU, so that no device ever holds a whole table); FSDP2 moves the dense part
@@ -121,15 +120,15 @@ def shard_model(model: GEM, group: torch_dist.ProcessGroup | None = None,
 
     FSDP2 cannot shard 0-d parameters (e.g. a learned temperature): those stay replicated and
     `sync_replicated_grads` averages their gradients (call it after every backward)."""
-    tables = shard_embeddings(model, group, device)
+    tables = shard_embeddings(model, device=device)
     scalars = [p for p in model.parameters() if p.dim() == 0]
     if device is not None:  # what FSDP2 leaves alone: the replicated scalars and the unmanaged buffers
         for p in scalars:
             p.data = p.data.to(device)
     model._replicated_params = scalars  # type: ignore[assignment]
-    model._shard_group = group or torch_dist.group.WORLD  # type: ignore[assignment]
+    model._shard_group = torch_dist.group.WORLD  # type: ignore[assignment]
     kind = torch.device(device).type if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
-    mesh = DeviceMesh.from_group(group or torch_dist.group.WORLD, kind)  # FSDP2 shards over these ranks, on `kind`
+    mesh = DeviceMesh.from_group(torch_dist.group.WORLD, kind)  # FSDP2 shards over these ranks, on `kind`
     ignored = {t.weight for t in tables} | set(scalars)
     for block in model.blocks:  # one FSDP2 unit per trunk block: one gathered at a time
         fully_shard(block, mesh=mesh, ignored_params=ignored)
