@@ -329,9 +329,7 @@ def _user_attrs(cfg: SimulatorConfig, slot: np.ndarray, gen: np.ndarray) -> _Att
     def draw(k: np.ndarray, g: np.ndarray) -> _Attrs:
         grid = np.arange(T)[None, :]
         return {
-            "s": _normal(seed, _USERS, k[:, None], g[:, None], 100 + grid),
-            "a": _normal(seed, _USERS, k[:, None], g[:, None], 100 + T + grid),
-            "b": _normal(seed, _USERS, k[:, None], g[:, None], 100 + 2 * T + grid),
+            **{name: _normal(seed, _USERS, k[:, None], g[:, None], 100 + i * T + grid) for i, name in enumerate("sab")},
             "phase": 2 * np.pi * _uniform(seed, _USERS, k, g, 0),
             "activity": np.exp(0.8 * _normal(seed, _USERS, k, g, 1)),
             "device": _categorical(_uniform(seed, _USERS, k, g, 4), _DEVICE_P),
@@ -703,23 +701,22 @@ def _pick(rng: np.random.Generator, options):
     return options[int(rng.integers(len(options)))]
 
 
+# reason -> ((field, value) choices for an organic record, the same for an impression)
+_FIELD_VALUES = {
+    "missing_id": ([("user_id", None), ("item_id", _DELETE), ("item_id", None)],
+                   [("request_id", ""), ("request_id", _DELETE), ("user_id", None), ("ad_id", _DELETE),
+                    ("advertiser_id", None)]),
+    "bad_type": ([("item_id", "12a"), ("user_id", "user-17")], [("bid", "abc"), ("position", "2.5x"), ("position", 2.5)]),
+}  # fmt: skip
+
+
 def _mutate(rec: _Rec, reason: str, rng: np.random.Generator) -> None:
     """Apply one in-place corruption (other than unparseable/truncated) to a parsed record."""
     imp = rec.kind == "imp"
-    if reason == "missing_id":
-        if imp:
-            field, value = _pick(rng, [("request_id", ""), ("request_id", _DELETE), ("user_id", None),
-                                       ("ad_id", _DELETE), ("advertiser_id", None)])  # fmt: skip
-        else:
-            field, value = _pick(rng, [("user_id", None), ("item_id", _DELETE), ("item_id", None)])
-        if rec.fmt == "parquet" and field == "request_id":
+    if reason in _FIELD_VALUES:
+        field, value = _pick(rng, _FIELD_VALUES[reason][imp])
+        if reason == "missing_id" and rec.fmt == "parquet" and field == "request_id":
             value = _pick(rng, ["", None])
-        rec.set(field, value)
-    elif reason == "bad_type":
-        if imp:
-            field, value = _pick(rng, [("bid", "abc"), ("position", "2.5x"), ("position", 2.5)])
-        else:
-            field, value = _pick(rng, [("item_id", "12a"), ("user_id", "user-17")])
         rec.set(field, value)
     elif reason == "out_of_range_value":
         field = "bid" if rng.random() < 0.75 else "user_tenure_days"
