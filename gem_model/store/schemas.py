@@ -76,18 +76,12 @@ HISTORY_COLUMNS: dict[str, pl.DataType] = {
     "hist_seconds_before": pl.List(pl.Float64()),
 }
 
-# Counter features (gem_pipelines/data/counters.py): the row's ad and user on its surface, and the
-# user on every surface and on every other surface, over the earlier days of the history lookback window: impressions, and click
-# log-odds shrunk to (and relative to) the surface's rate.
+# Counter features (gem_pipelines/data/counters.py) over the earlier days of the history lookback window:
+# impressions and click log-odds shrunk to (and relative to) the surface's rate, of the row's ad and user on
+# its surface, and of the user on every surface (user_all) and on every other surface (user_other).
 COUNTER_COLUMNS: dict[str, pl.DataType] = {
-    "ad_impressions_before": pl.Float64(),
-    "ad_click_logit_before": pl.Float64(),
-    "user_impressions_before": pl.Float64(),
-    "user_click_logit_before": pl.Float64(),
-    "user_all_impressions_before": pl.Float64(),
-    "user_all_click_logit_before": pl.Float64(),
-    "user_other_impressions_before": pl.Float64(),
-    "user_other_click_logit_before": pl.Float64(),
+    f"{who}_{what}_before": pl.Float64() for who in ("ad", "user", "user_all", "user_other")
+    for what in ("impressions", "click_logit")
 }
 
 # The counters that read other surfaces, each with its one-surface counterpart: what a single-surface
