@@ -80,7 +80,8 @@ HISTORY_COLUMNS: dict[str, pl.DataType] = {
 # impressions and click log-odds shrunk to (and relative to) the surface's rate, of the row's ad and user on
 # its surface, and of the user on every surface (user_all) and on every other surface (user_other).
 COUNTER_COLUMNS: dict[str, pl.DataType] = {
-    f"{who}_{what}_before": pl.Float64() for who in ("ad", "user", "user_all", "user_other")
+    f"{who}_{what}_before": pl.Float64()
+    for who in ("ad", "user", "user_all", "user_other")
     for what in ("impressions", "click_logit")
 }
 

@@ -329,7 +329,9 @@ def _user_attrs(cfg: SimulatorConfig, slot: np.ndarray, gen: np.ndarray) -> _Att
     def draw(k: np.ndarray, g: np.ndarray) -> _Attrs:
         grid = np.arange(T)[None, :]
         return {
-            **{name: _normal(seed, _USERS, k[:, None], g[:, None], 100 + i * T + grid) for i, name in enumerate("sab")},
+            "s": _normal(seed, _USERS, k[:, None], g[:, None], 100 + grid),
+            "a": _normal(seed, _USERS, k[:, None], g[:, None], 100 + T + grid),
+            "b": _normal(seed, _USERS, k[:, None], g[:, None], 100 + 2 * T + grid),
             "phase": 2 * np.pi * _uniform(seed, _USERS, k, g, 0),
             "activity": np.exp(0.8 * _normal(seed, _USERS, k, g, 1)),
             "device": _categorical(_uniform(seed, _USERS, k, g, 4), _DEVICE_P),
@@ -844,7 +846,9 @@ def _corrupt(doc: _Doc, surf: Surface, date: dt.date, n_imp: int, rate: float, r
                 else:
                     rid, ms = doc.rids[f][i], doc.ts_ms[f][i] + int(rng.integers(60_000, 3_600_000))
                     event = "conversion"
-                line = json.dumps({"event": event, "request_id": rid, "ts": ms / 1000.0}, separators=(",", ":"))
+                line = json.dumps(
+                    {"event": event, "request_id": rid, "ts": ms / 1000.0}, separators=(",", ":")
+                )
                 pos = float(np.searchsorted(np.asarray(doc.ts_ms[0]), ms, side="right")) - 0.5
                 extras.append((0, pos, line))
             injected[reason] += 1
