@@ -2,37 +2,26 @@
 students, the distillation arms side by side, and the production students' serving export."""
 
 from gem_model.distill.adapter import StudentAdapter
-from gem_model.distill.arms import ARMS, PATHS, arm_paths, arm_spec
+from gem_model.distill.arms import ARMS
 from gem_model.distill.config import load_student_preset
-from gem_model.distill.dataset import StudentData, attach_teacher, load_examples
+from gem_model.distill.dataset import attach_teacher, load_examples
 from gem_model.distill.domain import save_domain_model, train_domain_model
 from gem_model.distill.export import export_student
 from gem_model.distill.run import (
-    DEFAULT_ARMS,
     DEFAULT_PATHS,
     kd_effectiveness,
     report_grid_complete,
     run_distillation,
     score_student,
     select_student,
-    summarize,
     train_production_student,
     write_report,
 )
-from gem_model.distill.student import Student, share_tables, student_config
-from gem_model.distill.teacher import (
-    FOUNDATION,
-    TEACHER_PREDICTIONS_SCHEMA,
-    domain_teacher,
-    predict_teacher,
-    read_teacher_predictions,
-    teacher_for,
-    write_teacher_predictions,
-)
-from gem_model.distill.trainer import load_student, predict_student, save_student, train_student
+from gem_model.distill.student import Student, student_config
+from gem_model.distill.teacher import TEACHER_PREDICTIONS_SCHEMA, predict_teacher, write_teacher_predictions
+from gem_model.distill.trainer import load_student, train_student
 
 __all__ = [
-    "DEFAULT_ARMS",
     "DEFAULT_PATHS",
     "kd_effectiveness",
     "report_grid_complete",
@@ -40,31 +29,19 @@ __all__ = [
     "save_domain_model",
     "score_student",
     "select_student",
-    "summarize",
     "train_production_student",
     "write_report",
     "ARMS",
-    "FOUNDATION",
-    "PATHS",
     "TEACHER_PREDICTIONS_SCHEMA",
     "Student",
     "StudentAdapter",
-    "StudentData",
-    "arm_paths",
-    "arm_spec",
     "attach_teacher",
-    "domain_teacher",
     "export_student",
     "load_examples",
     "load_student",
     "load_student_preset",
-    "predict_student",
     "predict_teacher",
-    "read_teacher_predictions",
-    "save_student",
-    "share_tables",
     "student_config",
-    "teacher_for",
     "train_domain_model",
     "train_student",
     "write_teacher_predictions",
