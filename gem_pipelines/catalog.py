@@ -93,9 +93,8 @@ def config_files(group: str | None, assets_dir: Path = ASSETS_DIR) -> list[Path]
 
 def code_version(module: str, group: str | None, assets_dir: Path = ASSETS_DIR) -> str:
     """Hash of the asset's module, its group's library code and the specs the group reads."""
-    code = [Path(sys.modules[module].__file__ or "")]
-    for rel in _LIBRARY.get(group or "", []):
-        code += _files(REPO_ROOT / rel, "*.py")
+    code = [Path(sys.modules[module].__file__ or ""), *(f for rel in _LIBRARY.get(group or "", [])
+                                                         for f in _files(REPO_ROOT / rel, "*.py"))]
     labelled = [(p.relative_to(REPO_ROOT).as_posix(), p) for p in code if p.is_file()]
     labelled += [("assets/" + p.relative_to(assets_dir).as_posix(), p) for p in config_files(group, assets_dir)]
     h = hashlib.sha256()

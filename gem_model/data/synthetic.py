@@ -143,8 +143,7 @@ def synthetic_day(
     )
     df = df.with_columns(
         pl.when(pl.Series(has_conv)).then(pl.col("conversion")).otherwise(None).alias("conversion"),
-        pl.col("click_ts").dt.replace_time_zone("UTC"),
-        pl.col("conversion_ts").dt.replace_time_zone("UTC"),
+        pl.col("click_ts", "conversion_ts").dt.replace_time_zone("UTC"),
         # a history-only world: no counters (its features list none; the columns keep the contract)
         *[pl.lit(0.0).alias(c) for c in COUNTER_COLUMNS],
     ).cast(TRAINING_EXAMPLES_SCHEMA).select(list(TRAINING_EXAMPLES_SCHEMA))

@@ -252,8 +252,6 @@ def bootstrap_ci(
         for k, f in (("ne", normalized_entropy), ("auc", auc), ("calibration", calibration)):
             stats[k].append(f(y[i], p[i]))
     lo, hi = (1 - level) / 2 * 100, (1 + level) / 2 * 100
-    out = {}
-    for k, v in stats.items():
-        a = np.asarray([x for x in v if math.isfinite(x)])
-        out[k] = (float(np.percentile(a, lo)), float(np.percentile(a, hi))) if len(a) else (float("nan"), float("nan"))
-    return out
+    finite = {k: np.asarray([x for x in v if math.isfinite(x)]) for k, v in stats.items()}
+    return {k: (float(np.percentile(a, lo)), float(np.percentile(a, hi))) if len(a) else (float("nan"), float("nan"))
+            for k, a in finite.items()}
