@@ -869,12 +869,6 @@ def _lines(df: pl.DataFrame, kind: pl.Expr, ts: pl.Expr, rid: pl.Expr, record: p
     )
 
 
-def _doc_from_lines(name: str, parts: list[pl.DataFrame]) -> _Doc:
-    df = pl.concat(parts).sort("ts_ms", maintain_order=True)
-    return _Doc([name], [df["line"].to_list()], [df["kind"].to_list()], [df["ts_ms"].to_list()],
-                [df["rid"].to_list()], [None])  # fmt: skip
-
-
 _WRITE_TS = {"jsonl_nested": _iso, "event_stream": _epoch_s, "csv_ms": _ms, "parquet": lambda e: e}
 
 
@@ -916,7 +910,9 @@ def _build_json(fmt: str, imp: pl.DataFrame, org: pl.DataFrame) -> _Doc:
         )
         parts.append(_lines(sub, pl.lit(kind), _ms(pl.col(f"{label}_ts")), c.request_id, event))
     parts.append(_lines(org, pl.lit("org"), _ms(c.ts), pl.lit(None), _record(fmt, "organic", "organic")))
-    return _doc_from_lines(F.LANDING_FILES[fmt][0], parts)
+    df = pl.concat(parts).sort("ts_ms", maintain_order=True)
+    return _Doc([F.LANDING_FILES[fmt][0]], [df["line"].to_list()], [df["kind"].to_list()], [df["ts_ms"].to_list()],
+                [df["rid"].to_list()], [None])  # fmt: skip
 
 
 def _build_flat(fmt: str, imp: pl.DataFrame, org: pl.DataFrame) -> _Doc:

@@ -248,10 +248,6 @@ def _prune_old_runs(docs_dir: Path, table: str, run_name: str, keep: int) -> Non
         shutil.rmtree(docs_dir / "validations" / table / run_name / name, ignore_errors=True)
 
 
-def _run_name(table: str, partition_key: str) -> str:
-    return f"{table}__{_RUN_NAME_RE.sub('_', partition_key) or 'unpartitioned'}"
-
-
 def validate_frame(
     table: str,
     df: pl.DataFrame,
@@ -277,7 +273,7 @@ def validate_frame(
     pdf = _to_pandas(df)
     params = suite_parameters()
     docs_dir = Path(docs_dir if docs_dir is not None else reports_dir() / "data_docs").expanduser().resolve()
-    run_name = _run_name(table, partition_key)
+    run_name = f"{table}__{_RUN_NAME_RE.sub('_', partition_key) or 'unpartitioned'}"
     with _quiet():
         gx_ctx = _gx()
         with gx_ctx.lock:
