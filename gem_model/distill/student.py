@@ -117,11 +117,6 @@ class Student(nn.Module):
     def serving_head_parameters(self) -> list[nn.Parameter]:
         return list(self.head.parameters())
 
-    def param_counts(self) -> dict[str, int]:
-        sparse = sum(p.numel() for p in self.tables.parameters())
-        total = sum(p.numel() for p in self.parameters())
-        return {"sparse": sparse, "dense": total - sparse, "total": total}
-
 
 def share_tables(student: Student, teacher: nn.Module, names: list[str] | tuple[str, ...]) -> list[str]:
     """Copy exactly the named embedding tables from `teacher.tables` (a GEM or a Student) into
