@@ -71,7 +71,6 @@ class Student(nn.Module):
         self.dense_ln = nn.LayerNorm(m)
         self.dense = nn.Linear(m, d)
         n = len(cfg["sparse_features"]) + 1 + (self.hist_k > 0) + (self.teacher_emb_dim > 0)
-        self.n_tokens = n
         if self.teacher_emb_dim > 0:
             p = int(cfg.get("teacher_emb_proj", d))
             self.teacher_proj = nn.Sequential(
