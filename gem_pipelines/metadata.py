@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 import polars as pl
+import polars.selectors as cs
 
 from gem_pipelines.html import cell
 from gem_pipelines.reports import report_links
@@ -23,14 +24,8 @@ if TYPE_CHECKING:
 
 def preview(df: pl.DataFrame, n: int = 5) -> dg.MetadataValue:
     """A small markdown table of the first rows (lists and long strings shortened)."""
-    head = df.head(n).with_columns(
-        [pl.col(c).cast(pl.String).str.slice(0, 60) for c, t in df.schema.items() if t == pl.String]
-        + [
-            pl.col(c).list.len().cast(pl.String).alias(c) + pl.lit(" items")
-            for c, t in df.schema.items()
-            if isinstance(t, pl.List)
-        ]
-    )
+    head = df.head(n).with_columns(cs.string().str.slice(0, 60),
+                                   cs.list().list.len().cast(pl.String) + pl.lit(" items"))
     return md_grid(head.columns, head.iter_rows(), fmt=lambda v: "" if v is None else str(v))
 
 
