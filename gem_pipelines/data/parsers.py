@@ -14,6 +14,7 @@ from functools import reduce
 from pathlib import Path
 
 import polars as pl
+import polars.selectors as cs
 
 from gem_pipelines.data.formats import LANDING_FILES, RECORD_FIELDS, path_tree
 
@@ -153,12 +154,9 @@ def _parquet_file(path: Path, fields: dict[str, tuple[str, ...]], kind: str) -> 
     if missing:
         raise ContainerError(f"{path}: Parquet file lacks columns {missing}")
     raw = df.select(pl.struct(pl.all()).struct.json_encode().alias("raw"))["raw"]
-    as_text = [  # timestamps as epoch microseconds, as the format stores them
-        (pl.col(c).dt.replace_time_zone(None).dt.epoch("us") if isinstance(df.schema[c], pl.Datetime) else pl.col(c))
-        .cast(pl.String)
-        for c in columns
-    ]
-    staged = df.select(as_text).with_columns(
+    as_text = df.select(columns).with_columns(  # timestamps as epoch microseconds, as the format stores them
+        cs.datetime().dt.replace_time_zone(None).dt.epoch("us")).cast(pl.String)
+    staged = as_text.with_columns(
         source_file=pl.lit(path.name),
         line_no=pl.int_range(1, df.height + 1, dtype=pl.Int64),
         raw=raw,
