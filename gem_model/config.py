@@ -153,14 +153,12 @@ class Surface(_Strict):
 
 
 class SurfacesConfig(_Strict):
-    surfaces: tuple[Surface, ...]
+    surfaces: tuple[Surface, ...] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _check(self) -> SurfacesConfig:
         if len(set(self.names)) != len(self.names):
             raise ValueError(f"surfaces: duplicate surface names in {self.names}")
-        if not self.surfaces:
-            raise ValueError("surfaces: at least one surface is required")
         total = sum(s.traffic_share for s in self.surfaces)
         if abs(total - 1.0) > 1e-6:
             raise ValueError(f"traffic_share: shares sum to {total:.6f}, not 1")

@@ -69,11 +69,9 @@ def partition_lock(uri: str, *partitions: str) -> Iterator[None]:
         yield
 
 
-@contextlib.contextmanager
-def table_lock(uri: str) -> Iterator[None]:
+def table_lock(uri: str) -> contextlib.AbstractContextManager[None]:
     """Exclusive lock on the whole table (maintenance): no partition writer runs while it is held."""
-    with _flock(_lock_dir(uri) / "table.lock", exclusive=True):
-        yield
+    return _flock(_lock_dir(uri) / "table.lock", exclusive=True)
 
 
 def commit_version(uri: str, write_id: str, storage_options: dict[str, str] | None = None) -> int:

@@ -10,10 +10,7 @@ from gem_model.store.object_store import resolve_storage_options
 
 def lake_root() -> str:
     """GEM_LAKE_URI (e.g. s3://bucket/lake) or $GEM_HOME/lake."""
-    uri = env("GEM_LAKE_URI")
-    if uri:
-        return uri.rstrip("/")
-    return str(gem_home() / "lake")
+    return (env("GEM_LAKE_URI") or str(gem_home() / "lake")).rstrip("/")
 
 
 def table_uri(table: str, root: str | None = None) -> str:
