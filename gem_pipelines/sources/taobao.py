@@ -57,7 +57,7 @@ def read_taobao(src: Path, cfg: SourceConfig, calendar: CalendarConfig) -> tuple
         )
     rows = assign_days(split_by_user(pl.concat(frames), cfg), cfg, calendar)
 
-    steps = (
+    history = (
         rows.filter("ok")
         .select(
             "source_file", "line_no", "surface", "date", "user_id",
@@ -67,14 +67,12 @@ def read_taobao(src: Path, cfg: SourceConfig, calendar: CalendarConfig) -> tuple
             k=pl.int_ranges(0, SEQ),
         )
         .explode("btag", "item_id", "mask", "k")
-        .filter(pl.col("mask") == "1")
-    )  # fmt: skip
-    history = (
-        steps.with_columns(
+        .filter(pl.col("mask") == "1")  # the steps of each history
+        .with_columns(
             seconds=pl.col("k").cast(pl.Int64) * 60,
             action=pl.col("btag").replace(BTAG_ACTIONS),
         )
         .unique(["user_id", "date", "seconds", "item_id", "action"], keep="first", maintain_order=True)
         .select("source_file", "line_no", "surface", "date", "seconds", "user_id", "item_id", "action")
-    )
+    )  # fmt: skip
     return rows, history, {}
