@@ -125,8 +125,7 @@ class CodeLocation:
                                     InstigatorStatus.RUNNING, data), remote.selector_id)
 
     def _store(self, state: InstigatorState, selector_id: str) -> None:
-        existing = self.instance.get_instigator_state(state.instigator_origin_id, selector_id)
-        if existing is None:
+        if self.instance.get_instigator_state(state.instigator_origin_id, selector_id) is None:
             self.instance.add_instigator_state(state)
         else:
             self.instance.update_instigator_state(state)

@@ -211,8 +211,7 @@ class ExampleStream:
         self.surfaces_config = surfaces_config or load_surfaces()
         self.dates = date_range(start, end if end is not None else start)
         self.surfaces = list(surfaces) if surfaces else list(self.surfaces_config.names)
-        unknown = set(self.surfaces) - set(self.surfaces_config.names)
-        if unknown:
+        if unknown := set(self.surfaces) - set(self.surfaces_config.names):
             raise ValueError(f"unknown surfaces {sorted(unknown)}; known: {self.surfaces_config.names}")
         if own_surface and len(self.surfaces) != 1:
             raise ValueError(f"own_surface reads one surface's data: got surfaces {self.surfaces}")

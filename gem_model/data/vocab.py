@@ -48,8 +48,7 @@ def hash_array(arr: pa.Array | pa.ChunkedArray, buckets: int) -> np.ndarray:
     """Hash an Arrow int or string array into [0, buckets); nulls -> 0."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
-    n = len(arr)
-    if n == 0:
+    if len(arr) == 0:
         return np.zeros(0, dtype=np.int64)
     if pa.types.is_integer(arr.type):
         out = hash_int64(arr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), buckets)

@@ -120,8 +120,7 @@ def attach_teacher(
     left = pl.DataFrame({"request_id": pl.Series(data.request_ids.tolist(), dtype=pl.String), "_row": np.arange(len(data))})
     joined = left.join(tp, on="request_id", how="left").sort("_row")
     missing = joined["p_click"].is_null() & ~joined["request_id"].is_in(tp["request_id"].implode())
-    n_missing = int(missing.sum())
-    if n_missing:
+    if n_missing := int(missing.sum()):
         ex = joined.filter(missing)["request_id"].head(3).to_list()
         raise KeyError(f"teacher {teacher!r}: {n_missing} of {len(data)} rows have no prediction (e.g. {ex})")
     p = np.ascontiguousarray(joined.select(pl.col("p_click", "p_conversion").cast(pl.Float32).fill_null(np.nan)).to_numpy())

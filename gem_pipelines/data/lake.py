@@ -46,8 +46,7 @@ def check_schema(df: pl.DataFrame, schema: Mapping[str, pl.DataType], table: str
     actual = dict(df.schema)
     if list(actual) != list(schema):
         raise SchemaMismatch(f"{table}: columns {list(actual)} differ from the declared {list(schema)}")
-    wrong = {c: (str(actual[c]), str(t)) for c, t in schema.items() if actual[c] != t}
-    if wrong:
+    if wrong := {c: (str(actual[c]), str(t)) for c, t in schema.items() if actual[c] != t}:
         raise SchemaMismatch(f"{table}: dtypes differ from the declared schema (actual, declared): {wrong}")
 
 

@@ -150,8 +150,7 @@ def _parquet_file(path: Path, fields: dict[str, tuple[str, ...]], kind: str) -> 
         df = pl.read_parquet(path)
     except Exception as e:  # noqa: BLE001 - any failure to open the container fails the partition
         raise ContainerError(f"{path}: cannot open Parquet file: {e}") from e
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
+    if missing := [c for c in columns if c not in df.columns]:
         raise ContainerError(f"{path}: Parquet file lacks columns {missing}")
     raw = df.select(pl.struct(pl.all()).struct.json_encode().alias("raw"))["raw"]
     as_text = df.select(columns).with_columns(  # timestamps as epoch microseconds, as the format stores them

@@ -47,8 +47,7 @@ PREDICTIONS = "eval_predictions.parquet"  # gem_model.train.loop: p_click of eve
 def _foundation_version() -> tuple[str, bool] | None:
     """(version, accepted?): the ACCEPTED teacher, else the newest one trained (the gate may refuse
     a model on real data; the report still shows what it measured, and says so)."""
-    accepted = read_accepted(FOUNDATION)
-    if accepted is not None:
+    if (accepted := read_accepted(FOUNDATION)) is not None:
         return accepted.name, True
     versions = list_versions(FOUNDATION)
     return (versions[-1], False) if versions else None

@@ -55,8 +55,7 @@ def _text(v: Any) -> str | None:
 
 
 def _columns(path: Path, head: list[str], need: list[str], optional: list[str]) -> list[str]:
-    missing = [c for c in need if c not in head]
-    if missing:
+    if missing := [c for c in need if c not in head]:
         raise ValueError(f"{path}: no column {missing} (columns: {head})")
     return list(dict.fromkeys([*need, *(c for c in optional if c in head)]))
 
