@@ -127,8 +127,7 @@ def attach_teacher(
     emb = None
     if embeddings:
         e = joined["embedding"]
-        dim = int(e.drop_nulls().list.len().max() or 0)
-        if dim:
+        if dim := int(e.drop_nulls().list.len().max() or 0):
             arr = e.fill_null([0.0] * dim).list.to_array(dim).to_numpy().astype(np.float32)
             emb = torch.from_numpy(np.ascontiguousarray(arr))
     return replace(data, teacher_p=torch.from_numpy(p), teacher_emb=emb, teacher=teacher)

@@ -81,8 +81,7 @@ def fold_in_student(model: Student, data: StudentData, seen: dict[str, torch.Ten
 def _incompatible(cfg: dict[str, Any], state: dict[str, torch.Tensor], model: Student) -> str | None:
     """Why the saved student cannot seed `model`, or None."""
     new = model.cfg
-    keys = sorted(k for k in set(cfg) | set(new) if k not in IGNORED_KEYS and cfg.get(k) != new.get(k))
-    if keys:
+    if keys := sorted(k for k in set(cfg) | set(new) if k not in IGNORED_KEYS and cfg.get(k) != new.get(k)):
         shown = ", ".join(f"{k}={cfg.get(k)!r} (now {new.get(k)!r})" for k in keys[:3])
         return f"the ACCEPTED student differs in {shown}" + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
     own = model.state_dict()

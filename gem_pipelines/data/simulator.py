@@ -809,8 +809,7 @@ def _corrupt(doc: _Doc, surf: Surface, date: dt.date, n_imp: int, rate: float, r
         if not len(pool):
             return None
         for _ in range(1000):
-            j = int(pool[int(rng.integers(len(pool)))])
-            if j not in used:
+            if (j := int(pool[int(rng.integers(len(pool)))])) not in used:
                 used.add(j)
                 return int(file_of[j]), int(index_of[j])
         return None
@@ -853,8 +852,7 @@ def _corrupt(doc: _Doc, surf: Surface, date: dt.date, n_imp: int, rate: float, r
                 extras.append((0, pos, line))
             injected[reason] += 1
     for f in range(len(doc.files)):  # extras sit at half positions, records at whole ones: sort them together
-        mine = [(pos, seq, rec) for seq, (ff, pos, rec) in enumerate(extras, 1) if ff == f]
-        if mine:
+        if mine := [(pos, seq, rec) for seq, (ff, pos, rec) in enumerate(extras, 1) if ff == f]:
             merged = sorted([(i, 0, rec) for i, rec in enumerate(doc.files[f])] + mine, key=lambda t: t[:2])
             doc.files[f] = [rec for _, _, rec in merged]
     return injected
