@@ -111,7 +111,7 @@ class Encoder:
                 self.vocab[f.name] = vocab_values(f.vocab, surfaces)
                 check_fits(f.name, self.vocab[f.name], int(f.buckets or 0))
 
-    def _ids(self, name: str, arr: pa.Array | pa.ChunkedArray, buckets: int) -> np.ndarray:
+    def _ids(self, name: str, arr: pa.Array, buckets: int) -> np.ndarray:
         return lookup(arr, self.vocab[name]) if name in self.vocab else hash_array(arr, buckets)
 
     @property
@@ -147,8 +147,6 @@ class Encoder:
         history: dict[str, np.ndarray] = {}
         for c in self.features.history.columns:
             arr = df[c.name].to_arrow()
-            if isinstance(arr, pa.ChunkedArray):
-                arr = arr.combine_chunks()
             arr = arr.fill_null(pa.scalar([], type=arr.type)) if arr.null_count else arr
             off = np.asarray(arr.offsets, dtype=np.int64)
             off = off - off[0]

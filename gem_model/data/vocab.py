@@ -44,12 +44,8 @@ def hash_string(value: str, buckets: int) -> int:
     return h % (buckets - 1) + 1
 
 
-def hash_array(arr: pa.Array | pa.ChunkedArray, buckets: int) -> np.ndarray:
+def hash_array(arr: pa.Array, buckets: int) -> np.ndarray:
     """Hash an Arrow int or string array into [0, buckets); nulls -> 0."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    if len(arr) == 0:
-        return np.zeros(0, dtype=np.int64)
     if pa.types.is_integer(arr.type):
         out = hash_int64(arr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), buckets)
     else:
@@ -74,12 +70,8 @@ def check_fits(name: str, values: Sequence[str], buckets: int) -> None:
         raise ValueError(f"{name}: vocabulary has duplicates: {list(values)}")
 
 
-def lookup(arr: pa.Array | pa.ChunkedArray, values: Sequence[str]) -> np.ndarray:
+def lookup(arr: pa.Array, values: Sequence[str]) -> np.ndarray:
     """Row of each value: index in `values` + 1; null and unknown values -> 0."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    if len(arr) == 0:
-        return np.zeros(0, dtype=np.int64)
     idx = pc.index_in(arr.cast(pa.string()), value_set=pa.array(list(values), pa.string()))
     return (idx.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64) + 1)
 
