@@ -105,17 +105,12 @@ def _install() -> None:
         original_to_id = IDDict.to_id
 
         def to_id(self: Any, id_keys: Any = None, id_ignore_keys: Any = None) -> Any:
-            memo = getattr(_state, "ids", None)
-            if (memo is None or id_keys is not None or id_ignore_keys is not None or type(self) is not IDDict
-                    or not _plain(self)):
+            if (getattr(_state, "ids", None) is None or id_keys is not None or id_ignore_keys is not None
+                    or type(self) is not IDDict or not _plain(self)):
                 return original_to_id(self, id_keys, id_ignore_keys)
-            hits["IDDict.to_id"] += 1
             # plain values with the same types and reprs serialise to the same JSON, hence the same id
             key = repr(sorted((str(k), repr(k), _typed(v)) for k, v in self.items()))
-            hit = memo.get(key)
-            if hit is None:
-                hit = memo[key] = original_to_id(self)
-            return hit
+            return _memo("ids", "IDDict.to_id", key, None, None, lambda: original_to_id(self))
 
         IDDict.to_id = to_id
 
