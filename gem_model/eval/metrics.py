@@ -91,16 +91,12 @@ def predict(model: torch.nn.Module, loader: Iterable[Batch], *, device: torch.de
     cols: dict[str, Any] = {
         "request_id": pl.Series(parts["request_id"], dtype=pl.String),
         "surface": pl.Series([surfaces[i] for i in cat["surface_idx"].astype(int).tolist()], dtype=pl.String),
-        "click": cat["y"][:, 0],
-        "conversion": cat["y"][:, 1],
-        "click_mask": cat["m"][:, 0].astype(bool),
-        "conversion_mask": cat["m"][:, 1].astype(bool),
-        "p_click": cat["p"][:, 0].astype(np.float64),
-        "p_conversion": cat["p"][:, 1].astype(np.float64),
+        **{t: cat["y"][:, j] for j, t in enumerate(TASKS)},
+        **{f"{t}_mask": cat["m"][:, j].astype(bool) for j, t in enumerate(TASKS)},
+        **{f"p_{t}": cat["p"][:, j].astype(np.float64) for j, t in enumerate(TASKS)},
     }
     if parts["raw"]:  # a calibrated model: the raw probabilities too (reports show both)
-        cols["p_click_raw"] = cat["raw"][:, 0].astype(np.float64)
-        cols["p_conversion_raw"] = cat["raw"][:, 1].astype(np.float64)
+        cols |= {f"p_{t}_raw": cat["raw"][:, j].astype(np.float64) for j, t in enumerate(TASKS)}
     if with_embeddings:
         emb = cat["emb"] if parts["emb"] else np.zeros((0, core.cfg.summary_dim), np.float32)
         cols["embedding"] = pl.Series(emb.astype(np.float32)).cast(pl.Array(pl.Float32, emb.shape[1]))
