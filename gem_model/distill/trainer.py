@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from gem_model.distill.arms import arm_spec
 from gem_model.distill.dataset import StudentData
 from gem_model.distill.student import Student, share_tables
+from gem_model.eval.metrics import task_columns
 from gem_model.models.calibration import DEFAULT_CALIBRATION, Calibrator, fit_calibrator
 from gem_model.store import atomic
 from gem_model.train.optim import RowWiseAdagrad
@@ -85,19 +86,11 @@ def predict_student(model: Student, data: StudentData, batch_size: int = 8192, *
 
 def preds_frame(data: StudentData, p: np.ndarray, surface: str, raw: np.ndarray | None = None) -> pl.DataFrame:
     """The `gem_model.eval.metrics.predict` layout (raw: before the student's calibrator)."""
-    m = data.label_mask.numpy()
     return pl.DataFrame(
         {
             "request_id": pl.Series(data.request_ids.tolist(), dtype=pl.String),
             "surface": [surface] * len(data),
-            "click": data.labels[:, 0].numpy().astype(np.float64),
-            "conversion": data.labels[:, 1].numpy().astype(np.float64),
-            "click_mask": m[:, 0],
-            "conversion_mask": m[:, 1],
-            "p_click": p[:, 0].astype(np.float64),
-            "p_conversion": p[:, 1].astype(np.float64),
-            **({"p_click_raw": raw[:, 0].astype(np.float64), "p_conversion_raw": raw[:, 1].astype(np.float64)}
-               if raw is not None else {}),
+            **task_columns(data.labels.numpy().astype(np.float64), data.label_mask.numpy(), p, raw),
         }
     )
 

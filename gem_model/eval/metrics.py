@@ -60,6 +60,13 @@ def calibration(y: np.ndarray, p: np.ndarray) -> float:
 # ------------------------------------------------------------------------------------------------
 
 
+def task_columns(y: np.ndarray, mask: np.ndarray, p: np.ndarray, raw: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """`predict`'s per-task columns from [n, len(TASKS)] arrays (raw: before the model's calibrator)."""
+    named = [("{}", y), ("{}_mask", mask.astype(bool)), ("p_{}", p.astype(np.float64))]
+    named += [("p_{}_raw", raw.astype(np.float64))] if raw is not None else []
+    return {name.format(t): v[:, j] for name, v in named for j, t in enumerate(TASKS)}
+
+
 @torch.no_grad()
 def predict(model: torch.nn.Module, loader: Iterable[Batch], *, device: torch.device | str | None = None,
             with_embeddings: bool = False, amp_dtype: torch.dtype | None = None) -> pl.DataFrame:
@@ -91,12 +98,9 @@ def predict(model: torch.nn.Module, loader: Iterable[Batch], *, device: torch.de
     cols: dict[str, Any] = {
         "request_id": pl.Series(parts["request_id"], dtype=pl.String),
         "surface": pl.Series([surfaces[i] for i in cat["surface_idx"].astype(int).tolist()], dtype=pl.String),
-        **{t: cat["y"][:, j] for j, t in enumerate(TASKS)},
-        **{f"{t}_mask": cat["m"][:, j].astype(bool) for j, t in enumerate(TASKS)},
-        **{f"p_{t}": cat["p"][:, j].astype(np.float64) for j, t in enumerate(TASKS)},
+        # a calibrated model: the raw probabilities too (reports show both)
+        **task_columns(cat["y"], cat["m"], cat["p"], cat["raw"] if parts["raw"] else None),
     }
-    if parts["raw"]:  # a calibrated model: the raw probabilities too (reports show both)
-        cols |= {f"p_{t}_raw": cat["raw"][:, j].astype(np.float64) for j, t in enumerate(TASKS)}
     if with_embeddings:
         emb = cat["emb"] if parts["emb"] else np.zeros((0, core.cfg.summary_dim), np.float32)
         cols["embedding"] = pl.Series(emb.astype(np.float32)).cast(pl.Array(pl.Float32, emb.shape[1]))
