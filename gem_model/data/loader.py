@@ -238,12 +238,9 @@ class ExampleStream:
         return {"epoch": self.epoch, "position": self.position, "global_position": self.global_position}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        """Resume at `global_position` when given (any world size), else at this rank's `position`."""
+        """Resume at `global_position` (state_dict's, or loop.load_checkpoint's): any world size."""
         self.epoch = int(state["epoch"])
-        if "global_position" in state:
-            self.offset, self.position = int(state["global_position"]), 0
-        else:
-            self.offset, self.position = 0, int(state["position"])
+        self.offset, self.position = int(state["global_position"]), 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch, self.position, self.offset = epoch, 0, 0
