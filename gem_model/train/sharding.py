@@ -39,12 +39,12 @@ from gem_model.models.gem import GEM
 
 
 class RowShardedEmbedding(nn.Module):
-    """An `nn.Embedding` whose rows are split across the ranks of `group`; same call, same output."""
+    """An `nn.Embedding` whose rows are split across the ranks of the world; same call, same output."""
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, *, group: torch_dist.ProcessGroup | None = None,
-                 device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+    def __init__(self, num_embeddings: int, embedding_dim: int, *, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None):
         super().__init__()
-        self.group = group or torch_dist.group.WORLD
+        self.group = torch_dist.group.WORLD
         self.rank, self.world_size = torch_dist.get_rank(self.group), torch_dist.get_world_size(self.group)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.shard_rows = math.ceil(num_embeddings / self.world_size)  # every shard's rows (the last one padded)
@@ -90,8 +90,7 @@ class RowShardedEmbedding(nn.Module):
         return out.reshape(*ids.shape, self.embedding_dim)
 
 
-def shard_embeddings(model: GEM, group: torch_dist.ProcessGroup | None = None,
-                     device: torch.device | str | None = None) -> list[RowShardedEmbedding]:
+def shard_embeddings(model: GEM, device: torch.device | str | None = None) -> list[RowShardedEmbedding]:
     """Replace the embedding tables of `model` by their row-wise sharded versions (this rank's rows, the
     unsharded model's init, on `device`), in place; returns them. Tables = the `nn.Embedding`s whose weight
     `model.embedding_parameters()` lists (the row-wise optimised ones; small lookup tables such as the
@@ -103,7 +102,7 @@ def shard_embeddings(model: GEM, group: torch_dist.ProcessGroup | None = None,
             if isinstance(child, nn.Embedding) and id(child.weight) in wanted:
                 if child.sparse or child.padding_idx is not None or child.max_norm is not None:
                     raise ValueError(f"{name}: only plain dense-gradient embeddings can be sharded row-wise")
-                new = RowShardedEmbedding(child.num_embeddings, child.embedding_dim, group=group,
+                new = RowShardedEmbedding(child.num_embeddings, child.embedding_dim,
                                           device=device or child.weight.device, dtype=child.weight.dtype)
                 with torch.no_grad():
                     new.weight.copy_(new.shard(child.weight))
@@ -126,7 +125,6 @@ def shard_model(model: GEM, device: torch.device | str | None = None) -> GEM:
         for p in scalars:
             p.data = p.data.to(device)
     model._replicated_params = scalars  # type: ignore[assignment]
-    model._shard_group = torch_dist.group.WORLD  # type: ignore[assignment]
     kind = torch.device(device).type if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
     mesh = DeviceMesh.from_group(torch_dist.group.WORLD, kind)  # FSDP2 shards over these ranks, on `kind`
     ignored = {t.weight for t in tables} | set(scalars)
@@ -139,11 +137,10 @@ def shard_model(model: GEM, device: torch.device | str | None = None) -> GEM:
 
 def sync_replicated_grads(model: nn.Module) -> None:
     """Mean over ranks of the gradients of the replicated (non-FSDP2, non-sharded) parameters."""
-    group = getattr(model, "_shard_group", None)
     for p in getattr(model, "_replicated_params", []):
         if p.grad is not None:
-            torch_dist.all_reduce(p.grad, group=group)
-            p.grad /= torch_dist.get_world_size(group)
+            torch_dist.all_reduce(p.grad)
+            p.grad /= torch_dist.get_world_size()
 
 
 def embedding_bytes(model: GEM) -> int:
