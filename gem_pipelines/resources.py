@@ -9,7 +9,7 @@ import dagster as dg
 
 from gem_model.config import SIM, SimulatorConfig, dataset_name, load_simulator, validate_name
 from gem_model.config import env as env_value
-from gem_model.store.paths import gem_home, lake_root
+from gem_model.store.paths import gem_home, lake_root, table_uri
 
 
 class LakeResource(dg.ConfigurableResource):
@@ -22,8 +22,7 @@ class LakeResource(dg.ConfigurableResource):
         return (self.root or lake_root()).rstrip("/")
 
     def table(self, name: str) -> str:
-        validate_name(name, "table")
-        return f"{self.uri()}/{name}"
+        return table_uri(name, self.uri())
 
 
 class SimulatorResource(dg.ConfigurableResource):
