@@ -105,6 +105,7 @@ def surface_rows(day: dt.date) -> list[dict[str, Any]]:
     new-ad NE on `day`, with the ACCEPTED student's NE (empty when `day` has no foundation predictions)."""
     from gem_model.eval.ad_age import ad_ages, read_events
     from gem_model.eval.metrics import normalized_entropy
+
     df = scored([day])
     if df.height == 0:
         return []
@@ -139,10 +140,11 @@ def oracle_map_calibration(day: dt.date, rows: pl.DataFrame) -> dict[str, float]
     foundation has no fitted map or a fitting day has no oracle."""
     from gem_model.eval.metrics import read_oracle
     from gem_model.models.calibration import fit_calibrator
+    from gem_model.models.registry import read_accepted
 
-    version = accepted_versions().get("foundation_model")
-    path = models_dir("foundation_model") / str(version) / "metrics.json"
-    cal = (json.loads(path.read_text()).get("calibration") or {}) if version and path.is_file() else {}
+    vdir = read_accepted("foundation_model")
+    path = vdir / "metrics.json" if vdir else None
+    cal = (json.loads(path.read_text()).get("calibration") or {}) if path and path.is_file() else {}
     if not cal.get("fit_day"):
         return {}
     fit_days = [dt.date.fromisoformat(d) for d in cal["fit_day"].split(",")]

@@ -109,15 +109,22 @@ def warm_vs_cold(
     return out
 
 
+def _seed_means(y: np.ndarray, cols: dict[str, np.ndarray], seeds: list[int], kinds: tuple[str, str], n_boot: int,
+                boot_seed: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, float]]:
+    """(every column's bootstrap NEs, each kind's seed-mean NE per resample, each kind's seed-mean NE)."""
+    boot = bootstrap_ne(y, cols, n_boot=n_boot, seed=boot_seed)
+    mean = {k: np.mean([boot[f"{k}|{s}"] for s in seeds], axis=0) for k in kinds}
+    point = {k: float(np.mean([normalized_entropy(y, cols[f"{k}|{s}"]) for s in seeds])) for k in kinds}
+    return boot, mean, point
+
+
 def _versus_lr(sub: pl.DataFrame, seeds: list[int], n_boot: int) -> dict[str, Any]:
     """Seed-mean NE of the warm retrain and the LR on `sub`, each with its interval, and warm - LR paired."""
     y = sub["click"].to_numpy().astype(np.float64)
     if len(y) == 0 or y.sum() in (0, len(y)):
         return {"n": len(y), "positives": int(y.sum()), "warm_ne": None, "lr_ne": None}
     cols = {f"{k}|{s}": sub[f"{k}|{s}"].to_numpy() for k in ("warm", "lr") for s in seeds}
-    boot = bootstrap_ne(y, cols, n_boot=n_boot, seed=1)
-    mean = {k: np.mean([boot[f"{k}|{s}"] for s in seeds], axis=0) for k in ("warm", "lr")}
-    point = {k: float(np.mean([normalized_entropy(y, cols[f"{k}|{s}"]) for s in seeds])) for k in ("warm", "lr")}
+    _, mean, point = _seed_means(y, cols, seeds, ("warm", "lr"), n_boot, boot_seed=1)
     return {"n": len(y), "positives": int(y.sum()), "warm_ne": point["warm"], "warm_ci": list(interval(mean["warm"])),
             "lr_ne": point["lr"], "lr_ci": list(interval(mean["lr"])),
             **paired_difference(mean["warm"], mean["lr"], point["warm"] - point["lr"])}
@@ -138,9 +145,7 @@ def _compare(sub: pl.DataFrame, seeds: list[int], n_boot: int, tolerance: float)
     has_oracle = "oracle" in sub.columns and sub["oracle"].null_count() == 0 and sub.height > 0
     if has_oracle:
         cols["oracle"] = sub["oracle"].to_numpy()
-    boot = bootstrap_ne(y, cols, n_boot=n_boot, seed=0)
-    mean = {k: np.mean([boot[f"{k}|{s}"] for s in seeds], axis=0) for k in ("warm", "cold")}
-    point = {k: float(np.mean([normalized_entropy(y, cols[f"{k}|{s}"]) for s in seeds])) for k in ("warm", "cold")}
+    boot, mean, point = _seed_means(y, cols, seeds, ("warm", "cold"), n_boot, boot_seed=0)
     diff = paired_difference(mean["warm"], mean["cold"], point["warm"] - point["cold"])
     row: dict[str, Any] = {"n": int(len(y)), "positives": int(y.sum()), "warm_ne": point["warm"], "cold_ne": point["cold"],
                            **diff, "warm_no_worse": bool(diff["hi"] <= 0 or (diff["lo"] <= 0 and diff["diff"] <= tolerance)),
