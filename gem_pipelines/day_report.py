@@ -185,7 +185,8 @@ def write_day(day: dt.date, summary: dict[str, Any], models: list[dict[str, str]
 
     return write_json(reports_dir() / DAYS_DIR / f"{day.isoformat()}.json",
                       {"day": day.isoformat(), "wall_s": round(wall_s, 1), "retrained": models,
-                       "failed": summary.get("failed", []), "stale": summary.get("stale", []),
+                       "failed": summary.get("failed", []), "rejected": summary.get("rejected", []),
+                       "stale": summary.get("stale", []),
                        "surfaces": surface_rows(day)})
 
 
@@ -212,8 +213,9 @@ def surface_table(days: list[dict[str, Any]], surface: str | None = None) -> str
 
 def day_table(days: list[dict[str, Any]]) -> str:
     rows = [[d["day"], f"{d['wall_s']:.0f}", ", ".join(f"{m['model']} ({m['start']})" for m in d["retrained"]) or "none",
-             len(d["failed"])] for d in days]
-    return md_grid(["day (E)", "wall time (s)", "retrained (start)", "failed runs"], rows, fmt=str).value
+             ", ".join(d.get("rejected", [])) or "none", len(d["failed"])] for d in days]
+    return md_grid(["day (E)", "wall time (s)", "retrained (start)", "refused by a gate", "failed runs"], rows,
+                   fmt=str).value
 
 
 def plot(days: list[dict[str, Any]], path: Path) -> None:

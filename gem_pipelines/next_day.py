@@ -143,21 +143,35 @@ def _refuse_if_daemon_runs(instance: dg.DagsterInstance) -> None:
                              "first, or it would launch the same runs as `make next-day`")
 
 
+def rejected_by_gate(instance: dg.DagsterInstance, run_id: str) -> bool:
+    """Whether every step that failed in the run failed on a blocking asset check: a quality gate refused
+    a new model, which is the gate doing its job (the ACCEPTED one keeps serving), not a broken run."""
+    failures = instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
+    errors = [e.dagster_event.step_failure_data.error for e in failures if e.dagster_event]
+    return bool(errors) and all(err is not None and err.cls_name == "DagsterAssetCheckFailedError" for err in errors)
+
+
 class _Launcher:
-    """Executes requested runs one after another, logging each and keeping the failed run ids."""
+    """Executes requested runs one after another, logging each and keeping the ids of the failed runs
+    apart from those whose only failure is a gate's refusal."""
 
     def __init__(self, location: CodeLocation, log=print):
-        self.location, self.log, self.failed = location, log, []
+        self.location, self.log, self.failed, self.rejected = location, log, [], []
 
     def __call__(self, trigger: str, requests: list[dg.RunRequest], job_name: str | None = None) -> list[str]:
         names = []
         for request in requests:
             run = self.location.launch_request(request, job_name=job_name)
-            ok = run.status == dg.DagsterRunStatus.SUCCESS
             names.append(_describe(request) if request.asset_selection else f"{job_name}[{request.partition_key}]")
-            self.log(f"  {trigger:<10} {names[-1]:<60} {'ok' if ok else 'FAILED ' + run.run_id}")
-            if not ok:
+            if run.status == dg.DagsterRunStatus.SUCCESS:
+                outcome = "ok"
+            elif rejected_by_gate(self.location.instance, run.run_id):
+                outcome = f"REJECTED by its quality gate {run.run_id}"
+                self.rejected.append(names[-1])
+            else:
+                outcome = f"FAILED {run.run_id}"
                 self.failed.append(run.run_id)
+            self.log(f"  {trigger:<10} {names[-1]:<60} {outcome}")
         return names
 
 
@@ -209,7 +223,7 @@ def run_day(location: CodeLocation, log=print) -> dict[str, object]:
     summary["sensor"] = launch("sensor", requests, landing_sensor.job_name)
 
     summary.update(run_automation(location, 5, launch))
-    summary["failed"] = launch.failed
+    summary["failed"], summary["rejected"] = launch.failed, launch.rejected
     return summary
 
 
@@ -267,6 +281,8 @@ def main(argv: list[str] | None = None) -> None:
     report = day_report.render(instance)
     if args.summary:
         write_json(args.summary, summary)
+    if summary["rejected"]:
+        print(f"Refused by their quality gates (the ACCEPTED models keep serving): {', '.join(summary['rejected'])}")
     print(f"Done in {time.time() - start:.0f}s; report: {report}; reload definitions in `make ui` to see the new day.")
     if summary["failed"]:
         raise SystemExit(f"{len(summary['failed'])} run(s) failed: {summary['failed']}")

@@ -119,3 +119,31 @@ def test_a_model_accepted_unjudged_shows_a_warning_not_a_green_pass(gem_home) ->
     # a judged pass stays a plain pass
     judged = quality_gate.check_result(gate([row("feed", 0.9)], None, CFG), "v", "2026-11-07")
     assert judged.passed and judged.severity == dg.AssetCheckSeverity.ERROR and judged.metadata["judged"].value is True
+
+
+def test_a_gate_refusal_is_told_apart_from_a_broken_run() -> None:
+    """`make next-day` goes on after a gate refuses a model (the accepted one keeps serving) and stops
+    on any other failure, a failed gate beside a broken step included."""
+    from gem_pipelines.next_day import rejected_by_gate
+
+    spec = dg.AssetCheckSpec("quality_gate", asset="model", blocking=True)
+
+    def model_asset(broken: bool):
+        @dg.asset(name="model", check_specs=[spec])
+        def model():
+            yield dg.MaterializeResult()
+            yield dg.AssetCheckResult(passed=False, check_name="quality_gate", severity=dg.AssetCheckSeverity.ERROR)
+            if broken:
+                raise RuntimeError("disk full")
+        return model
+
+    @dg.asset
+    def child(model):  # runs only if the gate passes
+        return 1
+
+    instance = dg.DagsterInstance.ephemeral()
+    for broken, refused in ((False, True), (True, False)):
+        result = dg.materialize([model_asset(broken), child], instance=instance, raise_on_error=False)
+        assert not result.success and rejected_by_gate(instance, result.run_id) == refused
+    passing = dg.materialize([dg.asset(name="other")(lambda: 1)], instance=instance)
+    assert passing.success and not rejected_by_gate(instance, passing.run_id)
