@@ -136,10 +136,10 @@ def surface_rows(day: dt.date) -> list[dict[str, Any]]:
 
 def oracle_map_calibration(day: dt.date, rows: pl.DataFrame) -> dict[str, float]:
     """{surface: mean mapped oracle p / mean oracle p} on `rows` (request_id, surface, oracle_p of `day`),
-    the map fitted like the ACCEPTED foundation's on the oracle's p of its fitting days; {} when the
+    the map fitted like the one behind the ACCEPTED foundation's predictions of `day`, on the same days; {} when the
     foundation has no fitted map or a fitting day has no oracle."""
     from gem_model.eval.metrics import read_oracle
-    from gem_model.models.calibration import fit_calibrator
+    from gem_model.models.calibration import fit_calibrator, refit_days
     from gem_model.models.registry import read_accepted
 
     vdir = read_accepted("foundation_model")
@@ -147,7 +147,8 @@ def oracle_map_calibration(day: dt.date, rows: pl.DataFrame) -> dict[str, float]
     cal = (json.loads(path.read_text()).get("calibration") or {}) if path and path.is_file() else {}
     if not cal.get("fit_day"):
         return {}
-    fit_days = [dt.date.fromisoformat(d) for d in cal["fit_day"].split(",")]
+    # the days the served map was fitted on: the model's own, or those a stale one was re-fitted on
+    fit_days = refit_days(day, cal["fit_day"]) or [dt.date.fromisoformat(d) for d in cal["fit_day"].split(",")]
     oracle = read_oracle(fit_days, uri=table_uri("oracle"), missing_ok=True)
     if oracle is None:
         return {}

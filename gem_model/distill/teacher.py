@@ -16,6 +16,7 @@ import torch
 from gem_model.config import SurfacesConfig, load_surfaces, validate_name
 from gem_model.data.loader import ExampleStream, date_range
 from gem_model.eval.metrics import predict
+from gem_model.models.calibration import refit, refit_days
 from gem_model.store.delta import overwrite_partition
 from gem_model.store.paths import storage_options as env_storage_options
 from gem_model.store.paths import table_uri
@@ -80,11 +81,14 @@ def predict_teacher(
     uri: str | None = None,
     device: torch.device | str | None = None,
     precision: str = "auto",
+    recalibrate: bool = False,
 ) -> pl.DataFrame:
     """One batched, unshuffled pass of a GEM teacher (`forward_with_summary`) over every row of
     `training_examples` on `dates` (list, single date, or inclusive (first, last) pair) for
     `surfaces` (default: all). Returns a frame with TEACHER_PREDICTIONS_SCHEMA. The model is moved
-    to `device` (default: where it is); precision: auto | bf16 | fp32 (autocast; heads stay fp32)."""
+    to `device` (default: where it is); precision: auto | bf16 | fp32 (autocast; heads stay fp32).
+    recalibrate: a date after the map's fitting days is scored behind its map re-fitted on the days
+    before it (gem_model.models.calibration.refit_days)."""
     if teacher_name != FOUNDATION and not teacher_name.startswith("domain:"):
         raise ValueError(f"teacher must be 'foundation' or 'domain:<name>', not {teacher_name!r}")
     surfaces_config = load_surfaces()
@@ -93,13 +97,25 @@ def predict_teacher(
     amp_dtype = autocast_dtype(precision, device)
     no_conversions = [s for s, ok in zip(model.cfg.surfaces, model.task_allowed[:, 1].tolist(), strict=True) if not ok]
     frames = []
+
+    def stream(d: dt.date) -> ExampleStream:
+        return ExampleStream(d, d, surfaces, batch_size=batch_size, surfaces_config=surfaces_config, uri=uri,
+                             shuffle=False, drop_last=False, chunk_rows=max(batch_size, 16384),
+                             max_len=getattr(getattr(model, "cfg", None), "seq_len", None))
+
+    stored = getattr(model, "calibrator", None)
     for d in _dates(dates):
-        stream = ExampleStream(d, d, surfaces, batch_size=batch_size, surfaces_config=surfaces_config, uri=uri,
-                               shuffle=False, drop_last=False, chunk_rows=max(batch_size, 16384),
-                               max_len=getattr(getattr(model, "cfg", None), "seq_len", None))
         # KD targets are the teacher's calibrated probabilities (predict applies its map): a per-surface
-        # bias of the teacher would otherwise become the student's (the map is monotone: ranking unchanged)
-        df = predict(model, stream, device=device, with_embeddings=True, amp_dtype=amp_dtype)
+        # bias of the teacher would otherwise become the student's (the map is monotone: ranking unchanged).
+        # Between retrains the world moves on: a day past the map's own is scored behind a map re-fitted
+        # on the days just before it (`refit_days`: never a training day, never the day itself).
+        days = refit_days(d, stored.fit_day) if recalibrate and stored is not None else None
+        if days and (fit := pl.concat([predict(model, stream(f), device=device, amp_dtype=amp_dtype) for f in days])).height:
+            model.calibrator = refit(stored, fit, days)
+        try:
+            df = predict(model, stream(d), device=device, with_embeddings=True, amp_dtype=amp_dtype)
+        finally:
+            model.calibrator = stored
         conversion = pl.when(pl.col("surface").is_in(no_conversions)).then(None).otherwise(pl.col("p_conversion"))
         frames.append(df.select(pl.lit(d).alias("date"), "surface", "request_id", pl.lit(teacher_name).alias("teacher"),
                                 pl.lit(str(teacher_version)).alias("teacher_version"), "p_click",

@@ -162,6 +162,27 @@ def calibration_days(train_end: Any, valid: Any) -> list[str]:
     return [d.isoformat() for d in days] or [last.isoformat()]
 
 
+def refit_days(day: dt.date, fit_day: str | None) -> list[dt.date] | None:
+    """The days a map for scoring `day` is re-fitted on once the model's own is stale for it (labelled
+    days lie between its fitting days and `day`: the weeks between retrains of a moving world): as many
+    days as it was fitted on, ending the day before `day`, none before its first fitting day (never a
+    training day). None while the stored map is the freshest (`day` follows its fitting days at once)."""
+    if not fit_day:
+        return None
+    fit = sorted(dt.date.fromisoformat(d) for d in fit_day.split(","))
+    last = day - dt.timedelta(days=1)
+    if last <= fit[-1]:
+        return None
+    first = max(fit[0], last - dt.timedelta(days=len(fit) - 1))
+    return [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
+
+
+def refit(cal: Calibrator, preds: pl.DataFrame, days: list[dt.date]) -> Calibrator:
+    """`cal`'s rule (min_positives, shrinkage, prior) fitted anew on `preds` of `days`."""
+    return fit_calibrator(preds, cal.surfaces, min_positives=cal.min_positives, fit_day=",".join(map(str, days)),
+                          shrink_positives=cal.shrink_positives, prior=cal.prior)
+
+
 def fit_calibrator(preds: pl.DataFrame, surfaces: list[str], *, min_positives: int, fit_day: str | None = None,
                    shrink_positives: float = 0.0, prior: str = "pooled") -> Calibrator:
     """A Calibrator from `metrics.predict` output of the fitting days (raw probabilities: the

@@ -135,7 +135,7 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
     # this domain model's own pass) is downstream of domain_models, so reading it would be a cycle.
     targets = predict_teacher(foundation, roles.student, "foundation", teacher_version, surfaces=surfaces,
                               uri=lake.table("training_examples"), device=accelerator.resolved_device(),
-                              precision=accelerator.train_precision())
+                              precision=accelerator.train_precision(), recalibrate=True)
     version = new_version(context.run_id)
     # grouped with its teacher's W&B runs (foundation runs are grouped as foundation-<version>)
     tracker = Tracker(name=f"domain-{domain}", group=f"foundation-{teacher_version}", job_type="domain_model",
@@ -179,13 +179,16 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
     partitions_def=role_date_partitions_def,
     group_name=GROUP_FOUNDATION,
     deps=[FOUNDATION_ASSET, dg.AssetDep("domain_models", partition_mapping=EVERY_PARTITION),
-          dg.AssetDep("training_examples")],
+          # the day's rows, and the two days before it that a stale map is re-fitted on (predict_teacher)
+          dg.AssetDep("training_examples", partition_mapping=dg.TimeWindowPartitionMapping(
+              start_offset=-2, allow_nonexistent_upstream_partitions=True))],
     **GPU_STEP,
     automation_condition=TEACHER_PREDICTIONS_CONDITION,
 )
 def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, accelerator: AcceleratorResource):
     """One batched pass of every teacher over the day's examples: predictions + summary embeddings."""
     from gem_model.distill import predict_teacher, write_teacher_predictions
+    from gem_model.models.calibration import refit_days
     from gem_model.models.registry import load_model
 
     date = dt.date.fromisoformat(context.partition_key)
@@ -195,12 +198,15 @@ def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, a
         model, _ = load_model(ckpt)
         surfaces = None if name == "foundation" else [s.name for s in SURFACES.in_domain(name.split(":", 1)[1])]
         df = predict_teacher(model, [date], name, version, surfaces=surfaces, uri=lake.table("training_examples"),
-                             device=accelerator.resolved_device(), precision=accelerator.train_precision())
+                             device=accelerator.resolved_device(), precision=accelerator.train_precision(),
+                             recalibrate=True)
+        fit_day = getattr(getattr(model, "calibrator", None), "fit_day", None)
         written.append({"teacher": name, "version": version, "rows": df.height,
+                        "map fitted on": ",".join(map(str, refit_days(date, fit_day) or [])) or fit_day or "no map",
                         "delta_version": write_teacher_predictions(df, uri=lake.table("teacher_predictions"))})
     return dg.MaterializeResult(
         metadata={"rows": sum(w["rows"] for w in written),
-                  "teachers": md_table(written, ["teacher", "version", "rows", "delta_version"]),
+                  "teachers": md_table(written, ["teacher", "version", "rows", "map fitted on", "delta_version"]),
                   "delta_version": max(w["delta_version"] for w in written)}
     )
 

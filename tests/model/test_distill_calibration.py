@@ -5,6 +5,7 @@ memory equals what a re-score of the saved version gives; the gate compares like
 from __future__ import annotations
 
 import copy
+import datetime as dt
 
 import pytest
 import torch
@@ -75,3 +76,42 @@ def test_gate_compares_a_calibrated_model_with_an_uncalibrated_accepted_one_on_r
     cal_prev = [{"surface": "feed", "task": "click", "ne": 0.905, "ne_raw": 0.92, "calibration_raw": 1.1, "positives": 50}]
     v = gate(new, cal_prev, cfg)
     assert v["passed"] and v["gated_pairs"][0]["compared"] == "calibrated"
+
+
+def test_refit_days_follow_the_scored_day_and_never_reach_a_training_day():
+    from gem_model.models.calibration import refit_days
+
+    d = dt.date(2026, 11, 7)
+    fit = "2026-11-05,2026-11-06"  # the map of a model whose window ends 11-04, E = 11-07
+    assert refit_days(d, fit) is None and refit_days(d - dt.timedelta(days=3), fit) is None  # its own E, its window
+    assert refit_days(d + dt.timedelta(days=1), fit) == [dt.date(2026, 11, 6), dt.date(2026, 11, 7)]
+    assert refit_days(d + dt.timedelta(days=5), fit) == [dt.date(2026, 11, 10), dt.date(2026, 11, 11)]
+    assert refit_days(d + dt.timedelta(days=1), "2026-11-06") == [dt.date(2026, 11, 7)]  # as many days as its own
+    assert refit_days(d, None) is None
+
+
+def test_a_day_past_the_map_is_scored_behind_a_map_refitted_on_the_days_before_it(world):  # noqa: F811
+    foundation = copy.deepcopy(world.foundation)
+    stale = Calibrator.identity(list(foundation.cfg.surfaces))
+    stale.b[:] = 1.5  # a known miscalibration: odds x4.5 on every head
+    e, v = world.roles.evaluation, world.roles.validation
+    stale.fitted[:], stale.fit_day = True, (v - dt.timedelta(days=1)).isoformat()  # E is two days past it
+    foundation.calibrator = stale
+
+    def mean_p(day, recalibrate):
+        return predict_teacher(foundation, [day], FOUNDATION, "f", uri=world.te_uri, recalibrate=recalibrate)
+
+    served, refitted = mean_p(e, False), mean_p(e, True)
+    assert foundation.calibrator is stale  # the stored map is kept; the re-fitted one served this day only
+    clicks = predict(foundation, ExampleStream(e, e, None, batch_size=4096, uri=world.te_uri, shuffle=False,
+                                               max_len=foundation.cfg.seq_len))
+    rate = float(clicks.filter(clicks["click_mask"])["click"].mean())
+    assert served["p_click"].mean() > 2 * rate  # the stale map over-predicts
+    assert abs(refitted["p_click"].mean() / rate - 1) < 0.5 * abs(served["p_click"].mean() / rate - 1)
+    # monotone per surface: each surface's ranking is the served one
+    both = served.join(refitted.select("request_id", "p_click"), on="request_id")
+    for s in both["surface"].unique():
+        sub = both.filter(both["surface"] == s)
+        assert sub.sort("p_click")["p_click_right"].diff().drop_nulls().min() >= -1e-9
+    # the day right after the map's own days keeps it: nothing newer to fit on
+    assert mean_p(v, True)["p_click"].equals(mean_p(v, False)["p_click"])
