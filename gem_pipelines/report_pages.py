@@ -67,6 +67,9 @@ def distillation_page(json_path: str | Path) -> Path:
     body = ("<p>Every transfer arm and path on E-1 (split validation, where the student is selected) and E "
             f"(split evaluation). {esc(GAP_NOTE)} kd_effectiveness is the share of standard KD's gain over "
             "labels_only that an arm reaches.</p>"
+            + (f"<p>The teachers are those of the selection made on {esc(str(doc['selection'].get('on')))}: it stands, and "
+               "only labels_only (the floor of each student's gate) trained on these days.</p>"
+               if doc.get("arms") == ["labels_only"] and (doc.get("selection") or {}).get("on") else "")
             + "<h2>Selected students</h2>" + table(["surface", "arm", "path", "kept the ACCEPTED pair"], selected)
             + "<h2>Click NE by arm and path</h2>" + (table(cols, cells, table_id="arms") if cols else "<p>(no rows)</p>")
             + "<h2>Click NE on E</h2>" + _img(distillation_png(rows), "click NE on E per surface, arm and path"))

@@ -148,8 +148,9 @@ def _iter_students(
                             e = preds.filter(pl.col("click_mask"))
                             kept.add(surface, arm, path, int(seed), e["request_id"].to_numpy(), e["click"].to_numpy(),
                                      e["p_click"].to_numpy())
-                        rows += [{"arm": arm, "path": path, "split": split, "surface": surface, "task": r["task"],
-                                  "seed": int(seed), "ne": r["ne"], "auc": r["auc"], "calibration": r["calibration"],
+                        day = roles.validation if split == "validation" else roles.evaluation
+                        rows += [{"arm": arm, "path": path, "split": split, "day": day.isoformat(),
+                                  "surface": surface, "task": r["task"], "seed": int(seed), "ne": r["ne"], "auc": r["auc"], "calibration": r["calibration"],
                                   "ne_raw": r["ne_raw"], "calibration_raw": r["calibration_raw"],
                                   "oracle_ne": r["oracle_ne"], "kd_effectiveness": None, "n": r["n"],
                                   "positives": r["positives"], "teacher": teacher}
@@ -252,19 +253,34 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def write_report(rows: list[dict[str, Any]], path: str | Path | None = None,
-                 incumbents: Mapping[str, tuple[str, str]] | None = None, keep_within: float = 0.0) -> Path:
+                 incumbents: Mapping[str, tuple[str, str]] | None = None, keep_within: float = 0.0, *,
+                 teachers: Mapping[str, str] | None = None, selection_from: Mapping[str, Any] | None = None) -> Path:
     """reports/distillation_report.json: rows, summary, and the (arm, path) selected per surface
-    (`select_student`, keeping a surface's incumbent (arm, path) within `keep_within`)."""
+    (`select_student`, keeping a surface's incumbent (arm, path) within `keep_within`).
+
+    teachers: {teacher name: version} the rows were trained with. selection_from: an earlier report
+    whose selection stands ("selected", "selection"): the daily report between teacher changes trains
+    only the labels_only floor, so it has nothing to select from."""
     path = Path(path) if path else reports_dir() / REPORT_FILE
     surfaces = sorted({r["surface"] for r in rows})
     incumbents = incumbents or {}
-    selected = {s: select_student(rows, s, incumbents.get(s), keep_within) for s in surfaces}
+    if selection_from is not None:
+        selected = {s: (v["arm"], v["path"]) for s, v in selection_from["selected"].items()}
+        selection = dict(selection_from["selection"])
+    else:
+        selected = {s: select_student(rows, s, incumbents.get(s), keep_within) for s in surfaces}
+        days = sorted({r["day"] for r in rows if r.get("split") == "validation" and r.get("day")})
+        # what made it: the validation day (E-1) it ranked on, the arms it compared, the teachers' versions
+        selection = {"on": days[-1] if days else None, "arms": sorted({r["arm"] for r in rows}),
+                     "teachers": dict(teachers or {})}
     doc = {
         "rows": rows,
         "summary": summarize(rows),
         "kd_intervals": intervals_from_rows(rows),  # gains over labels_only on E with paired bootstrap CIs
         "selected": {s: {"arm": a, "path": p, "kept_accepted": incumbents.get(s) == (a, p)}
                      for s, (a, p) in selected.items()},
+        "selection": selection,
+        "arms": sorted({r["arm"] for r in rows}),  # trained for this report
         "keep_accepted_within": keep_within,
     }
     return atomic.write_json(path, doc)

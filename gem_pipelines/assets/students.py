@@ -102,6 +102,8 @@ class StudentsConfig(dg.Config):
     arms: list[str] = ["labels_only", "standard_kd", "parameter_sharing"]
     paths: list[str] = ["direct", "hierarchical"]
     seeds: list[int] = [0]
+    # every arm x path every day, not only when a teacher changed (see distillation_report)
+    reselect_daily: bool = False
 
 
 @dg.asset(
@@ -219,26 +221,38 @@ def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, a
 )
 def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfig, lake: LakeResource,
                         wandb: WandbResource, accelerator: AcceleratorResource):
-    """Every transfer arm x path x surface on the validation (E-1) and evaluation (E) days."""
+    """Every transfer arm x path x surface on the validation (E-1) and evaluation (E) days, and the (arm, path)
+    selected per surface, when a teacher changed (or `reselect_daily`); between teacher changes the selection
+    stands and only the labels_only arm trains on the new days (the floor each student's gate reads)."""
     from gem_model.distill import run_distillation, write_report
-    from gem_model.distill.arms import arm_paths
+    from gem_model.distill.arms import BASELINE, arm_paths
+    from gem_model.distill.run import REPORT_FILE
 
     wandb.apply()
-    teachers = {name: ckpt for name, (ckpt, _) in _accepted_teachers().items()}
-    total = len(SURFACES.names) * len(config.seeds) * sum(len(arm_paths(a, config.paths)) for a in config.arms)
+    accepted = _accepted_teachers()
+    teachers = {name: ckpt for name, (ckpt, _) in accepted.items()}
+    versions = {name: version for name, (_, version) in accepted.items()}
+    kept = None if config.reselect_daily else selection_to_keep(versions, config.arms)
+    arms = [BASELINE] if kept is not None else config.arms
+    context.log.info(f"distillation_report: teachers unchanged since the selection on {kept['selection']['on']}: "
+                     "that selection stands, only the labels_only floor trains on the new days" if kept is not None
+                     else "distillation_report: every arm x path (the teachers changed, or no earlier selection)")
+    total = len(SURFACES.names) * len(config.seeds) * sum(len(arm_paths(a, config.paths)) for a in arms)
     with progress(context.log, "distillation_report", total=total) as p:
         rows = run_distillation(
-            config.arms, config.paths, config.seeds, preset=config.preset, teachers=teachers,
+            arms, config.paths, config.seeds, preset=config.preset, teachers=teachers,
             uri=lake.table("training_examples"), tp_uri=lake.table("teacher_predictions"), oracle_uri=lake.table("oracle"),
             tracking_group=_accepted_foundation()[1],
             device=accelerator.resolved_device(), precision=accelerator.train_precision(),
             on_student=lambda key, _m, _r, info: p.step(
                 f"{key['surface']} {key['arm']}/{key['path']} seed {key['seed']} ({int(info.get('steps', 0))} steps)"),
         )
-    path = write_report(rows, reports_dir() / "distillation_report.json", incumbents=_accepted_student_pairs(),
-                        keep_within=QUALITY.student_selection.keep_accepted_within)
+    path = write_report(rows, reports_dir() / REPORT_FILE, incumbents=_accepted_student_pairs(),
+                        keep_within=QUALITY.student_selection.keep_accepted_within, teachers=versions,
+                        selection_from=kept)
     return dg.MaterializeResult(
         metadata={**report_metadata("report", distillation_page(path)), "rows": len(rows),
+                  "arms": ", ".join(arms), "selection made on": json.loads(path.read_text())["selection"]["on"] or "",
                   "table": distillation_table(rows), "click_ne_by_arm": distillation_plot(rows)}
     )
 
@@ -257,11 +271,12 @@ def students(context: dg.AssetExecutionContext, lake: LakeResource, wandb: Wandb
     """The production student of a surface: the (arm, path) the distillation report selected (lowest click NE
     on E-1, the ACCEPTED student's pair kept within student_selection.keep_accepted_within), exported."""
     from gem_model.distill import score_student, train_production_student
+    from gem_model.distill.run import REPORT_FILE
     from gem_model.models.registry import new_version, read_accepted
 
     wandb.apply()
     surface = context.partition_key
-    report = json.loads((reports_dir() / "distillation_report.json").read_text())
+    report = json.loads((reports_dir() / REPORT_FILE).read_text())
     arm, path = report["selected"][surface]["arm"], report["selected"][surface]["path"]
     teachers = {name: ckpt for name, (ckpt, _) in _accepted_teachers().items()}
     version = new_version(context.run_id)
@@ -287,7 +302,7 @@ def students(context: dg.AssetExecutionContext, lake: LakeResource, wandb: Wandb
         metadata={
             "arm": arm, "path": path, "version": version,
             "selection": ("kept the ACCEPTED student's arm and path" if report["selected"][surface]["kept_accepted"]
-                          else "lowest click NE on E-1"),
+                          else f"lowest click NE on E-1 ({report['selection']['on']})"),
             # the ACCEPTED version it started from, or why it started cold
             "warm_start_from": accepted.name if start == "warm" else start,
             "model_dir": dg.MetadataValue.path(out["model_dir"]),
@@ -301,6 +316,23 @@ def students(context: dg.AssetExecutionContext, lake: LakeResource, wandb: Wandb
     )
     yield quality_gate.check_result(verdict, version, day)
     quality_gate.accept("students", version, verdict, surface)  # after the check event: traceable
+
+
+def selection_to_keep(teachers: dict[str, str], arms: list[str]) -> dict | None:
+    """The last report, when its (arm, path) selection still stands: made by comparing the same `arms` with
+    the same teacher versions, for every surface. Between teacher changes the arms differ by a new day of data
+    only, and re-ranking them daily (about 20 students) would cost a day most of its wall time."""
+    from gem_model.distill.run import REPORT_FILE
+
+    report = reports_dir() / REPORT_FILE
+    if not report.is_file():
+        return None
+    doc = json.loads(report.read_text())
+    made = doc.get("selection") or {}
+    if (made.get("teachers") != teachers or not made.get("on") or set(made.get("arms", [])) != set(arms)
+            or set(doc.get("selected", {})) != set(SURFACES.names)):
+        return None
+    return doc
 
 
 def labels_only_rows(rows: list[dict], surface: str) -> list[dict]:

@@ -39,6 +39,26 @@ def report(world, tmp_path_factory):  # noqa: F811
     return rows, root
 
 
+def test_labels_only_report_keeps_an_earlier_selection(report, world, tmp_path):  # noqa: F811
+    """Between teacher changes the daily report trains the labels_only floor alone on the new days and
+    the earlier report's selection stands, with its day, arms and teachers; kept_accepted is today's."""
+    rows, _ = report
+    earlier = json.loads(write_report(rows, tmp_path / "full.json", teachers={"foundation": "v1"}).read_text())
+    floor = run_distillation(["labels_only"], ["direct", "hierarchical"], [0], SURFACES, teachers=world.teachers,
+                             preset="tiny", overrides=FAST, roles=world.roles, uri=world.te_uri,
+                             oracle_uri=f"{world.lake}/oracle")
+    assert {(r["arm"], r["path"]) for r in floor} == {("labels_only", "none")}
+    assert {r["day"] for r in floor} == {world.roles.validation.isoformat(), world.roles.evaluation.isoformat()}
+    incumbent = (earlier["selected"]["feed"]["arm"], earlier["selected"]["feed"]["path"])
+    doc = json.loads(write_report(floor, tmp_path / "daily.json", incumbents={"feed": incumbent},
+                                  selection_from=earlier).read_text())
+    assert doc["arms"] == ["labels_only"] and doc["selection"] == earlier["selection"]
+    assert doc["selection"]["teachers"] == {"foundation": "v1"} and doc["selection"]["arms"] == sorted(ARMS)
+    assert {s: (v["arm"], v["path"]) for s, v in doc["selected"].items()} == {
+        s: (v["arm"], v["path"]) for s, v in earlier["selected"].items()}
+    assert doc["selected"]["feed"]["kept_accepted"] and not doc["selected"]["shops"]["kept_accepted"]
+
+
 def test_report_has_every_arm_path_surface_split(report):
     rows, root = report
     assert report_grid_complete(rows, list(ARMS), ["direct", "hierarchical"], SURFACES) == []
@@ -131,6 +151,9 @@ def test_write_report(report, tmp_path):
     kept = json.loads(write_report(rows, tmp_path / "kept.json", incumbents=incumbents, keep_within=10.0).read_text())
     assert kept["selected"] == {s: {"arm": "labels_only", "path": "none", "kept_accepted": True} for s in SURFACES}
     assert kept["keep_accepted_within"] == 10.0
+    # what made the selection: the validation day it ranked on, the arms it compared, the teachers
+    assert doc["selection"] == {"on": next(r["day"] for r in rows if r["split"] == "validation"),
+                                "arms": sorted(ARMS), "teachers": {}}
     # KD gains on E with paired bootstrap intervals, for every kd arm and surface
     for s in SURFACES:
         cell = doc["kd_intervals"][s]["arms"]["parameter_sharing|direct"]

@@ -20,6 +20,7 @@ import pytest
 from deltalake import DeltaTable
 
 from gem_model.distill.arms import ARMS
+from gem_model.distill.run import DEFAULT_ARMS
 
 pytestmark = pytest.mark.slow
 
@@ -72,7 +73,7 @@ def _warm_starts(home: Path, before: dict[str, str], after: dict[str, str]) -> i
         old_pair, new_pair = (old["arm"], old["path"]), (new["arm"], new["path"])
         assert report["selected"][s] == {"arm": new["arm"], "path": new["path"],
                                          "kept_accepted": old_pair == new_pair}
-        if old_pair != new_pair:
+        if old_pair != new_pair and report["arms"] == report["selection"]["arms"]:  # selected today, on E-1
             val = {(r["arm"], r["path"]): r["ne"] for r in report["rows"]
                    if r["surface"] == s and r["split"] == "validation" and r["task"] == "click"}
             assert val[old_pair] - val[new_pair] > report["keep_accepted_within"], (s, old_pair, new_pair, val)
@@ -83,6 +84,18 @@ def _warm_starts(home: Path, before: dict[str, str], after: dict[str, str]) -> i
         else:
             assert train["warm_start"].startswith("cold: the ACCEPTED student differs in "), (s, train["warm_start"])
     return warm
+
+
+def _report_arms(home: Path, selection_on: str) -> list[str]:
+    """The arms the day's distillation report trained; its selection was made on `selection_on` (E-1),
+    comparing every arm, with the teachers now ACCEPTED."""
+    report = json.loads((home / "reports" / "distillation_report.json").read_text())
+    assert report["selection"]["on"] == selection_on and report["selection"]["arms"] == sorted(DEFAULT_ARMS)
+    accepted = {"foundation": (home / "models" / "foundation_model" / "ACCEPTED").read_text().strip()}
+    accepted |= {f"domain:{d}": (home / "models" / "domain_models" / d / "ACCEPTED").read_text().strip()
+                 for d in ("commerce", "social")}
+    assert report["selection"]["teachers"] == accepted
+    return report["arms"]
 
 
 def _assert_day(changed: set[tuple[str, str]], expected: set[tuple[str, str]]) -> None:
@@ -131,6 +144,8 @@ def test_three_days_in_the_life(demo_copy: dict[str, str], tmp_path: Path) -> No
     parts1, acc1 = _partitions(home), _accepted(home)
     _assert_day(_changed(parts0, parts1), _day("2026-11-07", ["2026-11-07"]))
     assert {k for k in acc1 if acc1[k] != acc0[k]} == students  # the teachers kept their versions
+    # the teachers did not change: the demo's selection (on its E-1) stands, the labels_only floor trains
+    assert _report_arms(home, "2026-11-05") == ["labels_only"]
     warm = _warm_starts(home, acc0, acc1)
 
     # day 2: E = 2026-11-08, today Monday: the weekly cadence retrains the foundation model (warm start)
@@ -149,6 +164,7 @@ def test_three_days_in_the_life(demo_copy: dict[str, str], tmp_path: Path) -> No
     parts2, acc2 = _partitions(home), _accepted(home)
     _assert_day(_changed(parts1, parts2), _day("2026-11-08", [f"2026-11-{d:02d}" for d in range(3, 9)]))
     assert {k for k in acc2 if acc2[k] != acc1[k]} == set(acc2)  # every model moved, the teacher included
+    assert _report_arms(home, "2026-11-07") == sorted(DEFAULT_ARMS)  # new teachers: every arm compared on E-1
     warm += _warm_starts(home, acc1, acc2)
 
     # day 3: E = 2026-11-09, today Tuesday: the new day only, the teachers kept
@@ -163,6 +179,7 @@ def test_three_days_in_the_life(demo_copy: dict[str, str], tmp_path: Path) -> No
     parts3, acc3 = _partitions(home), _accepted(home)
     _assert_day(_changed(parts2, parts3), _day("2026-11-09", ["2026-11-09"]))
     assert {k for k in acc3 if acc3[k] != acc2[k]} == students
+    assert _report_arms(home, "2026-11-07") == ["labels_only"]
     assert warm + _warm_starts(home, acc2, acc3) >= 1  # the students refresh by warm start
     assert json.loads((home / "clock.json").read_text()) == {"extra_days": 3}
     # the teacher waits for its cadence: after a day without retraining it is older than the new

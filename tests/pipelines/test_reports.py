@@ -67,6 +67,13 @@ def test_distillation_report_page(tmp_path: Path) -> None:
     kd = [dict(zip(head, c, strict=True)) for c in cells if "standard_kd" in c and "evaluation" in c]
     assert kd and kd[0]["gap"] == "0.1100" and kd[0]["seeds"] == "2"
     assert "<td>standard_kd</td><td>none</td><td>no</td>" in html  # the selected student
+    assert "selection made on" not in html
+    # a day between teacher changes: the labels-only floor alone, the earlier selection named
+    report.write_text(json.dumps({"rows": [r for r in rows if r["arm"] == "labels_only"], "arms": ["labels_only"],
+                                  "selection": {"on": "2026-11-05", "arms": ["labels_only", "standard_kd"]},
+                                  "selected": {"feed": {"arm": "standard_kd", "path": "none", "kept_accepted": True}}}))
+    html = distillation_page(report).read_text()
+    assert "the selection made on 2026-11-05: it stands" in html and "<td>standard_kd</td><td>none</td><td>yes</td>" in html
 
 
 def test_served_report_link_opens_the_html_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
