@@ -250,9 +250,10 @@ def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfi
     path = write_report(rows, reports_dir() / REPORT_FILE, incumbents=_accepted_student_pairs(),
                         keep_within=QUALITY.student_selection.keep_accepted_within, teachers=versions,
                         selection_from=kept)
+    selected_on = kept["selection"]["on"] if kept is not None else CALENDAR.roles().validation.isoformat()
     return dg.MaterializeResult(
         metadata={**report_metadata("report", distillation_page(path)), "rows": len(rows),
-                  "arms": ", ".join(arms), "selection made on": json.loads(path.read_text())["selection"]["on"] or "",
+                  "arms": ", ".join(arms), "selection made on": selected_on,
                   "table": distillation_table(rows), "click_ne_by_arm": distillation_plot(rows)}
     )
 
