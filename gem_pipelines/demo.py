@@ -14,17 +14,25 @@ from dagster import DagsterRunStatus
 from gem_model.store.paths import gem_home, lake_root, reports_dir
 from gem_pipelines.code_location import CodeLocation
 from gem_pipelines.instance import get_instance
-from gem_pipelines.next_day import start_automation
+from gem_pipelines.next_day import rejected_by_gate, start_automation
+
+REFUSED: list[str] = []  # runs whose new model a blocking quality gate refused
 
 
 def _run(location: CodeLocation, job: str, partition_key: str | None = None, ops: dict | None = None) -> None:
-    """One real run of `job` (ops: per-op run config, e.g. {"foundation_model": {"config": {...}}})."""
+    """One real run of `job` (ops: per-op run config, e.g. {"foundation_model": {"config": {...}}}). A run
+    whose only failure is a quality gate refusing its new model is listed and the demo goes on: the gate
+    did its job; whatever needs an ACCEPTED version of that model then fails and says so."""
     t = time.time()
     run = location.launch(job, partition_key=partition_key, tags={"gem/trigger": "demo"},
                           run_config={"ops": ops} if ops else None)
     ok = run.status == DagsterRunStatus.SUCCESS
-    print(f"  {job:<24} {partition_key or '':<24} {'ok' if ok else 'FAILED'} ({time.time() - t:.1f}s)", flush=True)
-    if not ok:
+    refused = not ok and rejected_by_gate(location.instance, run.run_id)
+    outcome = "ok" if ok else f"REFUSED by its quality gate, run {run.run_id}" if refused else "FAILED"
+    print(f"  {job:<24} {partition_key or '':<24} {outcome} ({time.time() - t:.1f}s)", flush=True)
+    if refused:
+        REFUSED.append(f"{job}[{partition_key or ''}]")
+    elif not ok:
         for record in location.instance.all_logs(run.run_id):
             if record.dagster_event and record.dagster_event.is_failure:
                 print(record.message, file=sys.stderr)
@@ -77,6 +85,8 @@ def main(argv: list[str] | None = None) -> None:
         for line in start_automation(location):
             print(f"  automation: {line}")
     print(f"\nDone in {time.time() - start:.0f}s.")
+    if REFUSED:
+        print(f"  refused by their quality gates (no version of them serves until one passes): {', '.join(REFUSED)}")
     for line in filter(None, reports):
         print(f"  {line}")
     print(f"  lake (Delta tables):  {lake_root()}")

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dagster as dg
+import pytest
 
 from gem_pipelines import quality_gate
 from gem_pipelines.quality_gate import gate
@@ -121,29 +122,54 @@ def test_a_model_accepted_unjudged_shows_a_warning_not_a_green_pass(gem_home) ->
     assert judged.passed and judged.severity == dg.AssetCheckSeverity.ERROR and judged.metadata["judged"].value is True
 
 
+def _gated_model(broken: bool) -> dg.AssetsDefinition:
+    """A model whose blocking gate refuses it; `broken`: and a step error after the refusal."""
+
+    @dg.asset(name="model", check_specs=[dg.AssetCheckSpec("quality_gate", asset="model", blocking=True)])
+    def model():
+        yield dg.MaterializeResult()
+        yield dg.AssetCheckResult(passed=False, check_name="quality_gate", severity=dg.AssetCheckSeverity.ERROR)
+        if broken:
+            raise RuntimeError("disk full")
+
+    return model
+
+
+@dg.asset
+def _child(model):  # runs only if the gate passes
+    return 1
+
+
 def test_a_gate_refusal_is_told_apart_from_a_broken_run() -> None:
     """`make next-day` goes on after a gate refuses a model (the accepted one keeps serving) and stops
     on any other failure, a failed gate beside a broken step included."""
     from gem_pipelines.next_day import rejected_by_gate
 
-    spec = dg.AssetCheckSpec("quality_gate", asset="model", blocking=True)
-
-    def model_asset(broken: bool):
-        @dg.asset(name="model", check_specs=[spec])
-        def model():
-            yield dg.MaterializeResult()
-            yield dg.AssetCheckResult(passed=False, check_name="quality_gate", severity=dg.AssetCheckSeverity.ERROR)
-            if broken:
-                raise RuntimeError("disk full")
-        return model
-
-    @dg.asset
-    def child(model):  # runs only if the gate passes
-        return 1
-
     instance = dg.DagsterInstance.ephemeral()
     for broken, refused in ((False, True), (True, False)):
-        result = dg.materialize([model_asset(broken), child], instance=instance, raise_on_error=False)
+        result = dg.materialize([_gated_model(broken), _child], instance=instance, raise_on_error=False)
         assert not result.success and rejected_by_gate(instance, result.run_id) == refused
     passing = dg.materialize([dg.asset(name="other")(lambda: 1)], instance=instance)
     assert passing.success and not rejected_by_gate(instance, passing.run_id)
+
+
+def test_the_demo_lists_a_gate_refusal_and_stops_on_a_broken_run(monkeypatch, capsys) -> None:
+    """`make demo` goes on past a model its gate refused (listed at the end) and stops on a broken run."""
+    from gem_pipelines import demo
+
+    instance = dg.DagsterInstance.ephemeral()
+    runs = {broken: dg.materialize([_gated_model(broken), _child], instance=instance, raise_on_error=False).run_id
+            for broken in (False, True)}
+
+    class Location:  # launches nothing: hands back the run already made for the "job"
+        def __init__(self) -> None:
+            self.instance = instance
+
+        def launch(self, job: str, **_: object) -> dg.DagsterRun:
+            return instance.get_run_by_id(runs[job == "broken_job"])
+
+    monkeypatch.setattr(demo, "REFUSED", [])
+    demo._run(Location(), "students_job", "feed")
+    assert demo.REFUSED == ["students_job[feed]"] and "REFUSED by its quality gate" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="broken_job  failed"):
+        demo._run(Location(), "broken_job")
