@@ -16,27 +16,26 @@ from gem_pipelines.code_location import CodeLocation
 from gem_pipelines.instance import get_instance
 from gem_pipelines.next_day import rejected_by_gate, start_automation
 
-REFUSED: list[str] = []  # runs whose new model a blocking quality gate refused
 
-
-def _run(location: CodeLocation, job: str, partition_key: str | None = None, ops: dict | None = None) -> None:
-    """One real run of `job` (ops: per-op run config, e.g. {"foundation_model": {"config": {...}}}). A run
-    whose only failure is a quality gate refusing its new model is listed and the demo goes on: the gate
-    did its job; whatever needs an ACCEPTED version of that model then fails and says so."""
+def _run(location: CodeLocation, job: str, partition_key: str | None = None, ops: dict | None = None, *,
+         model: bool = False) -> bool:
+    """One real run of `job` (ops: per-op run config, e.g. {"foundation_model": {"config": {...}}}); returns
+    whether a quality gate refused its new model. For a `model` job that is no reason to stop: the gate did
+    its job, and whatever needs an ACCEPTED version of that model then fails and says so. Any other failed
+    run stops the demo, a blocking data check included."""
     t = time.time()
     run = location.launch(job, partition_key=partition_key, tags={"gem/trigger": "demo"},
                           run_config={"ops": ops} if ops else None)
     ok = run.status == DagsterRunStatus.SUCCESS
-    refused = not ok and rejected_by_gate(location.instance, run.run_id)
+    refused = model and not ok and rejected_by_gate(location.instance, run.run_id)
     outcome = "ok" if ok else f"REFUSED by its quality gate, run {run.run_id}" if refused else "FAILED"
     print(f"  {job:<24} {partition_key or '':<24} {outcome} ({time.time() - t:.1f}s)", flush=True)
-    if refused:
-        REFUSED.append(f"{job}[{partition_key or ''}]")
-    elif not ok:
+    if not ok and not refused:
         for record in location.instance.all_logs(run.run_id):
             if record.dagster_event and record.dagster_event.is_failure:
                 print(record.message, file=sys.stderr)
         raise SystemExit(f"{job} {partition_key or ''} failed: see run {run.run_id} in `make ui`")
+    return refused
 
 
 def model_stages(dates: list[str]) -> list[tuple[str, list[str | None]]]:
@@ -77,16 +76,16 @@ def main(argv: list[str] | None = None) -> None:
         for d in dates:
             _run(location, "features_job", d)
     reports = [sources.after_ingest()] if not args.models_only else []
+    refused = []
     if args.through == "all":
-        for job, keys in model_stages(dates):
-            for key in keys:
-                _run(location, job, key)
+        refused = [f"{job}[{key or ''}]" for job, keys in model_stages(dates) for key in keys
+                   if _run(location, job, key, model=True)]
         reports.append(sources.after_models())
         for line in start_automation(location):
             print(f"  automation: {line}")
     print(f"\nDone in {time.time() - start:.0f}s.")
-    if REFUSED:
-        print(f"  refused by their quality gates (no version of them serves until one passes): {', '.join(REFUSED)}")
+    if refused:
+        print(f"  refused by their quality gates (no version of them serves until one passes): {', '.join(refused)}")
     for line in filter(None, reports):
         print(f"  {line}")
     print(f"  lake (Delta tables):  {lake_root()}")

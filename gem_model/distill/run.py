@@ -150,7 +150,8 @@ def _iter_students(
                                      e["p_click"].to_numpy())
                         day = roles.validation if split == "validation" else roles.evaluation
                         rows += [{"arm": arm, "path": path, "split": split, "day": day.isoformat(),
-                                  "surface": surface, "task": r["task"], "seed": int(seed), "ne": r["ne"], "auc": r["auc"], "calibration": r["calibration"],
+                                  "surface": surface, "task": r["task"], "seed": int(seed), "ne": r["ne"],
+                                  "auc": r["auc"], "calibration": r["calibration"],
                                   "ne_raw": r["ne_raw"], "calibration_raw": r["calibration_raw"],
                                   "oracle_ne": r["oracle_ne"], "kd_effectiveness": None, "n": r["n"],
                                   "positives": r["positives"], "teacher": teacher}

@@ -153,8 +153,9 @@ def test_a_gate_refusal_is_told_apart_from_a_broken_run() -> None:
     assert passing.success and not rejected_by_gate(instance, passing.run_id)
 
 
-def test_the_demo_lists_a_gate_refusal_and_stops_on_a_broken_run(monkeypatch, capsys) -> None:
-    """`make demo` goes on past a model its gate refused (listed at the end) and stops on a broken run."""
+def test_the_demo_lists_a_gate_refusal_and_stops_on_a_broken_run(capsys) -> None:
+    """`make demo` goes on past a model its gate refused (listed at the end) and stops on a broken run, and
+    on a refused run that is not a model's (a blocking data check)."""
     from gem_pipelines import demo
 
     instance = dg.DagsterInstance.ephemeral()
@@ -168,8 +169,9 @@ def test_the_demo_lists_a_gate_refusal_and_stops_on_a_broken_run(monkeypatch, ca
         def launch(self, job: str, **_: object) -> dg.DagsterRun:
             return instance.get_run_by_id(runs[job == "broken_job"])
 
-    monkeypatch.setattr(demo, "REFUSED", [])
-    demo._run(Location(), "students_job", "feed")
-    assert demo.REFUSED == ["students_job[feed]"] and "REFUSED by its quality gate" in capsys.readouterr().out
+    assert demo._run(Location(), "students_job", "feed", model=True) is True
+    assert "REFUSED by its quality gate" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="land_and_ingest_job  failed"):  # a data check's refusal stops it
+        demo._run(Location(), "land_and_ingest_job")
     with pytest.raises(SystemExit, match="broken_job  failed"):
-        demo._run(Location(), "broken_job")
+        demo._run(Location(), "broken_job", model=True)
