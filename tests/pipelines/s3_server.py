@@ -55,11 +55,20 @@ class S3Endpoint:
 
 
 # The child: moto's threaded server on a free loopback port; prints the port, stops when stdin closes, so
-# a test process that dies takes its server with it.
+# a test process that dies takes its server with it. moto 5.2 checks `If-None-Match: *` and then stores the
+# key in two steps, so two threads racing for one Delta log version could both win (CI lost a commit that
+# way); S3 makes the pair atomic, and one lock around moto's PUT does here.
 _SERVE = """
-import logging, sys
+import functools, logging, sys, threading
+from moto.s3.responses import S3Response
 from moto.server import ThreadedMotoServer
 logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
+_put, _lock = S3Response.put_object, threading.Lock()
+@functools.wraps(_put)
+def put_object(self, *args, **kwargs):
+    with _lock:
+        return _put(self, *args, **kwargs)
+S3Response.put_object = put_object
 server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
 server.start()
 print(server.get_host_and_port()[1], flush=True)
