@@ -79,8 +79,8 @@ def png(fig: Any) -> bytes:
 
 # In every table: gap = NE minus the oracle's NE (0: as good as the true probabilities); gap closed = the share
 # of the base-rate-to-oracle gap closed, (1 - NE) / (1 - oracle NE) (NE of the base rate is 1).
-METRIC_COLS = ["model", "surface", "task", "seed", "ne", "oracle_ne", "gap", "gap closed", "auc", "calibration",
-               "calibration_raw", "n"]
+METRIC_COLS = ["model", "surface", "task", "seed", "ne", "ne 95%", "oracle_ne", "gap", "gap closed", "auc",
+               "calibration", "calibration_raw", "n"]
 
 
 def gap(ne: float | None, oracle_ne: float | None) -> float | None:
@@ -95,7 +95,9 @@ def gap_closed(ne: float | None, oracle_ne: float | None) -> str:
 def metric_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
     """Per-surface metric rows as cells of METRIC_COLS (real logs have no oracle: no gap)."""
     extra = {"gap": lambda r: gap(r.get("ne"), r.get("oracle_ne")),
-             "gap closed": lambda r: gap_closed(r.get("ne"), r.get("oracle_ne"))}
+             "gap closed": lambda r: gap_closed(r.get("ne"), r.get("oracle_ne")),
+             # only where positives are few (gem_model.eval.metrics.FEW_POSITIVES)
+             "ne 95%": lambda r: "[{:.4f}, {:.4f}]".format(*r["ne_interval"]) if r.get("ne_interval") else None}
     return [[extra[c](r) if c in extra else r.get(c) for c in METRIC_COLS] for r in rows]
 
 

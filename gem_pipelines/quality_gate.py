@@ -37,7 +37,8 @@ def gate(rows: list[dict[str, Any]], previous: list[dict[str, Any]] | None, cfg:
          reference: list[dict[str, Any]] | None = None, allow_ungated: bool = False) -> dict[str, Any]:
     """Pass iff every gated pair has NE < max_ne (below the base rate), NE <= (1 + max_regression) x
     the last accepted NE, and (students) NE <= (1 + max_vs_labels_only) x the `reference` (labels_only) NE.
-    Gated pairs: (surface, task) with at least `min_positives` positives on the evaluation day.
+    Gated pairs: (surface, task) with at least `min_positives` positives on the evaluation day, and any
+    smaller pair whose NE interval (`ne_interval`, 95%) lies wholly at or above max_ne: refused on evidence.
     `rows`, `previous` and `reference` are metric rows ({surface, task, ne, positives, ...}) on the
     same evaluation day; `previous` is None when nothing was accepted yet. With no gated pair the
     model fails (nothing shows it is sane) unless `allow_ungated`: a per-surface model of a surface
@@ -48,6 +49,13 @@ def gate(rows: list[dict[str, Any]], previous: list[dict[str, Any]] | None, cfg:
     pairs, failures = [], []
     for r in rows:
         if r.get("positives", 0) < cfg.min_positives:
+            lo, hi = r.get("ne_interval") or (None, None)
+            if lo is not None and math.isfinite(lo) and lo >= cfg.max_ne:  # too few clicks for a point, not for this
+                entry = {"surface": r["surface"], "task": r["task"], "ne": r["ne"], "positives": r["positives"],
+                         "accepted_ne": None, "compared": "interval", "labels_only_ne": None}
+                pairs.append(entry)
+                failures.append({**entry, "why": f"NE {r['ne']:.4f} [{lo:.4f}, {hi:.4f}] above the base rate "
+                                                 f"on evidence ({r['positives']} positives)"})
             continue
         key = (r["surface"], r["task"])
         new_ne, old_ne, compared = like_with_like(r, prev_rows.get(key))
@@ -64,7 +72,8 @@ def gate(rows: list[dict[str, Any]], previous: list[dict[str, Any]] | None, cfg:
             failures.append({**entry, "why": f"NE {ne:.4f} worse than labels_only {ref[key]:.4f} "
                                              f"by > {cfg.max_vs_labels_only:.0%}"})
     if reference is not None:
-        failures += [{**p, "why": "no labels_only NE to compare with"} for p in pairs if p["labels_only_ne"] is None]
+        failures += [{**p, "why": "no labels_only NE to compare with"} for p in pairs
+                     if p["labels_only_ne"] is None and p["compared"] != "interval"]
     note = "" if pairs else f"not judged: no (surface, task) pair with >= {cfg.min_positives} positives on E" + (
         "; accepted unjudged (see the evaluation table)" if allow_ungated else "")
     return {"passed": not failures and (bool(pairs) or allow_ungated), "judged": bool(pairs), "gated_pairs": pairs,

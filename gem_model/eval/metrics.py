@@ -21,6 +21,11 @@ from gem_model.store.paths import storage_options as env_storage_options
 from gem_model.store.paths import table_uri
 
 EPS = 1e-7
+# Rows with fewer positives than this carry a 95% bootstrap interval of their NE (`ne_interval`): where a
+# gate cannot judge a point estimate on so few clicks, the interval still says when a model is above the
+# base rate on evidence. Above it the interval is narrow and costs a resampling of many rows.
+FEW_POSITIVES = 1000
+NE_INTERVAL_BOOT = 500
 
 
 def log_loss(y: np.ndarray, p: np.ndarray) -> float:
@@ -109,7 +114,8 @@ def predict(model: torch.nn.Module, loader: Iterable[Batch], *, device: torch.de
 
 def metric_rows(preds: pl.DataFrame, oracle_df: pl.DataFrame | None = None) -> list[dict[str, Any]]:
     """Rows {surface, task, ne, auc, calibration, calibration_raw, ne_raw, oracle_ne, gap, n, positives}
-    from `predict` output (the *_raw pair: before the model's calibrator, None without one)."""
+    from `predict` output (the *_raw pair: before the model's calibrator, None without one), and
+    `ne_interval` (lo, hi) where positives are few (FEW_POSITIVES)."""
     if oracle_df is not None and len(oracle_df):
         orc = oracle_df.select("request_id", pl.col("p_click").alias("oracle_click"),
                                pl.col("p_conversion").alias("oracle_conversion")).unique("request_id", keep="first")
@@ -130,6 +136,8 @@ def metric_rows(preds: pl.DataFrame, oracle_df: pl.DataFrame | None = None) -> l
                 "ne_raw": None if raw is None else normalized_entropy(y, raw),
                 "oracle_ne": None, "gap": None, "n": int(s.height), "positives": int(y.sum()),
             }
+            if 0 < row["positives"] < FEW_POSITIVES:
+                row["ne_interval"] = interval(bootstrap_ne(y, {"m": p}, n_boot=NE_INTERVAL_BOOT)["m"])
             col = f"oracle_{task}"
             if col in s.columns and s[col].null_count() == 0:  # the oracle's NE only on all the same rows
                 row["oracle_ne"] = o_ne = normalized_entropy(y, s[col].to_numpy())

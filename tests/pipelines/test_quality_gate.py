@@ -175,3 +175,35 @@ def test_the_demo_lists_a_gate_refusal_and_stops_on_a_broken_run(capsys) -> None
         demo._run(Location(), "land_and_ingest_job")
     with pytest.raises(SystemExit, match="broken_job  failed"):
         demo._run(Location(), "broken_job", model=True)
+
+
+def _small_surface_rows(p_click: float, p_clicked: float | None = None) -> list[dict]:
+    """metric_rows of a surface with about 15 clicks in 1,000 rows, every row predicted `p_click` (the clicked
+    ones `p_clicked` where given: a model with some signal)."""
+    import numpy as np
+    import polars as pl
+
+    from gem_model.eval.metrics import metric_rows
+
+    y = np.random.default_rng(0).random(1000) < 0.015
+    preds = pl.DataFrame({"request_id": [str(i) for i in range(1000)], "surface": ["shops"] * 1000,
+                          "click": y.astype(np.float32), "click_mask": [True] * 1000,
+                          "p_click": np.where(y, p_clicked or p_click, p_click),
+                          "conversion": [0.0] * 1000, "conversion_mask": [False] * 1000,
+                          "p_conversion": [0.0] * 1000})
+    return metric_rows(preds)
+
+
+def test_a_small_surface_is_refused_only_on_evidence() -> None:
+    """Too few clicks to judge a point estimate (min_positives), but a model whose whole NE interval lies
+    above the base rate is refused on that evidence; one whose interval reaches below it is still accepted
+    unjudged. (A constant prediction is never below the base rate of the rows it is scored on.)"""
+    bad = _small_surface_rows(0.2)
+    lo, hi = bad[0]["ne_interval"]
+    assert 0 < bad[0]["positives"] < CFG.min_positives and 1.0 < lo < bad[0]["ne"] < hi
+    refused = gate(bad, None, CFG, allow_ungated=True)
+    assert not refused["passed"] and refused["judged"] and "on evidence" in refused["failures"][0]["why"]
+    near = _small_surface_rows(0.014, p_clicked=0.03)
+    assert near[0]["ne_interval"][0] < 1.0
+    accepted = gate(near, None, CFG, allow_ungated=True, reference=[])
+    assert accepted["passed"] and not accepted["judged"] and "not judged" in accepted["note"]

@@ -109,4 +109,6 @@ def test_calibrator_and_seeds_are_markdown_tables() -> None:
     header = metric_table(ROWS).value.splitlines()[0]
     assert " gap | gap closed " in header
     no_positives = metric_table([_row("foundation", "shops", 0, float("nan"), 0.7)]).value.splitlines()[2]
-    assert no_positives.startswith("| foundation | shops | click | 0 | n/a | 0.7000 | n/a |  | 0.7000 |")
+    assert no_positives.startswith("| foundation | shops | click | 0 | n/a |  | 0.7000 | n/a |  | 0.7000 |")
+    few = metric_table([{**_row("student", "shops", 0, 1.2, 0.9), "ne_interval": (1.05, 1.38)}]).value.splitlines()[2]
+    assert few.startswith("| student | shops | click | 0 | 1.2000 | [1.0500, 1.3800] |")  # where positives are few
