@@ -49,7 +49,8 @@ def test_server_lets_one_of_many_racing_conditional_writes_win(s3):
     from botocore.exceptions import ClientError
 
     clients = [s3.client() for _ in range(16)]
-    for trial in range(10):
+
+    def race(key: str) -> tuple[list[int], list[str]]:
         winners: list[int] = []
         refusals: list[str] = []
         start = threading.Barrier(len(clients))
@@ -57,7 +58,7 @@ def test_server_lets_one_of_many_racing_conditional_writes_win(s3):
         def put(i: int) -> None:
             start.wait()
             try:
-                clients[i].put_object(Bucket=s3.bucket, Key=f"race/{trial}", Body=b"%d" % i, IfNoneMatch="*")
+                clients[i].put_object(Bucket=s3.bucket, Key=key, Body=b"%d" % i, IfNoneMatch="*")
                 winners.append(i)
             except ClientError as e:
                 refusals.append(e.response["Error"]["Code"])
@@ -67,6 +68,10 @@ def test_server_lets_one_of_many_racing_conditional_writes_win(s3):
             t.start()
         for t in threads:
             t.join()
+        return winners, refusals
+
+    for trial in range(10):
+        winners, refusals = race(f"race/{trial}")
         assert len(winners) == 1
         assert refusals == ["PreconditionFailed"] * (len(clients) - 1)
         assert clients[0].get_object(Bucket=s3.bucket, Key=f"race/{trial}")["Body"].read() == b"%d" % winners[0]
