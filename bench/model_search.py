@@ -37,6 +37,10 @@ sys.path.insert(0, str(_HERE.parent))
 from gem_model.config import dataset_name, load_calendar  # noqa: E402
 from gem_model.train.selection import TABLE_HEAD, score_variant, table_row  # noqa: E402
 
+# The counters every training_examples carries (gem_pipelines/data/counters.py), as the real datasets' features.yaml
+# lists them: the ad's and the user's click rates on earlier days, which reach ads born after the window
+COUNTERS = [{"name": f"{who}_{what}_before", "transform": "log1p" if what == "impressions" else "none"}
+            for who in ("ad", "user", "user_all", "user_other") for what in ("impressions", "click_logit")]
 SYNTHETIC_WORLD = {"n_users": 400, "n_ads": 48, "n_items": 192, "n_topics": 6, "max_hist": 16}
 KR_TABLES = {"user_id": 65536, "ad_id": 32768, "hist_item_id": 32768, "advertiser_id": 32768}
 # name -> overrides of assets/models/<preset>.yaml
@@ -105,6 +109,11 @@ VARIANTS: dict[str, dict] = {
     # the second pass overfits at once (kr_tables_lr, kr_tables_bs256): dropout on the id tokens, two passes
     "kr_tables_emb_dropout_e2": {"buckets": KR_TABLES, "model": {"emb_dropout": 0.2},
                                  "train": {"epochs": 2, "patience": 2, "eval_every": 25}},
+    # issue 24, the churned simulated worlds: 30% of the ads are new each day, so most of E's ads were born after
+    # the teacher's window; their clicks of earlier days reach the model only through the counters
+    "counters": {"add_dense": COUNTERS},
+    "counters_prior": {"add_dense": COUNTERS,
+                       "train": {"dense_prior": {"features": [c["name"] for c in COUNTERS], "l2": 1.0}}},
 }
 
 

@@ -16,14 +16,17 @@ from gem_model.config import FeaturesConfig, env, load_calendar, load_features
 
 def variant_features(features: FeaturesConfig, overrides: dict[str, Any]) -> FeaturesConfig | None:
     """features.yaml as a variant of the search sees it: other table sizes for some hashed features
-    (`buckets`: {feature: rows}), some dense features left out (`drop_dense`: [names]); None: as is."""
+    (`buckets`: {feature: rows}), some dense features left out (`drop_dense`: [names]) or added
+    (`add_dense`: [{name, transform}], columns training_examples already has, such as the counters);
+    None: as is."""
     buckets, drop = overrides.get("buckets") or {}, set(overrides.get("drop_dense") or ())
-    if not buckets and not drop:
+    add = list(overrides.get("add_dense") or ())
+    if not buckets and not drop and not add:
         return None
     raw = features.model_dump()
     if unknown := drop - {f["name"] for f in raw["dense"]}:
         raise ValueError(f"drop_dense: {sorted(unknown)} are not dense features of features.yaml")
-    raw["dense"] = [f for f in raw["dense"] if f["name"] not in drop]
+    raw["dense"] = [f for f in raw["dense"] if f["name"] not in drop] + add
     for f in [*raw["sparse"], *raw["history"]["columns"]]:
         if f["name"] in buckets:
             f["buckets"] = buckets[f["name"]]
@@ -35,7 +38,7 @@ def score_variant(
     window: tuple[str, str] | None = None, valid: str | None = None, lake: str | None = None,
     extra_train: dict[str, Any] | None = None, name: str = "validate", keep: str | None = None,
 ) -> dict[str, Any]:
-    """Train the preset + `overrides` ({"model": ..., "train": ..., "buckets": ..., "drop_dense": ...}) on
+    """Train the preset + `overrides` ({"model", "train", "buckets", "drop_dense", "add_dense"}) on
     the calendar's teacher window (or `window`), validating on E-1 (or `valid`) every `eval_every`
     steps with early stopping. Returns the best E-1 score (click NE weighted by positives), its step,
     the score by step and the best checkpoint's E-1 click NE per surface."""
