@@ -55,15 +55,16 @@ def test_warm_start_with_one_more_surface_keeps_the_other_heads():
 def test_dense_normalisation_is_fixed_not_running():
     torch.manual_seed(0)
     model = GEM(tiny_model_config())
-    model.set_dense_stats([1.0, 2.0, 3.0, 4.0], [2.0, 2.0, 2.0, 2.0])
+    n = len(model.cfg.dense_features)
+    mean = [float(i + 1) for i in range(n)]
+    model.set_dense_stats(mean, [2.0] * n)
     batch = make_batch(model.cfg, [3, 0, 5, 2])
     model.train()
     for _ in range(3):
         model(batch)  # training forwards do not move the statistics
-    assert model.dense_mean.tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert model.dense_mean.tolist() == mean
     assert "dense_mean" in model.state_dict() and "dense_std" in model.state_dict()
     inp = model.embed(batch)
-    n = len(model.cfg.dense_features)
     torch.testing.assert_close(inp.wide[:, :n], (batch.dense - model.dense_mean) / model.dense_std)
 
 
