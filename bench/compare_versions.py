@@ -3,9 +3,10 @@
 Nothing is trained: each version dir holds its predictions on E (eval_predictions.parquet, saved by
 training), so the two must have been trained with the same calendar.
 
-    GEM_SIMULATOR=eval GEM_HOME=<home with the lake> python bench/compare_versions.py --a <version dir> --b <version dir>
+    GEM_SIMULATOR=eval GEM_HOME=<home with the lake> python bench/compare_versions.py --a <dir> [<dir> ...] --b <dir> [...]
 
-Prints a markdown table, never pass/fail. `a` is the candidate, `b` the reference: diff = NE(a) - NE(b).
+Prints a markdown table per pair (a seed of each), then, with several pairs, the mean +- sd over the pairs;
+never pass/fail. `a` is the candidate, `b` the reference: diff = NE(a) - NE(b).
 """
 
 from __future__ import annotations
@@ -25,15 +26,11 @@ from gem_model.eval.ad_age import AGE_BUCKETS, ALL, EVAL_PREDICTIONS, ad_ages, r
 from gem_model.eval.metrics import bootstrap_ne, normalized_entropy, paired_difference, read_oracle  # noqa: E402
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--a", required=True, help="the candidate version dir")
-    p.add_argument("--b", required=True, help="the reference version dir")
-    p.add_argument("--n-boot", type=int, default=1000)
-    a = p.parse_args(argv)
+def compare(a_dir: str, b_dir: str, n_boot: int) -> list[dict]:
+    """Rows {surface, age, n, clicks, a, b, oracle, diff, lo, hi} of one pair, printed as a table."""
     day = load_calendar().roles().evaluation
     cols = ["request_id", "surface", "click", "p_click"]
-    pa, pb = (pl.read_parquet(Path(d) / EVAL_PREDICTIONS).select(cols) for d in (a.a, a.b))
+    pa, pb = (pl.read_parquet(Path(d) / EVAL_PREDICTIONS).select(cols) for d in (a_dir, b_dir))
     df = pa.join(pb.select("request_id", p_b="p_click"), on="request_id", how="inner")
     if df.height != pa.height or df.height != pb.height:
         raise SystemExit(f"the versions scored different rows ({pa.height} and {pb.height}, {df.height} shared)")
@@ -41,8 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     oracle = read_oracle([day], missing_ok=True)
     if oracle is not None:
         df = df.join(oracle.select("request_id", p_o="p_click").unique("request_id"), on="request_id", how="left")
-    print(f"E = {day}; a = {Path(a.a).name}, b = {Path(a.b).name}; diff = NE(a) - NE(b), 95% paired interval\n")
+    print(f"\nE = {day}; a = {Path(a_dir).name}, b = {Path(b_dir).name}; diff = NE(a) - NE(b), 95% paired interval\n")
     print("| surface | ad age | impressions | clicks | NE a | NE b | oracle NE | diff [95%] |\n|---|---|---|---|---|---|---|---|")
+    out = []
     for surface in [*sorted(df["surface"].unique().to_list()), ALL]:
         for bucket in (ALL, *AGE_BUCKETS):
             s = df if surface == ALL else df.filter(pl.col("surface") == surface)
@@ -52,11 +50,38 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             pred = {"a": s["p_click"].to_numpy(), "b": s["p_b"].to_numpy()}
             ne = {k: normalized_entropy(y, v) for k, v in pred.items()}
-            boot = bootstrap_ne(y, pred, n_boot=a.n_boot)
+            boot = bootstrap_ne(y, pred, n_boot=n_boot)
             d = paired_difference(boot["a"], boot["b"], ne["a"] - ne["b"])
             o = normalized_entropy(y, s["p_o"].to_numpy()) if "p_o" in s.columns and s["p_o"].null_count() == 0 else np.nan
+            out.append({"surface": surface, "age": bucket, "n": s.height, "clicks": int(y.sum()), "a": ne["a"],
+                        "b": ne["b"], "oracle": o, "diff": d["diff"], "lo": d["lo"], "hi": d["hi"]})
             print(f"| {surface} | {bucket} | {s.height} | {int(y.sum())} | {ne['a']:.4f} | {ne['b']:.4f} | {o:.4f} | "
                   f"{d['diff']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}] |")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--a", nargs="+", required=True, help="the candidate's version dirs, one a seed")
+    p.add_argument("--b", nargs="+", required=True, help="the reference's version dirs, in the same seed order")
+    p.add_argument("--n-boot", type=int, default=1000)
+    a = p.parse_args(argv)
+    if len(a.a) != len(a.b):
+        raise SystemExit("--a and --b need as many version dirs each (one pair a seed)")
+    pairs = [compare(x, y, a.n_boot) for x, y in zip(a.a, a.b, strict=True)]
+    if len(pairs) < 2:
+        return 0
+    print(f"\nMean +- sd over {len(pairs)} pairs; 'below 0': pairs whose interval of the difference lies below 0\n")
+    print("| surface | ad age | NE a | NE b | oracle NE | gap closed a | gap closed b | diff | below 0 |\n"
+          "|---|---|---|---|---|---|---|---|---|")
+    for i, r in enumerate(pairs[0]):
+        rows = [pair[i] for pair in pairs]
+        v = {k: np.array([x[k] for x in rows]) for k in ("a", "b", "diff", "oracle")}
+        closed = {k: (1 - v[k]) / (1 - v["oracle"]) for k in ("a", "b")}
+        print(f"| {r['surface']} | {r['age']} | {v['a'].mean():.4f} +- {v['a'].std(ddof=1):.4f} | "
+              f"{v['b'].mean():.4f} +- {v['b'].std(ddof=1):.4f} | {v['oracle'].mean():.4f} | "
+              f"{closed['a'].mean():.0%} | {closed['b'].mean():.0%} | {v['diff'].mean():+.4f} +- {v['diff'].std(ddof=1):.4f} | "
+              f"{sum(x['hi'] < 0 for x in rows)} of {len(rows)} |")
     return 0
 
 
