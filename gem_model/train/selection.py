@@ -26,6 +26,8 @@ def variant_features(features: FeaturesConfig, overrides: dict[str, Any]) -> Fea
     raw = features.model_dump()
     if unknown := drop - {f["name"] for f in raw["dense"]}:
         raise ValueError(f"drop_dense: {sorted(unknown)} are not dense features of features.yaml")
+    if twice := {f["name"] for f in add} & {f["name"] for f in raw["dense"] if f["name"] not in drop}:
+        raise ValueError(f"add_dense: {sorted(twice)} are dense features of features.yaml already")
     raw["dense"] = [f for f in raw["dense"] if f["name"] not in drop] + add
     for f in [*raw["sparse"], *raw["history"]["columns"]]:
         if f["name"] in buckets:

@@ -47,5 +47,7 @@ def test_variant_features_resizes_tables_and_leaves_dense_features_out() -> None
     assert [f.name for f in base.dense] == dense  # the loaded config is not mutated
     with pytest.raises(ValueError, match="not dense features"):
         variant_features(base, {"drop_dense": ["no_such_feature"]})
-    added = variant_features(base, {"add_dense": [{"name": "ad_click_logit_before", "transform": "none"}]})
-    assert added is not None and [f.name for f in added.dense] == [*dense, "ad_click_logit_before"]
+    added = variant_features(base, {"drop_dense": dense[-1:], "add_dense": [{"name": dense[-1], "transform": "none"}]})
+    assert added is not None and [f.name for f in added.dense] == dense
+    with pytest.raises(ValueError, match="already"):
+        variant_features(base, {"add_dense": [{"name": dense[0], "transform": "none"}]})
