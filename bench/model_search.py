@@ -35,12 +35,12 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
 from gem_model.config import dataset_name, load_calendar  # noqa: E402
+from gem_model.store.schemas import COUNTER_COLUMNS  # noqa: E402
 from gem_model.train.selection import TABLE_HEAD, score_variant, table_row  # noqa: E402
 
 # The counters every training_examples carries (gem_pipelines/data/counters.py), as the real datasets' features.yaml
 # lists them: the ad's and the user's click rates on earlier days, which reach ads born after the window
-COUNTERS = [{"name": f"{who}_{what}_before", "transform": "log1p" if what == "impressions" else "none"}
-            for who in ("ad", "user", "user_all", "user_other") for what in ("impressions", "click_logit")]
+COUNTERS = [{"name": n, "transform": "log1p" if n.endswith("_impressions_before") else "none"} for n in COUNTER_COLUMNS]
 SYNTHETIC_WORLD = {"n_users": 400, "n_ads": 48, "n_items": 192, "n_topics": 6, "max_hist": 16}
 KR_TABLES = {"user_id": 65536, "ad_id": 32768, "hist_item_id": 32768, "advertiser_id": 32768}
 # name -> overrides of assets/models/<preset>.yaml
