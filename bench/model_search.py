@@ -114,6 +114,14 @@ VARIANTS: dict[str, dict] = {
     # 50904e8 as `counters` ({"add_dense": COUNTERS}) against the preset; since afd590f the preset lists them
     "no_counters": {"drop_dense": [c["name"] for c in COUNTERS]},
     "counters_prior": {"train": {"dense_prior": {"features": [c["name"] for c in COUNTERS], "l2": 1.0}}},
+    # issue 23, KuaiRand (MODEL_SEARCH.md 14): the heads' counter start fitted jointly over the tabs, each tab's
+    # weights shrunk toward shared ones (train.dense_prior.pool_l2); with `fields.bid: video_duration` in
+    # source.yaml (the lake re-imported), the video's duration in that start too
+    **{f"kr_pool_{v}": {"train": {"dense_prior": {"features": list(COUNTER_COLUMNS), "l2": 1.0, "pool_l2": v}}}
+       for v in (100, 300, 1000, 3000)},
+    "kr_duration": {"train": {"dense_prior": {"features": [*COUNTER_COLUMNS, "bid"], "l2": 1.0}}},
+    **{f"kr_duration_pool_{v}": {"train": {"dense_prior": {"features": [*COUNTER_COLUMNS, "bid"], "l2": 1.0,
+                                                           "pool_l2": v}}} for v in (100, 300, 1000)},
 }
 
 

@@ -32,6 +32,7 @@ class DensePrior(_Strict):
 
     features: list[str]
     l2: float = 1.0
+    pool_l2: float | None = None  # > 0: the heads of a task shrink toward weights shared by every surface
 
 
 class ItemSvd(_Strict):

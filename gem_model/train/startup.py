@@ -45,7 +45,8 @@ def apply_startup_fits(core: GEM, train: dict[str, Any], streams: RunStreams, *,
     if train["head_bias"] == "base_rate" and not warm:  # -3 logits is 400 steps away from a 70% rating-click world
         set_head_bias(core, base_rates(streams.uri, streams.days, streams.data["surfaces"], streams.storage_options))
     if (dp := train["dense_prior"]) and not warm:
-        rows = set_dense_prior(core, streams.window(), list(dp["features"]), float(dp["l2"]))
+        rows = set_dense_prior(core, streams.window(), list(dp["features"]), float(dp["l2"]),
+                               pool_l2=dp.get("pool_l2"))
         say(f"dense prior on {list(dp['features'])}: labelled click rows {rows}")
     if (wp := train["wide_prior"]) and not warm:
         if sharded:

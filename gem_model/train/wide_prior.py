@@ -19,7 +19,6 @@ read once; only the labelled rows' (surface, labels, mask, ids, dense inputs) st
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 import torch
@@ -99,43 +98,70 @@ def _dense_term(model: GEM, dense: torch.Tensor, surface: torch.Tensor) -> torch
 
 @torch.no_grad()
 def set_dense_prior(model: GEM, batches: Iterable[Batch], features: list[str], l2: float = 1.0,
-                    iters: int = 8) -> dict[str, int]:
+                    iters: int = 8, pool_l2: float | None = None) -> dict[str, int]:
     """Fit, per (surface, task) head, an L2 logistic regression (Newton steps) of the label on the listed
     dense features (standardised) and an intercept on the window (`train.dense_prior`); the head's bias and
     wide path start there (0 on every other wide input: the match statistics would move the start off the
     fit). Meant for counters (gem_pipelines/data/counters.py): from earlier days, they are not in-sample,
     while trained from zero the ids learn the window's rows first (bench/MODEL_SEARCH.md 8).
+
+    pool_l2: the heads of one task are fitted jointly, each surface's weights = weights shared by every
+    surface + its own difference, L2 `l2` on the shared and `pool_l2` on the differences (intercepts
+    free): a surface with few clicks borrows the others' fit instead of shrinking toward 0, which a
+    single-surface model cannot do (bench/MODEL_SEARCH.md 14). None: each head alone.
     Returns {surface: labelled click rows}."""
     names = model.cfg.dense_features
     if unknown := sorted(set(features) - set(names)):
         raise ValueError(f"train.dense_prior: {unknown} are not dense features ({names})")
+    if pool_l2 is not None and pool_l2 <= 0:
+        raise ValueError("train.dense_prior.pool_l2 must be > 0 (or unset)")
     cols = [names.index(f) for f in features]
     labelled = _labelled_rows(model, batches, [])
     if labelled is None:
         return {}
     surface, y, m, dense, _ = labelled
     x = _standardised(model, dense)[:, cols]
-    design = torch.cat([torch.ones(len(x), 1, dtype=torch.float64), x], dim=1)
-    penalty = torch.diag(torch.tensor([0.0] + [l2] * len(cols), dtype=torch.float64))  # no penalty on the intercept
     rows = {}
-    for k, name in enumerate(model.cfg.surfaces):
-        for t in range(len(TASKS)):
-            sel = (surface == k) & m[:, t]
-            if not bool(sel.any()):
-                continue
-            d, yt = design[sel], y[sel, t]
-            rate = float(yt.mean().clamp(1e-4, 1 - 1e-4))
-            theta = torch.zeros(d.shape[1], dtype=torch.float64)
-            theta[0] = math.log(rate / (1 - rate))
-            for _ in range(iters):
-                p = torch.sigmoid(d @ theta)
-                grad = d.T @ (yt - p) - penalty @ theta
-                hess = (d * (p * (1 - p))[:, None]).T @ d + penalty + 1e-9 * torch.eye(len(theta), dtype=torch.float64)
-                theta += torch.linalg.solve(hess, grad)
-            model.head_b[name][t] = float(theta[0])
-            model.wide[name][t] = 0.0  # the head's whole wide path starts at the fit (match statistics off)
-            for c, j in enumerate(cols):
-                model.wide[name][t, j] = float(theta[c + 1])
-            if TASKS[t] == "click":
-                rows[name] = int(sel.sum())
+    for t in range(len(TASKS)):
+        present = [k for k in range(len(model.cfg.surfaces)) if bool((m[:, t] & (surface == k)).any())]
+        groups = [present] if pool_l2 is not None and len(present) > 1 else [[k] for k in present]
+        for group in groups:
+            sel = m[:, t] & torch.isin(surface, torch.tensor(group))
+            local = torch.searchsorted(torch.tensor(group), surface[sel])  # surface -> 0..len(group)-1
+            pool = pool_l2 if len(group) > 1 else None
+            intercepts, slopes = _fit_heads(local, len(group), x[sel], y[sel, t], l2, pool, iters)
+            for i, k in enumerate(group):
+                name = model.cfg.surfaces[k]
+                model.head_b[name][t] = float(intercepts[i])
+                model.wide[name][t] = 0.0  # the head's whole wide path starts at the fit (match statistics off)
+                for c, j in enumerate(cols):
+                    model.wide[name][t, j] = float(slopes[i, c])
+                if TASKS[t] == "click":
+                    rows[name] = int((local == i).sum())
     return rows
+
+
+def _fit_heads(group: torch.Tensor, n: int, x: torch.Tensor, y: torch.Tensor, l2: float, pool_l2: float | None,
+               iters: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Newton steps of the penalised log loss over (an intercept per head, shared slopes, each head's
+    difference); without pooling the difference is absent. -> intercepts [n], slopes [n, k]."""
+    k = x.shape[1]
+    onehot = torch.nn.functional.one_hot(group, n).double()
+    parts, pen = [onehot, x], [0.0] * n + [l2] * k  # no penalty on the intercepts
+    if pool_l2 is not None:
+        parts.append((onehot[:, :, None] * x[:, None, :]).reshape(len(x), n * k))
+        pen += [pool_l2] * (n * k)
+    design, penalty = torch.cat(parts, dim=1), torch.diag(torch.tensor(pen, dtype=torch.float64))
+    theta = torch.zeros(design.shape[1], dtype=torch.float64)
+    counts = onehot.sum(0)
+    rate = ((onehot * y[:, None]).sum(0) / counts).clamp(1e-4, 1 - 1e-4)
+    theta[:n] = torch.log(rate / (1 - rate))
+    for _ in range(iters):
+        p = torch.sigmoid(design @ theta)
+        grad = design.T @ (y - p) - penalty @ theta
+        hess = (design * (p * (1 - p))[:, None]).T @ design + penalty + 1e-9 * torch.eye(len(theta), dtype=torch.float64)
+        theta += torch.linalg.solve(hess, grad)
+    slopes = theta[n : n + k].expand(n, k).clone()
+    if pool_l2 is not None:
+        slopes += theta[n + k :].reshape(n, k)
+    return theta[:n], slopes

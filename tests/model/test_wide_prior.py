@@ -183,3 +183,37 @@ def test_train_starts_from_the_dense_prior(lake, tmp_path) -> None:
     assert torch.allclose(plain, torch.zeros_like(plain), atol=1e-6)
     assert fitted[:, 0].abs().min() > 1e-3  # every surface's click head got a fitted weight
     assert torch.allclose(fitted[:, 1:], torch.zeros_like(fitted[:, 1:]), atol=1e-6)
+
+
+def _slopes(cfg, batch, **kw) -> list[float]:
+    model = GEM(cfg)
+    model.set_dense_stats(torch.tensor([2.0] + [0.0] * (len(cfg.dense_features) - 1)),
+                          torch.tensor([3.0] + [1.0] * (len(cfg.dense_features) - 1)))
+    set_dense_prior(model, [batch], cfg.dense_features[:1], l2=1.0, **kw)
+    return [float(model.wide[s][0, 0]) for s in cfg.surfaces[:2]]
+
+
+def test_pooled_dense_prior_lends_a_small_surface_the_others_slope() -> None:
+    """Surface 0: 20,000 rows of slope 1.5; surface 1: its last 60 rows, relabelled with slope -1.5 and
+    another rate. Alone, surface 1's fit is its own noisy slope; pooled, it moves toward surface 0's."""
+    cfg = tiny_model_config()
+    batch, _ = _counter_world(cfg)
+    g = torch.Generator().manual_seed(1)
+    small = torch.arange(len(batch.labels) - 60, len(batch.labels))
+    batch.surface_idx[small] = 1
+    x = (batch.dense[small, 0] - 2) / 3
+    batch.labels[small, 0] = (torch.rand(60, generator=g) < torch.sigmoid(1.0 - 1.5 * x)).float()
+    alone = _slopes(cfg, batch)
+    assert alone[1] < -0.3 and alone[0] == pytest.approx(1.5, abs=0.1)
+    # one surface's rows alone give the same fit as before pooling existed
+    only_small = make_batch(cfg, [1] * 60)
+    for f in ("surface_idx", "dense", "labels", "label_mask"):
+        setattr(only_small, f, getattr(batch, f)[small])
+    assert _slopes(cfg, only_small)[1] == pytest.approx(alone[1], abs=1e-9)
+    assert _slopes(cfg, only_small, pool_l2=10.0)[1] == pytest.approx(alone[1], abs=1e-9)  # nothing to pool with
+    some, tied = _slopes(cfg, batch, pool_l2=10.0), _slopes(cfg, batch, pool_l2=1e7)
+    assert alone[1] < some[1] < tied[1]  # the stronger the pooling, the closer to the shared slope
+    assert tied[0] == pytest.approx(tied[1], abs=1e-3) and tied[0] == pytest.approx(1.5, abs=0.1)
+    assert some[0] == pytest.approx(alone[0], abs=0.02)  # the big surface barely moves
+    with pytest.raises(ValueError, match="pool_l2"):
+        _slopes(cfg, batch, pool_l2=0.0)

@@ -80,3 +80,7 @@ def test_the_day_is_the_date_column_and_times_are_clamped_into_it(imported, raw:
     videos = pl.read_csv(need("kuairand_pure") / "video_features_basic_pure.csv", infer_schema=False)
     authors = ev.select(video_id="video_id", advertiser_id=pl.col("advertiser_id").cast(pl.String)).unique()
     assert authors.join(videos, on="video_id").filter(pl.col("advertiser_id") != pl.col("author_id")).is_empty()
+    # the video's duration (ms) in the dense `bid` slot, the constant 0 where the side table has none
+    dur = ev.join(videos.select("video_id", "video_duration"), on="video_id", how="left")
+    expected = dur["video_duration"].cast(pl.Float64, strict=False).fill_null(0.0)
+    assert (expected > 0).mean() > 0.9 and (dur["bid"] == expected).all()
