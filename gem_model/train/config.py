@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BeforeValidator, field_validator
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 
 from gem_model.config import ASSETS_DIR, SOURCES_DIR, _Strict, _validate, dataset_name
 from gem_model.models.calibration import DEFAULT_CALIBRATION
@@ -32,7 +32,7 @@ class DensePrior(_Strict):
 
     features: list[str]
     l2: float = 1.0
-    pool_l2: float | None = None  # > 0: the heads of a task shrink toward weights shared by every surface
+    pool_l2: float | None = Field(default=None, gt=0)  # the heads of a task shrink toward shared weights
 
 
 class ItemSvd(_Strict):

@@ -128,8 +128,7 @@ def set_dense_prior(model: GEM, batches: Iterable[Batch], features: list[str], l
         for group in groups:
             sel = m[:, t] & torch.isin(surface, torch.tensor(group))
             local = torch.searchsorted(torch.tensor(group), surface[sel])  # surface -> 0..len(group)-1
-            pool = pool_l2 if len(group) > 1 else None
-            intercepts, slopes = _fit_heads(local, len(group), x[sel], y[sel, t], l2, pool, iters)
+            intercepts, slopes = _fit_heads(local, len(group), x[sel], y[sel, t], l2, pool_l2, iters)
             for i, k in enumerate(group):
                 name = model.cfg.surfaces[k]
                 model.head_b[name][t] = float(intercepts[i])
@@ -144,17 +143,16 @@ def set_dense_prior(model: GEM, batches: Iterable[Batch], features: list[str], l
 def _fit_heads(group: torch.Tensor, n: int, x: torch.Tensor, y: torch.Tensor, l2: float, pool_l2: float | None,
                iters: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Newton steps of the penalised log loss over (an intercept per head, shared slopes, each head's
-    difference); without pooling the difference is absent. -> intercepts [n], slopes [n, k]."""
-    k = x.shape[1]
+    difference); without pooling or with one head the difference is absent. -> intercepts [n], slopes [n, k]."""
+    k, pooled = x.shape[1], pool_l2 is not None and n > 1
     onehot = torch.nn.functional.one_hot(group, n).double()
     parts, pen = [onehot, x], [0.0] * n + [l2] * k  # no penalty on the intercepts
-    if pool_l2 is not None:
+    if pooled:
         parts.append((onehot[:, :, None] * x[:, None, :]).reshape(len(x), n * k))
         pen += [pool_l2] * (n * k)
     design, penalty = torch.cat(parts, dim=1), torch.diag(torch.tensor(pen, dtype=torch.float64))
     theta = torch.zeros(design.shape[1], dtype=torch.float64)
-    counts = onehot.sum(0)
-    rate = ((onehot * y[:, None]).sum(0) / counts).clamp(1e-4, 1 - 1e-4)
+    rate = ((onehot * y[:, None]).sum(0) / onehot.sum(0)).clamp(1e-4, 1 - 1e-4)
     theta[:n] = torch.log(rate / (1 - rate))
     for _ in range(iters):
         p = torch.sigmoid(design @ theta)
@@ -162,6 +160,6 @@ def _fit_heads(group: torch.Tensor, n: int, x: torch.Tensor, y: torch.Tensor, l2
         hess = (design * (p * (1 - p))[:, None]).T @ design + penalty + 1e-9 * torch.eye(len(theta), dtype=torch.float64)
         theta += torch.linalg.solve(hess, grad)
     slopes = theta[n : n + k].expand(n, k).clone()
-    if pool_l2 is not None:
+    if pooled:
         slopes += theta[n + k :].reshape(n, k)
     return theta[:n], slopes
