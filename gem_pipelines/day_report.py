@@ -159,7 +159,8 @@ def oracle_map_calibration(day: dt.date, rows: pl.DataFrame) -> dict[str, float]
         click_mask=pl.lit(True), conversion=pl.lit(0.0), conversion_mask=pl.lit(False))
     surfaces = sorted(rows["surface"].unique().to_list())
     mapper = fit_calibrator(fit_rows, surfaces, min_positives=int(cal["min_positives"]), fit_day=cal["fit_day"],
-                            shrink_positives=float(cal.get("shrink_positives") or 0.0), prior=cal.get("prior") or "pooled")
+                            shrink_positives=float(cal.get("shrink_positives") or 0.0), prior=cal.get("prior") or "pooled",
+                            level_positives=cal.get("level_positives"))
     out = {}
     for surface in surfaces:
         q = rows.filter(pl.col("surface") == surface)["oracle_p"].drop_nulls().to_numpy()

@@ -119,7 +119,7 @@ def calibrator_table(cal: dict[str, Any] | None) -> dg.MetadataValue:
     """The calibrator as a markdown table, after a line of its settings; a sentence when there is none."""
     if not cal:
         return dg.MetadataValue.md("No calibrator: the model's raw probabilities are served.")
-    settings = ", ".join(f"{k} {cal[k]}" for k in ("fit_day", "min_positives", "shrink_positives", "prior") if k in cal)
+    settings = ", ".join(f"{k} {cal[k]}" for k in ("fit_day", "min_positives", "shrink_positives", "prior", "level_positives") if k in cal)
     table = md_grid(CALIBRATOR_COLS, calibrator_rows(cal)).value
     return dg.MetadataValue.md(f"Fitted on {settings}.\n\n{table}")
 

@@ -98,11 +98,13 @@ def preds_frame(data: StudentData, p: np.ndarray, surface: str, raw: np.ndarray 
 def fit_student_calibrator(model: Student, val: StudentData, fit_day: str | None = None) -> Calibrator:
     """The student's own Platt map per task from its raw predictions of `val` (E-1): one surface,
     so each map is shrunk toward the identity (its targets were the teacher's calibrated
-    probabilities) with the weight positives / (positives + shrink_positives)."""
+    probabilities) with the weight positives / (positives + shrink_positives), then shifted toward its
+    own click rate (level_positives, gem_model.models.calibration)."""
     surface = str(model.cfg["surface"])
     preds = preds_frame(val, predict_student(model, val, calibrated=False), surface)
     return fit_calibrator(preds, [surface], min_positives=DEFAULT_CALIBRATION["min_positives"], fit_day=fit_day,
-                          shrink_positives=DEFAULT_CALIBRATION["shrink_positives"], prior="identity")
+                          shrink_positives=DEFAULT_CALIBRATION["shrink_positives"], prior="identity",
+                          level_positives=DEFAULT_CALIBRATION["level_positives"])
 
 
 def table_rows(model: Student, data: StudentData) -> dict[str, torch.Tensor]:

@@ -9,6 +9,11 @@ One day's clicks make a noisy map, so each surface's map is shrunk toward a pool
 surface's rows of the same days, with weight positives / (positives + `shrink_positives`) on its own
 (a student sees one surface: its prior is the identity). A head with fewer than `min_positives`
 positives gets the pooled map alone (identity when the pooled rows have fewer too).
+
+A surface's level is its own: a mean needs far fewer clicks than a slope, and a pooled map dominated by
+the big surfaces carries their bias, not a small surface's. With `level_positives` k_l set, the blended
+map is shifted on the logit scale toward the shift that matches the surface's own click rate on the
+fitting days, with weight positives / (positives + k_l). None: the blend alone (maps stored before).
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ DEFAULT_CALIBRATION: dict[str, Any] = {
     # a surface's own map weighs positives / (positives + this) against the pooled one: about one day's
     # clicks of a surface in the evaluation world, so one day's map counts half
     "shrink_positives": 300,
+    # the shift toward a surface's own click rate weighs positives / (positives + this): a bias of one
+    # surface the pooled map cannot see (the demo world's shops: 1.2-1.3); bench/RESULTS.md
+    "level_positives": 10,
 }
 _EPS = 1e-7
 
@@ -103,6 +111,7 @@ class Calibrator:
     shrink_positives: float = 0.0  # 0: each head's own map alone (the rule before pooling)
     prior: str = "identity"  # what each surface's map is shrunk toward: "pooled" | "identity"
     weight: torch.Tensor | None = None  # float64 [S, T]: the weight of the surface's own map
+    level_positives: float | None = None  # None: no shift toward each surface's own rate (maps stored before)
 
     @classmethod
     def identity(cls, surfaces: list[str]) -> Calibrator:
@@ -130,19 +139,22 @@ class Calibrator:
         return {"surfaces": list(self.surfaces), "a": self.a.clone(), "b": self.b.clone(), "fitted": self.fitted.clone(),
                 "positives": self.positives.clone(), "fit_day": self.fit_day or "", "min_positives": int(self.min_positives),
                 "shrink_positives": float(self.shrink_positives), "prior": self.prior,
-                **({"weight": self.weight.clone()} if self.weight is not None else {})}
+                **({"weight": self.weight.clone()} if self.weight is not None else {}),
+                **({"level_positives": float(self.level_positives)} if self.level_positives is not None else {})}
 
     @classmethod
     def from_state(cls, st: dict[str, Any]) -> Calibrator:
         return cls(list(st["surfaces"]), st["a"].double(), st["b"].double(), st["fitted"].bool(), st["positives"].long(),
                    st.get("fit_day") or None, int(st.get("min_positives", DEFAULT_CALIBRATION["min_positives"])),
                    shrink_positives=float(st.get("shrink_positives", 0.0)), prior=str(st.get("prior", "identity")),
-                   weight=st["weight"].double() if st.get("weight") is not None else None)
+                   weight=st["weight"].double() if st.get("weight") is not None else None,
+                   level_positives=float(st["level_positives"]) if st.get("level_positives") is not None else None)
 
     def metadata(self) -> dict[str, Any]:
         """{surface: {task: {a, b, fitted, positives}}}: what the asset metadata shows."""
         out: dict[str, Any] = {"fit_day": self.fit_day, "min_positives": self.min_positives,
-                               "shrink_positives": self.shrink_positives, "prior": self.prior, "heads": {}}
+                               "shrink_positives": self.shrink_positives, "prior": self.prior,
+                               "level_positives": self.level_positives, "heads": {}}
         for i, s in enumerate(self.surfaces):
             out["heads"][s] = {t: {"a": float(self.a[i, j]), "b": float(self.b[i, j]), "fitted": bool(self.fitted[i, j]),
                                    "positives": int(self.positives[i, j]),
@@ -178,23 +190,28 @@ def refit_days(day: dt.date, fit_day: str | None) -> list[dt.date] | None:
 
 
 def refit(cal: Calibrator, preds: pl.DataFrame, days: list[dt.date]) -> Calibrator:
-    """`cal`'s rule (min_positives, shrinkage, prior) fitted anew on `preds` of `days`."""
+    """`cal`'s rule (min_positives, shrinkage, prior, level) fitted anew on `preds` of `days`."""
     return fit_calibrator(preds, cal.surfaces, min_positives=cal.min_positives, fit_day=",".join(map(str, days)),
-                          shrink_positives=cal.shrink_positives, prior=cal.prior)
+                          shrink_positives=cal.shrink_positives, prior=cal.prior, level_positives=cal.level_positives)
 
 
 def fit_calibrator(preds: pl.DataFrame, surfaces: list[str], *, min_positives: int, fit_day: str | None = None,
-                   shrink_positives: float = 0.0, prior: str = "pooled") -> Calibrator:
+                   shrink_positives: float = 0.0, prior: str = "pooled",
+                   level_positives: float | None = None) -> Calibrator:
     """A Calibrator from `metrics.predict` output of the fitting days (raw probabilities: the
     p_<task>_raw columns when present); see the module doc for the rule.
 
     shrink_positives: 0 fits each head on its own rows alone (no pooling). prior: "pooled" (a map
-    fitted on every surface's rows of `preds`, per task) or "identity" (a one-surface model)."""
+    fitted on every surface's rows of `preds`, per task) or "identity" (a one-surface model).
+    level_positives: None keeps the blend; else the shift toward the surface's own rate (module doc)."""
     if prior not in ("pooled", "identity"):
         raise ValueError(f"calibration prior must be 'pooled' or 'identity', not {prior!r}")
     if shrink_positives < 0:
         raise ValueError(f"calibration shrink_positives must be >= 0, not {shrink_positives}")
+    if level_positives is not None and level_positives < 0:
+        raise ValueError(f"calibration level_positives must be >= 0, not {level_positives}")
     cal = Calibrator.identity(surfaces)
+    cal.level_positives = None if level_positives is None else float(level_positives)
     cal.fit_day, cal.min_positives = fit_day, int(min_positives)
     cal.shrink_positives, cal.prior = float(shrink_positives), prior
     cal.weight = torch.zeros(len(surfaces), len(TASKS), dtype=torch.float64)
@@ -216,22 +233,26 @@ def fit_calibrator(preds: pl.DataFrame, surfaces: list[str], *, min_positives: i
             own_ok = min_positives <= pos < len(y)
             if not own_ok and not pooled_fitted:
                 continue
-            own = fit_platt(logit(sub[col].to_numpy()), y) if own_ok else pooled
+            z = logit(sub[col].to_numpy())
+            own = fit_platt(z, y) if own_ok else pooled
             w = 1.0 if shrink_positives == 0 else (pos / (pos + shrink_positives) if own_ok else 0.0)
-            cal.a[i, j] = w * own[0] + (1 - w) * pooled[0]
-            cal.b[i, j] = w * own[1] + (1 - w) * pooled[1]
+            a, b = w * own[0] + (1 - w) * pooled[0], w * own[1] + (1 - w) * pooled[1]
+            if own_ok and level_positives is not None and w < 1:
+                b += pos / (pos + level_positives) * fit_shift(a * z + b, y)
+            cal.a[i, j], cal.b[i, j] = a, b
             cal.fitted[i, j], cal.weight[i, j] = True, w
     return cal
 
 
 def fit_model_calibrator(predict_day: Callable[[str], pl.DataFrame], days: list[str], surfaces: list[str], *,
                          min_positives: int, shrink_positives: float = DEFAULT_CALIBRATION["shrink_positives"],
-                         prior: str = "pooled") -> Calibrator:
+                         prior: str = "pooled",
+                         level_positives: float | None = DEFAULT_CALIBRATION["level_positives"]) -> Calibrator:
     """`fit_calibrator` on the raw predictions of every day of `days` (`predict_day(day)`: the
     model's `metrics.predict` output of that day, with no calibrator applied or with p_*_raw)."""
     preds = pl.concat([predict_day(d) for d in days], how="diagonal_relaxed")
     return fit_calibrator(preds, surfaces, min_positives=min_positives, fit_day=",".join(days),
-                          shrink_positives=shrink_positives, prior=prior)
+                          shrink_positives=shrink_positives, prior=prior, level_positives=level_positives)
 
 
 def apply(model: torch.nn.Module, logits: torch.Tensor, surface_idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:

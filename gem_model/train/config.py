@@ -78,6 +78,8 @@ class TrainConfig(_Strict):
     calibration_min_positives: int = DEFAULT_CALIBRATION["min_positives"]  # fewer: the pooled map alone
     # a surface's own map weighs positives / (positives + this) against the pooled one (gem_model.models.calibration)
     calibration_shrink_positives: float = DEFAULT_CALIBRATION["shrink_positives"]
+    # the shift toward a surface's own click rate weighs positives / (positives + this); None: no shift
+    calibration_level_positives: float | None = Field(default=DEFAULT_CALIBRATION["level_positives"], ge=0)
 
 
 def _iso(d: Any) -> str | None:

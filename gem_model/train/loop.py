@@ -351,7 +351,8 @@ def select_and_calibrate(run: Run) -> Calibrator | None:
         return None
     calibrator = fit_model_calibrator(
         lambda day: predict_day(run, day), calibration_days(dcfg["train"][1], dcfg["valid"]), list(run.core.cfg.surfaces),
-        min_positives=int(tcfg["calibration_min_positives"]), shrink_positives=float(tcfg["calibration_shrink_positives"]))
+        min_positives=int(tcfg["calibration_min_positives"]), shrink_positives=float(tcfg["calibration_shrink_positives"]),
+        level_positives=tcfg["calibration_level_positives"])
     run.core.calibrator = calibrator  # metrics.predict applies it from here on
     run.say(f"calibrator fitted on {calibrator.fit_day}: {int(calibrator.fitted.sum())} of {calibrator.fitted.numel()} "
             f"heads (others: identity, < {tcfg['calibration_min_positives']} positives)")

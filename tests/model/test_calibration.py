@@ -179,6 +179,48 @@ def test_each_surface_map_is_shrunk_toward_the_pooled_map_by_its_positives():
         fit_calibrator(df, SURFACES, min_positives=30, prior="other")
 
 
+def test_a_small_surface_biased_alone_gets_its_own_level_not_the_pooled_one():
+    """A known miscalibration the pool cannot see: feed's heads are right, the small surface's over-predict
+    about 1.35x. Shrunk toward the pooled map alone (level None, the rule before), shops keeps most of
+    its bias; with level_positives its mapped mean on the fitting rows moves toward its own click rate by
+    positives / (positives + k_l) on the logit scale (all the way at 0), and held-out rows of the same
+    world come out calibrated against the truth. A surface's level never touches another's."""
+    from gem_model.models.calibration import fit_shift, logit
+
+    scale, shift = {"feed": 1.0, "shops": 1.0}, {"feed": 0.0, "shops": 0.4}
+    df = pl.concat([_world(40000, 21, scale, shift).filter(pl.col("surface") == "feed"),
+                    _world(1500, 22, scale, shift).filter(pl.col("surface") == "shops")])
+    held = _world(40000, 23, scale, shift)
+    m_fit, m_held = (df["surface"] == "shops").to_numpy(), (held["surface"] == "shops").to_numpy()
+    y_fit = df["click"].to_numpy()[m_fit]
+    truth = 1 / (1 + np.exp(-(logit(held["p_click"].to_numpy()[m_held]) - 0.4)))  # the oracle of held-out shops
+    blend = fit_calibrator(df, SURFACES, min_positives=30, shrink_positives=300)
+    own = fit_calibrator(df, SURFACES, min_positives=30, shrink_positives=300, level_positives=0)
+    k = 10.0
+    level = fit_calibrator(df, SURFACES, min_positives=30, shrink_positives=300, level_positives=k)
+    pos = int(y_fit.sum())
+    assert 30 < pos < 300  # a small surface: its own map weighs less than half against the pool
+
+    # the blend leaves the bias; the own level matches the fitting rows' click rate exactly
+    assert _apply(blend, held)[m_held].mean() / truth.mean() > 1.15
+    assert _apply(own, df)[m_fit].mean() == pytest.approx(y_fit.mean(), rel=1e-6)
+    # k_l: the shift toward that level, weighed pos / (pos + k_l)
+    z = logit(df["p_click"].to_numpy()[m_fit])
+    a, b = float(blend.a[1, 0]), float(blend.b[1, 0])
+    assert float(level.a[1, 0]) == pytest.approx(a)
+    assert float(level.b[1, 0]) == pytest.approx(b + pos / (pos + k) * fit_shift(a * z + b, y_fit), rel=1e-9)
+    for cal in (own, level):
+        assert abs(_apply(cal, held)[m_held].mean() / truth.mean() - 1) < 0.1
+        # feed: its own clicks decide its level in every rule (600+ positives), it moves by a hair
+        assert float(cal.b[0, 0]) == pytest.approx(float(blend.b[0, 0]), abs=0.02)
+    # stored with the map and re-fitted by the same rule
+    back = Calibrator.from_state(level.state())
+    assert back.level_positives == k and torch.equal(back.b, level.b)
+    assert Calibrator.from_state(blend.state()).level_positives is None
+    with pytest.raises(ValueError, match="level_positives"):
+        fit_calibrator(df, SURFACES, min_positives=30, level_positives=-1)
+
+
 def test_calibration_days_are_the_days_after_the_window_up_to_validation():
     from gem_model.models.calibration import calibration_days
 
