@@ -89,16 +89,18 @@ def day_rows(day: dt.date, rule: dict, score: Callable[[list[dt.date]], pl.DataF
     if df.height == 0 or fit.height == 0 or df["oracle_p"].null_count() or fit["oracle_p"].null_count():
         return []
     df = df.with_columns(p_refit=remap(fit, df, "p_click", rule), oracle_refit=remap(fit, df, "oracle_p", rule))
+    df = df.with_columns(p_raw=pl.col("p_click") if score is not scored else pl.lit(None, pl.Float64))
     if score is not scored:  # raw predictions: "served" is the stored rule fitted on them
         df = df.with_columns(p_click=remap(fit, df, "p_click", _rule()))
     out = []
     for surface in sorted(df["surface"].unique().to_list()):
         s = df.filter(pl.col("surface") == surface)
         y, truth = s["click"].to_numpy(), s["oracle_p"].mean()
-        cal = {c: s[c].mean() / truth for c in ("p_click", "p_refit", "oracle_refit")}
+        cal = {c: (s[c].mean() or np.nan) / truth for c in ("p_click", "p_refit", "oracle_refit", "p_raw")}
         out.append([day.isoformat(), surface, int(y.sum()), cal["p_click"], cal["p_refit"], cal["oracle_refit"],
                     abs(cal["p_refit"] - 1) <= abs(cal["oracle_refit"] - 1),
-                    normalized_entropy(y, s["p_click"].to_numpy()), normalized_entropy(y, s["p_refit"].to_numpy())])
+                    normalized_entropy(y, s["p_click"].to_numpy()), normalized_entropy(y, s["p_refit"].to_numpy()),
+                    cal["p_raw"]])
     return out
 
 
@@ -124,7 +126,7 @@ def report(rule: dict, rows: list[list]) -> None:
     print(f"\n### rule: {rule.get('min_positives')} min positives, shrink {rule.get('shrink_positives')}, "
           f"prior {rule.get('prior')}, level {rule.get('level_positives')}\n")
     cols = ["day", "surface", "clicks", "calibration served", "calibration re-fitted on D-2, D-1",
-            "oracle behind that map", "re-fitted ok", "NE served", "NE re-fitted"]
+            "oracle behind that map", "re-fitted ok", "NE served", "NE re-fitted", "calibration raw (--raw)"]
     print(md_grid(cols, rows, fmt=lambda v: f"{v:.4f}" if isinstance(v, float) else str(v)).value)
     ne = np.array([[r[7], r[8]] for r in rows])
     print(f"\n{sum(r[6] for r in rows)} of {len(rows)} cells re-fitted no further from 1 than the oracle's yardstick; "
