@@ -129,7 +129,8 @@ def _iter_students(
                            ) if tracker.enabled else None
                     info = train_student(model, train, val, arm, hp["train"], seed=int(seed), adapter=adapter,
                                          teacher_model=modules.get(teacher) if spec["share_tables"] else None, log=log,
-                                         device=device, precision=precision)
+                                         device=device, precision=precision,
+                                         keep_start=start.get("warm_start") == "warm")
                     info.update(start)
                     if len(val):  # its own map on E-1 (trainer.fit_student_calibrator): applied from here on
                         model.calibrator = fit_student_calibrator(model, val, roles.validation.isoformat())

@@ -141,9 +141,12 @@ def train_student(
     log: Any | None = None,
     device: torch.device | str | None = None,
     precision: str = "fp32",
+    keep_start: bool = False,
 ) -> dict[str, Any]:
     """Train `model` in place for `arm`; returns info (losses per step, copied tables, the epoch
-    kept). The state kept is the epoch with the lowest click log loss on `val` (E-1).
+    kept). The state kept is the epoch with the lowest click log loss on `val` (E-1); with
+    `keep_start` (a warm start) the starting weights are a candidate too (epoch_kept -1): a retrain
+    whose fresh optimizers knock a trained student off its minimum never replaces it with worse weights.
 
     train_cfg: a preset's `train` section (batch_size, epochs, max_steps, lr, emb_lr, kd_weight,
     share_tables, torch_threads). adapter: a fitted StudentAdapter (student_adapter and later arms).
@@ -155,14 +158,15 @@ def train_student(
     if train_cfg.get("torch_threads"):
         torch.set_num_threads(int(train_cfg["torch_threads"]))
     try:
-        return _train_student(model, train, val, arm, train_cfg, seed, adapter, teacher_model, log, device, precision)
+        return _train_student(model, train, val, arm, train_cfg, seed, adapter, teacher_model, log, device, precision,
+                              keep_start)
     finally:
         torch.set_num_threads(before)
 
 
 def _train_student(model: Student, train: StudentData, val: StudentData | None, arm: str, train_cfg: dict[str, Any],
                    seed: int, adapter: Any | None, teacher_model: torch.nn.Module | None, log: Any | None,
-                   device: torch.device | str | None, precision: str) -> dict[str, Any]:
+                   device: torch.device | str | None, precision: str, keep_start: bool = False) -> dict[str, Any]:
     spec = arm_spec(arm)
     torch.manual_seed(seed)
     model.calibrator = None  # a map fitted on other weights is stale: fit_student_calibrator after training
@@ -190,7 +194,9 @@ def _train_student(model: Student, train: StudentData, val: StudentData | None, 
     bs = int(train_cfg["batch_size"])
     max_steps = train_cfg.get("max_steps")
     gen = torch.Generator().manual_seed(seed)
-    best = (float("inf"), None, -1)
+    best: tuple[float, dict[str, torch.Tensor] | None, int] = (float("inf"), None, -1)
+    if keep_start and val is not None and len(val):
+        best = (click_logloss(predict_student(model, val, calibrated=False), val), copy.deepcopy(model.state_dict()), -1)
     step, t0 = 0, time.perf_counter()
     model.train()
     for epoch in range(int(train_cfg["epochs"])):

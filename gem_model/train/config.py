@@ -55,6 +55,9 @@ class TrainConfig(_Strict):
     max_steps: int | None = None
     warmup_steps: int = 20
     min_lr_frac: float = 0.1
+    # a warm start (init_from) runs the schedule at these times the rates: its optimizers start empty, and
+    # a fresh Adam / Adagrad moves every weight of a trained model by about the full rate at first
+    warm_lr_frac: float = Field(default=1.0, gt=0, le=1)
     grad_clip: float = 1.0  # 0: no clipping
     checkpoint_every: int = 100
     log_every: int = 20

@@ -133,6 +133,7 @@ class Run:
     amp_dtype: torch.dtype | None
     streams: RunStreams
     tracker: Tracker | None = None
+    lr_scale: float = 1.0  # train.warm_lr_frac on a warm start: every rate of the schedule times this
 
     @property
     def takes_part(self) -> bool:
@@ -200,7 +201,8 @@ def setup(cfg: dict[str, Any], *, init_from: str | Path | None, resume: bool, fe
     apply_startup_fits(core, tcfg, streams, warm=init_from is not None, resuming=resume and (out / CHECKPOINT).exists(),
                        sharded=sharded, say=lambda msg: _say(rank, msg))
     run = Run(cfg, tcfg, dcfg, mcfg, out, rank, world, device, model, core, layout, opt_dense, opt_emb, emb_lrs,
-              autocast_dtype(str(tcfg["precision"]), device), streams)
+              autocast_dtype(str(tcfg["precision"]), device), streams,
+              lr_scale=float(tcfg["warm_lr_frac"]) if init_from else 1.0)
     return run, warm
 
 
@@ -282,7 +284,7 @@ def train_loop(run: Run, st: State, total_steps: int) -> None:
         tick = time.perf_counter()
         for batch in stream:
             batch = batch.to(device, non_blocking=True)
-            f = lr_factor(st.step, int(tcfg["warmup_steps"]), total_steps, float(tcfg["min_lr_frac"]))
+            f = lr_factor(st.step, int(tcfg["warmup_steps"]), total_steps, float(tcfg["min_lr_frac"])) * run.lr_scale
             for g in run.opt_dense.param_groups:
                 g["lr"] = tcfg["lr"] * f
             for g, base_lr in zip(run.opt_emb.param_groups, run.emb_lrs, strict=True):

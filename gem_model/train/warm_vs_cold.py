@@ -46,6 +46,8 @@ def warm_vs_cold(
     oracle_uri: str | None = None,
     lr: bool = False,
     init_from: str | Path | None = None,
+    warm_train: dict[str, Any] | None = None,
+    reuse: str | Path | None = None,
 ) -> dict[str, Any]:
     """Train old, warm and cold per seed under `out_root`/s<seed>/ and compare warm with cold on
     `evaluation`. config: a `train()` config (preset, model, train, data.lake, device...); its data
@@ -54,7 +56,9 @@ def warm_vs_cold(
     Returns {"surfaces": {surface | "all": {n, positives, warm_ne, cold_ne, diff, lo, hi, verdict,
     warm_no_worse, oracle_ne, warm_gap_closed, cold_gap_closed}}, "seeds", "seconds": {...}, "runs": [...]},
     init_from: one trained old model for every seed (e.g. the ACCEPTED version, what production warm-starts
-    from): no old training, old_train/old_valid unused. With `lr` also "new_ads": {surface | "all": {n, positives, warm_ne, warm_ci, lr_ne, lr_ci, diff, lo, hi, verdict}}."""
+    from): no old training, old_train/old_valid unused. With `lr` also "new_ads": {surface | "all": {n, positives, warm_ne, warm_ci, lr_ne, lr_ci, diff, lo, hi, verdict}}.
+    warm_train: `train` settings of the warm run alone (e.g. {"warm_lr_frac": 0.1}). reuse: a previous
+    run's out_root whose old and cold models (same seeds, windows and config) are read instead of trained."""
     from gem_model.train.loop import train
 
     out_root = Path(out_root)
@@ -70,9 +74,17 @@ def warm_vs_cold(
                                                     ("cold", new_train, new_valid, evaluation, None)):
             if kind == "old" and init_from is not None:
                 continue
+            if reuse is not None and kind != "warm":
+                if not (Path(reuse) / f"s{seed}" / kind).is_dir():
+                    raise FileNotFoundError(f"reuse: no {kind} model of seed {seed} under {reuse}")
+                continue
             t = time.perf_counter()
             cfg = {**copy.deepcopy(config), "seed": int(seed)}
             cfg["data"] = {**(cfg.get("data") or {}), "train": list(window), "valid": valid, "eval": eval_day}
+            if kind == "warm":
+                if reuse is not None and init_from is None:
+                    init = Path(reuse) / f"s{seed}" / "old"
+                cfg["train"] = {**(cfg.get("train") or {}), **(warm_train or {})}
             summary = train(cfg, out_dir=base / kind, init_from=init)
             seconds[kind] += time.perf_counter() - t
             if kind == "warm":
@@ -83,7 +95,8 @@ def warm_vs_cold(
             run_baselines([str(d) for d in days], str(new_valid), evaluation, base / "lr", uri=examples_uri, seed=int(seed),
                           storage_options=storage_options(examples_uri))
             seconds["lr"] += time.perf_counter() - t
-        for kind, path in (("warm", base / "warm"), ("cold", base / "cold"), ("lr", base / "lr" / "logistic_regression")):
+        cold_dir = Path(reuse) / f"s{seed}" / "cold" if reuse is not None else base / "cold"
+        for kind, path in (("warm", base / "warm"), ("cold", cold_dir), ("lr", base / "lr" / "logistic_regression")):
             if kind != "lr" or lr:
                 preds[f"{kind}|{seed}"] = pl.read_parquet(path / PREDICTIONS).select(
                     "request_id", "surface", "click", pl.col("p_click").alias(f"{kind}|{seed}"))

@@ -102,6 +102,33 @@ def test_every_arm_trains_and_loss_falls(arm, feed, preset, world):  # noqa: F81
     assert info["epoch_kept"] >= 0
 
 
+def test_a_warm_start_keeps_its_weights_when_training_makes_e1_worse(feed, preset, world):  # noqa: F811
+    """keep_start: the starting weights are a candidate of the E-1 selection. A trained student retrained
+    at a rate that wrecks it (every weight moved by ~lr by the fresh Adam) comes back unchanged with
+    epoch_kept -1; without keep_start the wrecked weights are what it keeps."""
+    from gem_model.distill.trainer import click_logloss, predict_student
+
+    train = feed.on_dates(date_range(*world.roles.student))
+    val = feed.on_dates([world.roles.validation])
+    cfg = {**preset["train"], "epochs": 2, "max_steps": 30}
+    base = make_student("labels_only", preset)
+    train_student(base, train, val, "labels_only", cfg, seed=0)
+    start = {k: v.clone() for k, v in base.state_dict().items()}
+    ll_start = click_logloss(predict_student(base, val, calibrated=False), val)
+    wreck = {**cfg, "lr": 5.0, "emb_lr": 5.0, "epochs": 1, "max_steps": 5}
+
+    kept = make_student("labels_only", preset)
+    kept.load_state_dict(start)
+    info = train_student(kept, train, val, "labels_only", wreck, seed=1, keep_start=True)
+    assert info["epoch_kept"] == -1 and info["val_click_logloss"] == pytest.approx(ll_start)
+    assert all(torch.equal(v, start[k]) for k, v in kept.state_dict().items())
+
+    lost = make_student("labels_only", preset)
+    lost.load_state_dict(start)
+    info = train_student(lost, train, val, "labels_only", wreck, seed=1)
+    assert info["epoch_kept"] == 0 and info["val_click_logloss"] > ll_start
+
+
 def test_aux_head_loss_never_reaches_serving_head(feed, preset):
     student = make_student("aux_head", preset)
     part = feed.take(np.arange(256))

@@ -122,6 +122,18 @@ def test_an_ad_born_after_the_first_training_gets_a_topic_vector_on_the_warm_ret
     old = first.item_topic.norm(dim=1) > 0
     assert int(old.sum()) > 100 and torch.equal(warm.item_topic[old], first.item_topic[old])  # the old basis kept
 
+    # train.warm_lr_frac scales a warm start's whole schedule: its fresh optimizers move every weight by
+    # about the rate at first, so at a tiny fraction the dense weights stay where the old model left them
+    cfg = config("gentle", 2)
+    cfg["train"]["warm_lr_frac"] = 1e-6
+    train(cfg, init_from=tmp_path / "first")
+    gentle, _ = load_model(tmp_path / "gentle")
+
+    def moved(m: torch.nn.Module) -> float:
+        ref = dict(first.named_parameters())
+        return max(float((p - ref[n]).abs().max()) for n, p in m.named_parameters() if "tables." not in n)
+    assert moved(gentle) < 1e-4 and moved(warm) > 100 * moved(gentle)
+
 
 def test_a_warm_start_from_a_model_without_directions_fits_them():
     """An old checkpoint trained without item_svd has an all-zero topic buffer: nothing to fold into, so
