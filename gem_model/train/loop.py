@@ -427,6 +427,8 @@ def train(
     if own_tracker:
         tracker = Tracker(**cfg["tracking"], config=cfg)
     run.tracker = tracker
+    if warm is not None and st.step == 0:  # the loaded weights are a candidate: a retrain never serves worse ones
+        validate(run, st)
     total_steps = int(tcfg["max_steps"] or max(1, stream.count_rows() // (tcfg["batch_size"] * run.world) * int(tcfg["epochs"])))
 
     # -- the loop ------------------------------------------------------------------------------------

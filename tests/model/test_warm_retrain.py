@@ -134,6 +134,15 @@ def test_an_ad_born_after_the_first_training_gets_a_topic_vector_on_the_warm_ret
         return max(float((p - ref[n]).abs().max()) for n, p in m.named_parameters() if "tables." not in n)
     assert moved(gentle) < 1e-4 and moved(warm) > 100 * moved(gentle)
 
+    # the loaded weights are validated at step 0: a retrain whose steps only make E-1 worse keeps them
+    cfg = config("wreck", 2)
+    cfg["train"].update(lr=5.0, emb_lr=5.0, eval_every=1)
+    summary = train(cfg, init_from=tmp_path / "first")
+    wreck, _ = load_model(tmp_path / "wreck")
+    assert summary["valid_history"][0][0] == 0 and summary["best_step"] == 0
+    assert all(s > summary["valid_history"][0][1] for _, s in summary["valid_history"][1:])
+    assert moved(wreck) == 0.0
+
 
 def test_a_warm_start_from_a_model_without_directions_fits_them():
     """An old checkpoint trained without item_svd has an all-zero topic buffer: nothing to fold into, so
