@@ -9,9 +9,14 @@ vectors (PPMI-SVD, Levy & Goldberg 2014) become the first `dim` coordinates of e
 mean starting norm (the others 0; unseen rows keep their random start). With `model.topic_dim` the same
 directions also go, frozen, into the `item_topic` buffer that the topic match statistics read.
 
-A warm-started retrain (`init_from`) keeps the old rows and folds its window's ids without a direction (born
-since, or past the old `max_rows` cap) into the old basis, as LSI folds in a new document: the PPMI-weighted
-mean of the known co-occurring rows, renormalised (`fold_in_item_svd`); a refit would rotate every old direction.
+A warm-started retrain (`init_from`) keeps the old rows and gives its window's ids without a direction (born
+since, or past the old `max_rows` cap) one from a refit aligned with the old basis (`fold_in_item_svd`): the
+window's PPMI-SVD, rotated onto the old directions of the ids both know (orthogonal Procrustes), gives each
+new id its rotated vector, in the frozen buffer and, at the known rows' mean norm, in the table, as a cold
+start would. The new ids' vectors then come from the same fit as the known ones they are compared with.
+The LSI fold-in (the PPMI-weighted mean of the known co-occurring rows, `fold_in_rows`, kept for the
+students) made the demo world's warm start worse than the old model on E-1 before any step (NE 0.984 ->
+1.015; the aligned refit 0.982; bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -121,10 +126,12 @@ FOLD_PASSES = 3  # an id whose co-occurring ids are all new too gets its directi
 @torch.no_grad()
 def fold_in_item_svd(model: GEM, batches: Iterable[Batch], dim: int, max_rows: int = MAX_ROWS,
                      known: torch.Tensor | None = None) -> dict[str, int]:
-    """Fold the window's ids without a direction into a warm-started model's basis (module doc); known rows,
-    of the table and of `item_topic`, stay as they were. known: bool [table rows], the rows with a direction
-    (default: a non-zero `item_topic` row; without that buffer pass it, or nothing is folded). Returns {"rows":
-    folded in, "known": known rows of the window, "unreached": new rows met with no known id, "bags": read}."""
+    """Give the window's ids without a direction one from the window's PPMI-SVD aligned with a warm-started
+    model's basis (module doc); known rows, of the table and of `item_topic`, stay as they were. known: bool
+    [table rows], the rows with a direction (default: a non-zero `item_topic` row; without that buffer pass
+    it, or nothing is folded). Returns {"rows": given a direction, "known": known rows of the window,
+    "unreached": new rows the fit leaves without one (no co-occurrence, or fewer known rows than `dim`
+    to align on), "bags": read}."""
     w, cfg = _item_weight(model, dim), model.cfg
     if known is None:
         if not cfg.n_topic_stats:
@@ -132,19 +139,26 @@ def fold_in_item_svd(model: GEM, batches: Iterable[Batch], dim: int, max_rows: i
         known = model.item_topic.norm(dim=1) > 0
     known = known.to("cpu").bool()
     seen, counts, bags = _cooccurrence(model, batches, max_rows)
-    if len(seen) == 0:
-        return {"rows": 0, "known": 0, "unreached": 0, "bags": bags}
-    have = known[seen].clone()  # [n]: has a direction (old, or folded on an earlier pass)
-    n_known = int(have.sum())
-    emb = w.detach()[seen.to(w.device)].float().cpu()
-    topic = model.item_topic[seen.to(w.device)].float().cpu() if cfg.n_topic_stats else None
-    scale = emb[have].norm(dim=1).mean() if have.any() else w.detach().norm(dim=1).mean().cpu()
-    folded = fold_in_rows(ppmi(counts), have, [(emb, float(scale))] + ([(topic, 1.0)] if topic is not None else []))
-    rows = seen[folded].to(w.device)
-    w[rows] = emb[folded].to(w.dtype).to(w.device)
-    if topic is not None:
-        model.item_topic[rows] = topic[folded].to(model.item_topic.dtype).to(model.item_topic.device)
-    return {"rows": int(folded.sum()), "known": n_known, "unreached": int((~(have | folded)).sum()), "bags": bags}
+    have = known[seen] if len(seen) else known[:0]
+    n_known, n_new = int(have.sum()), int((~have).sum())
+    if n_new == 0 or n_known < dim or len(seen) <= dim:
+        return {"rows": 0, "known": n_known, "unreached": n_new, "bags": bags}
+    u, s, _ = torch.svd_lowrank(ppmi(counts), q=min(dim + 8, len(seen)), niter=6)
+    vec = torch.nn.functional.normalize(u[:, :dim] * s[:dim].sqrt(), dim=1)
+    # the old directions of the known rows: the frozen buffer's, or the table's first `dim` coordinates
+    old = (model.item_topic if cfg.n_topic_stats else w.detach()[:, :dim])[seen[have].to(w.device)].float().cpu()
+    a, _, b = torch.linalg.svd(vec[have].T @ torch.nn.functional.normalize(old, dim=1))
+    new_vec = vec[~have] @ (a @ b)  # the rotation that best carries the refit onto the old basis
+    reached = new_vec.norm(dim=1) > 1e-6  # an id with no co-occurrence gets no direction from the fit
+    rows = seen[~have][reached].to(w.device)
+    topic = torch.nn.functional.normalize(new_vec[reached], dim=1)
+    scale = w.detach()[seen[have].to(w.device)].norm(dim=1).mean().cpu()
+    table = torch.zeros(len(rows), w.shape[1])
+    table[:, :dim] = topic * scale
+    w[rows] = table.to(w.dtype).to(w.device)
+    if cfg.n_topic_stats:
+        model.item_topic[rows] = topic.to(model.item_topic.dtype).to(model.item_topic.device)
+    return {"rows": int(reached.sum()), "known": n_known, "unreached": int((~reached).sum()), "bags": bags}
 
 
 def fold_in_rows(p: torch.Tensor, have: torch.Tensor, vectors: list[tuple[torch.Tensor, float]]) -> torch.Tensor:

@@ -1,6 +1,8 @@
-"""A warm-started retrain (init_from) folds the ids its window meets for the first time into the old
-PPMI-SVD basis (gem_model.train.item_svd.fold_in_item_svd): the old rows stay where they were, an ad
-born after the first training gets a direction, in the table and in the frozen topic buffer."""
+"""A warm-started retrain (init_from) gives the ids its window meets for the first time a direction from
+the window's PPMI-SVD aligned with the old basis (gem_model.train.item_svd.fold_in_item_svd): the old rows
+stay where they were, an ad born after the first training gets a direction, in the table and in the
+frozen topic buffer; the loaded weights are a candidate of the E-1 selection; train.warm_lr_frac scales
+the warm run's rates."""
 
 from __future__ import annotations
 
@@ -131,7 +133,7 @@ def test_an_ad_born_after_the_first_training_gets_a_topic_vector_on_the_warm_ret
 
     def moved(m: torch.nn.Module) -> float:
         ref = dict(first.named_parameters())
-        return max(float((p - ref[n]).abs().max()) for n, p in m.named_parameters() if "tables." not in n)
+        return max(float((p.detach() - ref[n].detach()).abs().max()) for n, p in m.named_parameters() if "tables." not in n)
     assert moved(gentle) < 1e-4 and moved(warm) > 100 * moved(gentle)
 
     # the loaded weights are validated at step 0: a retrain whose steps only make E-1 worse keeps them
