@@ -138,7 +138,7 @@ def test_an_ad_born_after_the_first_training_gets_a_topic_vector_on_the_warm_ret
 
     # the loaded weights are validated at step 0: a retrain whose steps only make E-1 worse keeps them
     cfg = config("wreck", 2)
-    cfg["train"].update(lr=5.0, emb_lr=5.0, eval_every=1)
+    cfg["train"].update(lr=5.0, emb_lr=5.0, eval_every=1, warm_lr_frac=1.0)
     summary = train(cfg, init_from=tmp_path / "first")
     wreck, _ = load_model(tmp_path / "wreck")
     assert summary["valid_history"][0][0] == 0 and summary["best_step"] == 0
