@@ -84,14 +84,15 @@ def raw_scorer() -> Callable[[list[dt.date]], pl.DataFrame]:
     return score
 
 
-def day_rows(day: dt.date, rule: dict, score: Callable[[list[dt.date]], pl.DataFrame] = scored) -> list[list]:
+def day_rows(day: dt.date, rule: dict, score: Callable[[list[dt.date]], pl.DataFrame] = scored,
+             stored: dict | None = None) -> list[list]:
     df, fit = score([day]), score([day - dt.timedelta(days=2), day - dt.timedelta(days=1)])
     if df.height == 0 or fit.height == 0 or df["oracle_p"].null_count() or fit["oracle_p"].null_count():
         return []
     df = df.with_columns(p_refit=remap(fit, df, "p_click", rule), oracle_refit=remap(fit, df, "oracle_p", rule))
     df = df.with_columns(p_raw=pl.col("p_click") if score is not scored else pl.lit(None, pl.Float64))
     if score is not scored:  # raw predictions: "served" is the stored rule fitted on them
-        df = df.with_columns(p_click=remap(fit, df, "p_click", _rule()))
+        df = df.with_columns(p_click=remap(fit, df, "p_click", stored or rule))
     out = []
     for surface in sorted(df["surface"].unique().to_list()):
         s = df.filter(pl.col("surface") == surface)
@@ -119,7 +120,7 @@ def main() -> None:
     score = raw_scorer() if args.raw else scored
     for rule in variants:
         report(rule, [r for i in range((last - first).days + 1)
-                      for r in day_rows(first + dt.timedelta(days=i), rule, score)])
+                      for r in day_rows(first + dt.timedelta(days=i), rule, score, stored)])
 
 
 def report(rule: dict, rows: list[list]) -> None:
