@@ -85,19 +85,51 @@ def scored(days: list[dt.date]) -> pl.DataFrame:
     return df.join(oracle.select("request_id", pl.col("p_click").alias("oracle_p")), on="request_id", how="left")
 
 
-def pooled_table(days: list[dict[str, Any]]) -> str:
-    """Per surface over every recorded day's rows together: NE, the oracle's, the share of the gap closed."""
-    from gem_model.eval.metrics import normalized_entropy
+POOLED_BOOT = 200  # resamples behind the pooled tables' intervals (every day's rows: hundreds of thousands)
 
-    df = scored([dt.date.fromisoformat(d["day"]) for d in days])
-    rows = []
-    for surface in sorted(df["surface"].unique().to_list()):
-        s = df.filter(pl.col("surface") == surface)
-        y = s["click"].to_numpy()
-        ne = normalized_entropy(y, s["p_click"].to_numpy())
-        o = normalized_entropy(y, s["oracle_p"].to_numpy()) if "oracle_p" in s.columns and s["oracle_p"].null_count() == 0 else None
-        rows.append([surface, len(days), s.height, int(y.sum()), ne, o, (1 - ne) / (1 - o) if o is not None and o < 1 else None])
-    return md_grid(["surface", "days", "impressions", "clicks", "ne", "oracle_ne", "gap_closed"], rows, fmt=_f).value
+
+def pooled_table(days: list[dict[str, Any]]) -> str:
+    """Per surface, and over every surface (`all`), every recorded day's rows together: NE, the
+    oracle's, the share of the gap closed, with 95% intervals (`_pooled_cells`); then the same on the
+    impressions of ads first seen on their day (the cold-start case, ad age as gem_model.eval.ad_age)."""
+    from gem_model.eval.ad_age import ad_ages, read_events
+
+    dates = [dt.date.fromisoformat(d["day"]) for d in days]
+    df = scored(dates)
+    ages = pl.concat([ad_ages(read_events(d, table_uri("events")), d) for d in dates])
+    cols = ["surface", "days", "impressions", "clicks", "ne", "ne 95%", "oracle_ne", "gap_closed", "gap_closed 95%"]
+    out = []
+    for title, rows in (("", df), ("\n\nImpressions of ads first seen on their E:\n\n",
+                                    df.join(ages.filter(pl.col("ad_age") == "new"), on="request_id", how="semi"))):
+        groups = [(s, rows.filter(pl.col("surface") == s)) for s in sorted(rows["surface"].unique().to_list())]
+        grid = [[name, len(days), g.height, int(g["click"].sum()), *_pooled_cells(g)] for name, g in [*groups, ("all", rows)]]
+        out.append(title + md_grid(cols, grid, fmt=_f).value)
+    return "".join(out)
+
+
+def _pooled_cells(rows: pl.DataFrame) -> list[Any]:
+    """ne, its interval, oracle_ne, gap_closed and its interval of `rows` (click, p_click, oracle_p), one
+    Poisson bootstrap for model and oracle alike (the gap's interval is paired); blanks where undefined."""
+    from gem_model.eval.metrics import bootstrap_ne, interval, normalized_entropy
+
+    y = rows["click"].to_numpy()
+    if rows.height == 0 or y.sum() == 0:
+        return [None] * 5
+    preds = {"m": rows["p_click"].to_numpy()}
+    if "oracle_p" in rows.columns and rows["oracle_p"].null_count() == 0:
+        preds["o"] = rows["oracle_p"].to_numpy()
+    boot = bootstrap_ne(y, preds, n_boot=POOLED_BOOT, chunk=10)
+    ne = normalized_entropy(y, preds["m"])
+    cells: list[Any] = [ne, _ci(interval(boot["m"])), None, None, None]
+    if "o" in preds:
+        o = normalized_entropy(y, preds["o"])
+        gap = (1 - boot["m"]) / (1 - boot["o"])
+        cells[2:] = [o, (1 - ne) / (1 - o) if o < 1 else None, _ci(interval(gap[np.isfinite(gap)]))]
+    return cells
+
+
+def _ci(bounds: tuple[float, float]) -> str:
+    return f"[{bounds[0]:.4f}, {bounds[1]:.4f}]"
 
 
 def surface_rows(day: dt.date) -> list[dict[str, Any]]:

@@ -238,4 +238,12 @@ def _check_report(home: Path, summaries: list[dict], acc1: dict[str, str]) -> No
         cells = next(line for line in pooled if line.startswith(f"| {surface} |")).split("|")[2:5]
         rs = [r for d in days for r in d["surfaces"] if r["surface"] == surface]
         assert [int(c) for c in cells] == [3, sum(r["impressions"] for r in rs), sum(r["clicks"] for r in rs)]
+    first, new_ads = md.split("## Every day's rows pooled")[1].split("Impressions of ads first seen on their E:")
+    for table, imps, clicks in ((first, "impressions", "clicks"), (new_ads, "new_ad_impressions", "new_ad_clicks")):
+        line = next(x for x in table.splitlines() if x.startswith("| all |")).split("|")
+        assert [int(c) for c in line[2:5]] == [3, sum(r[imps] for d in days for r in d["surfaces"]),
+                                                sum(r[clicks] for d in days for r in d["surfaces"])]
+        if int(line[4]):  # clicks: NE defined, inside its bootstrap interval
+            lo, hi = (float(x) for x in line[6].strip(" []").split(","))
+            assert lo <= float(line[5]) <= hi
     assert (home / "reports" / "days_in_the_life.png").read_bytes()[:4] == b"\x89PNG"
