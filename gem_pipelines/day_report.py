@@ -2,7 +2,8 @@
 models did on that day's E, which models retrained, and how long the day took.
 
 Each day writes `reports/next_day/<E>.json`; `render` turns every day so far into
-`reports/days_in_the_life.md` (tables) and `.png` (plots), and records an observation on each
+`reports/days_in_the_life.md` (tables, and every day's rows pooled per surface and by the ad's age,
+with 95% bootstrap intervals) and `.png` (plots), and records an observation on each
 `students` partition with its surface's table and links to both (the asset's page in the UI).
 
 Measured on E from the lake alone (no model is loaded): the foundation's predictions are the
@@ -88,43 +89,52 @@ def scored(days: list[dt.date]) -> pl.DataFrame:
 POOLED_BOOT = 200  # resamples behind the pooled tables' intervals (every day's rows: hundreds of thousands)
 
 
+AGE_TITLES = {"new": "first seen on their E (the cold start)", "recent": "first seen 1-2 days before their E",
+              "older": "first seen earlier"}
+
+
 def pooled_table(days: list[dict[str, Any]]) -> str:
     """Per surface, and over every surface (`all`), every recorded day's rows together: NE, the
-    oracle's, the share of the gap closed, with 95% intervals (`_pooled_cells`); then the same on the
-    impressions of ads first seen on their day (the cold-start case, ad age as gem_model.eval.ad_age)."""
-    from gem_model.eval.ad_age import ad_ages, read_events
+    oracle's, the share of the gap closed, with 95% intervals (`_pooled_cells`), and the calibration
+    against the truth; then the same per ad age (gem_model.eval.ad_age): a stale model's bias on the ads
+    born after its window shows there."""
+    from gem_model.eval.ad_age import AGE_BUCKETS, ad_ages, read_events
 
     dates = [dt.date.fromisoformat(d["day"]) for d in days]
     df = scored(dates)
-    ages = pl.concat([ad_ages(read_events(d, table_uri("events")), d) for d in dates])
-    cols = ["surface", "days", "impressions", "clicks", "ne", "ne 95%", "oracle_ne", "gap_closed", "gap_closed 95%"]
+    df = df.join(pl.concat([ad_ages(read_events(d, table_uri("events")), d) for d in dates]), on="request_id", how="left")
+    cols = ["surface", "days", "impressions", "clicks", "ne", "ne 95%", "oracle_ne", "gap_closed", "gap_closed 95%",
+            "calibration"]
     out = []
-    for title, rows in (("", df), ("\n\nImpressions of ads first seen on their E:\n\n",
-                                    df.join(ages.filter(pl.col("ad_age") == "new"), on="request_id", how="semi"))):
+    for age in (None, *AGE_BUCKETS):
+        rows = df if age is None else df.filter(pl.col("ad_age") == age)
         groups = [(s, rows.filter(pl.col("surface") == s)) for s in sorted(rows["surface"].unique().to_list())]
         grid = [[name, len(days), g.height, int(g["click"].sum()), *_pooled_cells(g)] for name, g in [*groups, ("all", rows)]]
+        title = "" if age is None else f"\n\nImpressions of ads {AGE_TITLES[age]}:\n\n"
         out.append(title + md_grid(cols, grid, fmt=_f).value)
     return "".join(out)
 
 
 def _pooled_cells(rows: pl.DataFrame) -> list[Any]:
-    """ne, its interval, oracle_ne, gap_closed and its interval of `rows` (click, p_click, oracle_p), one
-    Poisson bootstrap for model and oracle alike (the gap's interval is paired); blanks where undefined."""
+    """ne, its interval, oracle_ne, gap_closed and its interval, calibration (mean p / mean oracle p) of
+    `rows` (click, p_click, oracle_p), one Poisson bootstrap for model and oracle alike (the gap's
+    interval is paired); blanks where undefined."""
     from gem_model.eval.metrics import bootstrap_ne, interval, normalized_entropy
 
     y = rows["click"].to_numpy()
     if rows.height == 0 or y.sum() == 0:
-        return [None] * 5
+        return [None] * 6
     preds = {"m": rows["p_click"].to_numpy()}
     if "oracle_p" in rows.columns and rows["oracle_p"].null_count() == 0:
         preds["o"] = rows["oracle_p"].to_numpy()
     boot = bootstrap_ne(y, preds, n_boot=POOLED_BOOT, chunk=10)
     ne = normalized_entropy(y, preds["m"])
-    cells: list[Any] = [ne, _ci(interval(boot["m"])), None, None, None]
+    cells: list[Any] = [ne, _ci(interval(boot["m"])), None, None, None, None]
     if "o" in preds:
         o = normalized_entropy(y, preds["o"])
         gap = (1 - boot["m"]) / (1 - boot["o"])
-        cells[2:] = [o, (1 - ne) / (1 - o) if o < 1 else None, _ci(interval(gap[np.isfinite(gap)]))]
+        cells[2:] = [o, (1 - ne) / (1 - o) if o < 1 else None, _ci(interval(gap[np.isfinite(gap)])),
+                     float(preds["m"].mean() / preds["o"].mean())]
     return cells
 
 

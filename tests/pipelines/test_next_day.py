@@ -238,12 +238,15 @@ def _check_report(home: Path, summaries: list[dict], acc1: dict[str, str]) -> No
         cells = next(line for line in pooled if line.startswith(f"| {surface} |")).split("|")[2:5]
         rs = [r for d in days for r in d["surfaces"] if r["surface"] == surface]
         assert [int(c) for c in cells] == [3, sum(r["impressions"] for r in rs), sum(r["clicks"] for r in rs)]
-    first, new_ads = md.split("## Every day's rows pooled")[1].split("Impressions of ads first seen on their E:")
-    for table, imps, clicks in ((first, "impressions", "clicks"), (new_ads, "new_ad_impressions", "new_ad_clicks")):
+    tables = md.split("## Every day's rows pooled")[1].split("Impressions of ads first seen")
+    assert len(tables) == 4  # every row; then by the ad's age: on E, 1-2 days before, earlier
+    for table, imps, clicks in ((tables[0], "impressions", "clicks"), (tables[1], "new_ad_impressions", "new_ad_clicks")):
         line = next(x for x in table.splitlines() if x.startswith("| all |")).split("|")
         assert [int(c) for c in line[2:5]] == [3, sum(r[imps] for d in days for r in d["surfaces"]),
                                                 sum(r[clicks] for d in days for r in d["surfaces"])]
         if int(line[4]):  # clicks: NE defined, inside its bootstrap interval
             lo, hi = (float(x) for x in line[6].strip(" []").split(","))
-            assert lo <= float(line[5]) <= hi
+            assert lo <= float(line[5]) <= hi and 0.2 < float(line[10]) < 5  # calibration against the truth
+    ages = [int(next(x for x in t.splitlines() if x.startswith("| all |")).split("|")[3]) for t in tables]
+    assert sum(ages[1:]) == ages[0]  # the three ages share out every impression
     assert (home / "reports" / "days_in_the_life.png").read_bytes()[:4] == b"\x89PNG"
