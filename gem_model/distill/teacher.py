@@ -7,8 +7,10 @@ so all students of a teacher share one pass. teacher = "foundation" or "domain:<
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import polars as pl
 import torch
@@ -20,6 +22,7 @@ from gem_model.models.calibration import refit, refit_days
 from gem_model.store.delta import overwrite_partition
 from gem_model.store.paths import storage_options as env_storage_options
 from gem_model.store.paths import table_uri
+from gem_model.train.item_svd import MAX_ROWS, fold_in_item_svd
 from gem_model.train.precision import autocast_dtype
 
 TABLE = "teacher_predictions"
@@ -82,13 +85,16 @@ def predict_teacher(
     device: torch.device | str | None = None,
     precision: str = "auto",
     recalibrate: bool = False,
+    fold_in: dict[str, Any] | None = None,
 ) -> pl.DataFrame:
     """One batched, unshuffled pass of a GEM teacher (`forward_with_summary`) over every row of
     `training_examples` on `dates` (list, single date, or inclusive (first, last) pair) for
     `surfaces` (default: all). Returns a frame with TEACHER_PREDICTIONS_SCHEMA. The model is moved
     to `device` (default: where it is); precision: auto | bf16 | fp32 (autocast; heads stay fp32).
     recalibrate: a date after the map's fitting days is scored behind its map re-fitted on the days
-    before it (gem_model.models.calibration.refit_days)."""
+    before it (gem_model.models.calibration.refit_days). fold_in: the model's train config (load_model's
+    second value): each date is scored with the ids born since the model's window folded in first
+    (`serving_fold_in`); the re-fitted map, when there is one, is fitted on the folded model."""
     if teacher_name != FOUNDATION and not teacher_name.startswith("domain:"):
         raise ValueError(f"teacher must be 'foundation' or 'domain:<name>', not {teacher_name!r}")
     surfaces_config = load_surfaces()
@@ -110,12 +116,14 @@ def predict_teacher(
         # Between retrains the world moves on: a day past the map's own is scored behind a map re-fitted
         # on the days just before it (`refit_days`: never a training day, never the day itself).
         days = refit_days(d, stored.fit_day) if recalibrate and stored is not None else None
-        if days and (fit := pl.concat([predict(model, stream(f), device=device, amp_dtype=amp_dtype) for f in days])).height:
-            model.calibrator = refit(stored, fit, days)
-        try:
-            df = predict(model, stream(d), device=device, with_embeddings=True, amp_dtype=amp_dtype)
-        finally:
-            model.calibrator = stored
+        with serving_fold_in(model, fold_in, d, uri=uri, batch_size=batch_size):
+            if days and (fit := pl.concat([predict(model, stream(f), device=device, amp_dtype=amp_dtype)
+                                           for f in days])).height:
+                model.calibrator = refit(stored, fit, days)
+            try:
+                df = predict(model, stream(d), device=device, with_embeddings=True, amp_dtype=amp_dtype)
+            finally:
+                model.calibrator = stored
         conversion = pl.when(pl.col("surface").is_in(no_conversions)).then(None).otherwise(pl.col("p_conversion"))
         frames.append(df.select(pl.lit(d).alias("date"), "surface", "request_id", pl.lit(teacher_name).alias("teacher"),
                                 pl.lit(str(teacher_version)).alias("teacher_version"), "p_click",
@@ -123,6 +131,43 @@ def predict_teacher(
     if not frames:
         return pl.DataFrame(schema=TEACHER_PREDICTIONS_SCHEMA)
     return pl.concat(frames).cast(TEACHER_PREDICTIONS_SCHEMA).select(list(TEACHER_PREDICTIONS_SCHEMA))
+
+
+@contextlib.contextmanager
+def serving_fold_in(model: torch.nn.Module, config: dict[str, Any] | None, day: dt.date, *, uri: str | None = None,
+                    batch_size: int = 4096) -> Iterator[dict[str, int] | None]:
+    """Within the block, `model` scores `day` with the ids first met after its training window given a
+    co-occurrence direction (gem_model.train.item_svd.fold_in_item_svd) from the logs of the days between
+    its window and `day`: item rows, never labels, nothing of `day` itself. On exit the model is as it was.
+    config: its train config (`data.train` is the window; `train.item_svd`); None, no window, no topic
+    buffer, `train.item_svd.serve_fold_in` false or `day` next to the window: nothing folded, yields None.
+    Else yields fold_in_item_svd's counts.
+
+    Why: with churn most of E's ads are born after the teacher's window (it ends at E-3); their rows and
+    topic vectors are empty until the next retrain (bench/RESULTS.md, "serving-time fold-in")."""
+    window = ((config or {}).get("data") or {}).get("train")
+    svd = ((config or {}).get("train") or {}).get("item_svd") or {}
+    cfg = getattr(model, "cfg", None)
+    # no frozen buffer: no known rows to align on
+    if not window or not svd.get("serve_fold_in", True) or cfg is None or not cfg.n_topic_stats:
+        yield None
+        return
+    first, last = dt.date.fromisoformat(str(window[-1])) + dt.timedelta(days=1), day - dt.timedelta(days=1)
+    if last < first:
+        yield None
+        return
+    table = model.tables[cfg.sparse_features[cfg.target_pairs[0][0]][1]].weight
+    saved = [(t, t.detach().clone()) for t in (table, model.item_topic)]
+    stream = ExampleStream(first, last, list(cfg.surfaces), batch_size=batch_size, uri=uri, shuffle=False,
+                           drop_last=False, max_len=cfg.seq_len)
+    try:
+        with torch.no_grad():
+            stats = fold_in_item_svd(model, stream, cfg.topic_dim, int(svd.get("max_rows", MAX_ROWS)))
+        yield stats
+    finally:
+        with torch.no_grad():
+            for t, before in saved:
+                t.copy_(before)
 
 
 def write_teacher_predictions(df: pl.DataFrame, *, uri: str | None = None) -> int:

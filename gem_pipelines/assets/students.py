@@ -197,11 +197,13 @@ def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, a
     teachers = _accepted_teachers()
     written = []
     for name, (ckpt, version) in teachers.items():
-        model, _ = load_model(ckpt)
+        model, config = load_model(ckpt)
         surfaces = None if name == "foundation" else [s.name for s in SURFACES.in_domain(name.split(":", 1)[1])]
+        # the foundation folds in the ids born since its window; a domain model's rows of them were tuned
+        # on the student days already (no window in its config): it is scored as it is
         df = predict_teacher(model, [date], name, version, surfaces=surfaces, uri=lake.table("training_examples"),
                              device=accelerator.resolved_device(), precision=accelerator.train_precision(),
-                             recalibrate=True)
+                             recalibrate=True, fold_in=config if name == "foundation" else None)
         fit_day = getattr(getattr(model, "calibrator", None), "fit_day", None)
         written.append({"teacher": name, "version": version, "rows": df.height,
                         "map fitted on": ",".join(map(str, refit_days(date, fit_day) or [])) or fit_day or "no map",

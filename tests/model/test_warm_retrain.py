@@ -157,3 +157,47 @@ def test_a_warm_start_from_a_model_without_directions_fits_them():
     assert "warm" not in info and info["rows"] == NEW_AD - 1 and bool(model.item_topic[1:NEW_AD].any(1).all())
     info = start_item_table(model, [_batch(cfg, g, NEW_AD) for _ in range(4)], dim=8, warm=True)
     assert info["warm"] == 1 and info["rows"] == N_TOPICS
+
+
+def test_a_served_day_folds_in_the_ads_born_since_the_window_and_leaves_the_model_as_it_was(gem_home, tmp_path):
+    """teacher_predictions scores E with the ids born after the teacher's window folded in from the logs
+    between (gem_model.distill.teacher.serving_fold_in): their rows change inside the block, nothing after."""
+    import polars as pl
+
+    from gem_model.data.vocab import hash_int64
+    from gem_model.distill.teacher import FOUNDATION, predict_teacher, serving_fold_in
+    from gem_model.models.registry import load_model
+    from gem_model.train.loop import train
+
+    days = [dt.date(2026, 11, 1) + dt.timedelta(days=i) for i in range(6)]
+    lake = tmp_path / "lake"
+    new_ids = _two_window_lake(lake, days, born=days[3], rows=1500)
+    uri = str(lake / "training_examples")
+    train({"preset": "tiny", "model": {"topic_dim": 4}, "seed": 0, "device": "cpu", "out_dir": str(tmp_path / "m"),
+           "data": {"train": [days[1].isoformat(), days[2].isoformat()], "valid": days[3].isoformat(), "lake": str(lake)},
+           "train": {"torch_threads": 1, "max_steps": 3, "item_svd": {"dim": 4}, "calibrate": False}})
+    model, config = load_model(tmp_path / "m")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rows = torch.from_numpy(hash_int64(np.array(new_ids, dtype=np.int64), model.cfg.tables["item"]))
+    born = rows[model.item_topic[rows].norm(dim=1) == 0]
+    assert len(born) >= 0.9 * len(rows)
+
+    with serving_fold_in(model, config, days[3], uri=uri) as stats:  # the day after the window: nothing between
+        assert stats is None
+    with serving_fold_in(model, config, days[5], uri=uri) as stats:  # folds d4-d5's logs, not d6's
+        assert stats["rows"] >= len(born) and bool((model.item_topic[born].norm(dim=1) > 0.99).all())
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    off = {**config, "train": {**config["train"], "item_svd": {**config["train"]["item_svd"], "serve_fold_in": False}}}
+    with serving_fold_in(model, off, days[5], uri=uri) as stats:
+        assert stats is None
+
+    def scored(fold_in: dict | None) -> pl.DataFrame:
+        return predict_teacher(model, [days[5]], FOUNDATION, "v", uri=uri, fold_in=fold_in).join(
+            pl.read_delta(uri).filter(pl.col("date") == days[5]).select("request_id", "ad_id"), on="request_id")
+
+    plain, folded = scored(None), scored(config)
+    assert plain["request_id"].to_list() == folded["request_id"].to_list()
+    changed = (plain["p_click"] - folded["p_click"]).abs() > 1e-7
+    is_new = plain["ad_id"] > 50000
+    assert float(changed.filter(is_new).mean()) > 0.9  # the new ads are scored with their folded rows
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
