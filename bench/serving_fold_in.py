@@ -2,8 +2,8 @@
 stale map re-fitted), without and with the ids born after the model's window folded in first
 (gem_model.distill.teacher.serving_fold_in: the logs of the days between its window and D, no labels,
 nothing of D itself). Prints click NE per surface and by the ad's age (gem_model.eval.ad_age), every
-day's rows pooled, with paired 95% intervals of the difference and the share of the oracle gap closed.
-Nothing is trained.
+day's rows pooled, with paired 95% intervals of the difference, the share of the oracle gap closed and
+the calibration against the truth (mean prediction / mean oracle probability). Nothing is trained.
 
     GEM_SIMULATOR=eval GEM_HOME=<a finished demo or week> python bench/serving_fold_in.py --days <D> [<D> ...]
 
@@ -70,9 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     df = pl.concat(frames, how="diagonal")
     oracle = "oracle_p" in df.columns and df["oracle_p"].null_count() == 0
     print(f"\nclick NE, {len(frames)} day(s) pooled: as served (base) and with the serving-time fold-in; "
-          "diff = folded - base [95% CI]; gap = share of the oracle gap closed\n")
-    print("| surface | ad age | rows | clicks | NE base | NE folded | diff [95% CI] | oracle NE | gap base | gap folded |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "diff = folded - base [95% CI]; gap = share of the oracle gap closed; cal = mean p / mean oracle p\n")
+    print("| surface | ad age | rows | clicks | NE base | NE folded | diff [95% CI] | oracle NE | gap base | gap folded "
+          "| cal base | cal folded |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for surface in [*sorted(df["surface"].unique().to_list()), ALL]:
         s = df if surface == ALL else df.filter(pl.col("surface") == surface)
         for age in (*AGE_BUCKETS, ALL):
@@ -85,9 +86,10 @@ def main(argv: list[str] | None = None) -> int:
             ne = {k: normalized_entropy(y, b[k].to_numpy()) for k in ("base", "folded")}
             o = normalized_entropy(y, b["oracle_p"].to_numpy()) if oracle else float("nan")
             gap = {k: (1 - v) / (1 - o) if oracle else float("nan") for k, v in ne.items()}
+            cal = {k: float(b[k].mean() / b["oracle_p"].mean()) if oracle else float("nan") for k in ne}
             print(f"| {surface} | {age} | {len(y)} | {int(y.sum())} | {ne['base']:.4f} | {ne['folded']:.4f} | "
                   f"{ne['folded'] - ne['base']:+.4f} [{lo:+.4f}, {hi:+.4f}] | {o:.4f} | {gap['base']:.3f} | "
-                  f"{gap['folded']:.3f} |")
+                  f"{gap['folded']:.3f} | {cal['base']:.3f} | {cal['folded']:.3f} |")
     return 0
 
 

@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warm-set", default=None, type=json.loads,
                    help='train settings of the warm run alone, JSON (e.g. \'{"warm_lr_frac": 0.1}\')')
     p.add_argument("--reuse", default=None, help="a previous run's --out: its old and cold models, not trained again")
+    p.add_argument("--compare-only", action="store_true",
+                   help="train nothing: compare the seeds' models already under --out (e.g. links to runs made apart)")
     p.add_argument("--out", default=None, help="run folder (default: $GEM_HOME/bench/warm_vs_cold)")
     a = p.parse_args(argv)
     if a.shift < 1:
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                           new_train=(roles.teacher[0].isoformat(), roles.teacher[1].isoformat()),
                           new_valid=roles.validation.isoformat(), evaluation=roles.evaluation.isoformat(),
                           seeds=a.seeds, out_root=out, n_boot=a.n_boot, lr=a.lr, init_from=accepted,
-                          warm_train=a.warm_set, reuse=a.reuse)
+                          warm_train=a.warm_set, reuse=a.reuse, compare_only=a.compare_only)
     (out / "warm_vs_cold.json").write_text(json.dumps(result, indent=1, default=str))
     table = markdown(result)
     (out / "warm_vs_cold.md").write_text(table)

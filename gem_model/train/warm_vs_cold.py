@@ -48,6 +48,7 @@ def warm_vs_cold(
     init_from: str | Path | None = None,
     warm_train: dict[str, Any] | None = None,
     reuse: str | Path | None = None,
+    compare_only: bool = False,
 ) -> dict[str, Any]:
     """Train old, warm and cold per seed under `out_root`/s<seed>/ and compare warm with cold on
     `evaluation`. config: a `train()` config (preset, model, train, data.lake, device...); its data
@@ -58,7 +59,9 @@ def warm_vs_cold(
     init_from: one trained old model for every seed (e.g. the ACCEPTED version, what production warm-starts
     from): no old training, old_train/old_valid unused. With `lr` also "new_ads": {surface | "all": {n, positives, warm_ne, warm_ci, lr_ne, lr_ci, diff, lo, hi, verdict}}.
     warm_train: `train` settings of the warm run alone (e.g. {"warm_lr_frac": 0.1}). reuse: a previous
-    run's out_root whose old and cold models (same seeds, windows and config) are read instead of trained."""
+    run's out_root whose old and cold models (same seeds, windows and config) are read instead of trained.
+    compare_only: train nothing, compare the models already under `out_root`/s<seed>/ (seeds run apart,
+    e.g. one a machine or a session, compared together; "runs" is then empty)."""
     from gem_model.train.loop import train
 
     out_root = Path(out_root)
@@ -72,7 +75,7 @@ def warm_vs_cold(
         for kind, window, valid, eval_day, init in (("old", old_train, old_valid, None, None),
                                                     ("warm", new_train, new_valid, evaluation, init_from or base / "old"),
                                                     ("cold", new_train, new_valid, evaluation, None)):
-            if kind == "old" and init_from is not None:
+            if compare_only or (kind == "old" and init_from is not None):
                 continue
             if reuse is not None and kind != "warm":
                 if not (Path(reuse) / f"s{seed}" / kind).is_dir():
@@ -89,7 +92,7 @@ def warm_vs_cold(
             seconds[kind] += time.perf_counter() - t
             if kind == "warm":
                 runs.append({"seed": int(seed), "warm_start": summary["warm_start"]})
-        if lr:
+        if lr and not compare_only:
             t = time.perf_counter()
             days = pl.date_range(dt.date.fromisoformat(new_train[0]), dt.date.fromisoformat(new_train[1]), eager=True)
             run_baselines([str(d) for d in days], str(new_valid), evaluation, base / "lr", uri=examples_uri, seed=int(seed),

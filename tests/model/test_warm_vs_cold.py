@@ -33,6 +33,12 @@ def test_warm_vs_cold_trains_both_and_returns_paired_intervals(lake, tmp_path):
     new = result["new_ads"]  # the warm retrain against the LR on E's ads first seen on E
     assert set(new) == set(surfaces) and new["all"]["n"] == sum(r["n"] for s, r in new.items() if s != "all")
     assert "| all |" in markdown(result) and "first seen on E" in markdown(result)
+    # seeds trained apart, compared together: the same figures from the saved models, nothing trained
+    again = warm_vs_cold(config, old_train=("2026-11-02", "2026-11-02"), old_valid=None, new_train=("2026-11-02", "2026-11-03"),
+                         new_valid="2026-11-04", evaluation="2026-11-05", seeds=[0, 1], out_root=tmp_path / "wvc",
+                         n_boot=200, lr=True, compare_only=True)
+    assert again["surfaces"] == surfaces and again["new_ads"] == new and again["runs"] == []
+    assert set(again["seconds"].values()) == {0.0}
     # from one given old model (the ACCEPTED version, as the weekly retrain): no old training per seed
     again = warm_vs_cold(config, old_train=("2026-11-02", "2026-11-02"), old_valid=None, new_train=("2026-11-02", "2026-11-03"),
                          new_valid="2026-11-04", evaluation="2026-11-05", seeds=[3], out_root=tmp_path / "acc",
