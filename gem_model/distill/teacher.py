@@ -94,7 +94,10 @@ def predict_teacher(
     recalibrate: a date after the map's fitting days is scored behind its map re-fitted on the days
     before it (gem_model.models.calibration.refit_days). fold_in: the model's train config (load_model's
     second value): each date is scored with the ids born since the model's window folded in first
-    (`serving_fold_in`); the re-fitted map, when there is one, is fitted on the folded model."""
+    (`serving_fold_in`), and its map is fitted anew on its fitting days (or the `refit_days`), each scored
+    as it would have been served, folded up to the day before it: a map fitted on the model before the
+    fold, or on days where every ad is folded, leaves the ads born on the day itself (never folded) at
+    half their rate (bench/RESULTS.md, "serving-time fold-in")."""
     if teacher_name != FOUNDATION and not teacher_name.startswith("domain:"):
         raise ValueError(f"teacher must be 'foundation' or 'domain:<name>', not {teacher_name!r}")
     surfaces_config = load_surfaces()
@@ -116,10 +119,16 @@ def predict_teacher(
         # Between retrains the world moves on: a day past the map's own is scored behind a map re-fitted
         # on the days just before it (`refit_days`: never a training day, never the day itself).
         days = refit_days(d, stored.fit_day) if recalibrate and stored is not None else None
+        if stored is not None and stored.fit_day and not days and fold_window(model, fold_in, d):
+            # the stored map was fitted on the model as it was, before any fold-in: fitted anew on its days
+            days = [dt.date.fromisoformat(f) for f in stored.fit_day.split(",")]
+        fit = []
+        for f in days or []:  # each fitting day scored as it would be served: folded up to the day before it
+            with serving_fold_in(model, fold_in, f, uri=uri, batch_size=batch_size):
+                fit.append(predict(model, stream(f), device=device, amp_dtype=amp_dtype))
         with serving_fold_in(model, fold_in, d, uri=uri, batch_size=batch_size):
-            if days and (fit := pl.concat([predict(model, stream(f), device=device, amp_dtype=amp_dtype)
-                                           for f in days])).height:
-                model.calibrator = refit(stored, fit, days)
+            if fit and (fit_df := pl.concat(fit)).height:
+                model.calibrator = refit(stored, fit_df, days)
             try:
                 df = predict(model, stream(d), device=device, with_embeddings=True, amp_dtype=amp_dtype)
             finally:
@@ -131,6 +140,19 @@ def predict_teacher(
     if not frames:
         return pl.DataFrame(schema=TEACHER_PREDICTIONS_SCHEMA)
     return pl.concat(frames).cast(TEACHER_PREDICTIONS_SCHEMA).select(list(TEACHER_PREDICTIONS_SCHEMA))
+
+
+def fold_window(model: torch.nn.Module, config: dict[str, Any] | None, day: dt.date) -> tuple[dt.date, dt.date] | None:
+    """The days whose logs `serving_fold_in` reads to score `day`: from the day after the model's window
+    to the day before `day`; None where nothing is folded (see there)."""
+    window = ((config or {}).get("data") or {}).get("train")
+    svd = ((config or {}).get("train") or {}).get("item_svd") or {}
+    cfg = getattr(model, "cfg", None)
+    # no frozen buffer: no known rows to align on
+    if not window or not svd.get("serve_fold_in", True) or cfg is None or not cfg.n_topic_stats:
+        return None
+    first, last = dt.date.fromisoformat(str(window[-1])) + dt.timedelta(days=1), day - dt.timedelta(days=1)
+    return (first, last) if first <= last else None
 
 
 @contextlib.contextmanager
@@ -145,17 +167,13 @@ def serving_fold_in(model: torch.nn.Module, config: dict[str, Any] | None, day: 
 
     Why: with churn most of E's ads are born after the teacher's window (it ends at E-3); their rows and
     topic vectors are empty until the next retrain (bench/RESULTS.md, "serving-time fold-in")."""
-    window = ((config or {}).get("data") or {}).get("train")
+    window = fold_window(model, config, day)
+    if window is None:
+        yield None
+        return
+    cfg = model.cfg
+    first, last = window
     svd = ((config or {}).get("train") or {}).get("item_svd") or {}
-    cfg = getattr(model, "cfg", None)
-    # no frozen buffer: no known rows to align on
-    if not window or not svd.get("serve_fold_in", True) or cfg is None or not cfg.n_topic_stats:
-        yield None
-        return
-    first, last = dt.date.fromisoformat(str(window[-1])) + dt.timedelta(days=1), day - dt.timedelta(days=1)
-    if last < first:
-        yield None
-        return
     table = model.tables[cfg.sparse_features[cfg.target_pairs[0][0]][1]].weight
     saved = [(t, t.detach().clone()) for t in (table, model.item_topic)]
     stream = ExampleStream(first, last, list(cfg.surfaces), batch_size=batch_size, uri=uri, shuffle=False,
