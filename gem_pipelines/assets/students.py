@@ -190,6 +190,7 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
 def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, accelerator: AcceleratorResource):
     """One batched pass of every teacher over the day's examples: predictions + summary embeddings."""
     from gem_model.distill import predict_teacher, write_teacher_predictions
+    from gem_model.distill.teacher import fold_window
     from gem_model.models.calibration import refit_days
     from gem_model.models.registry import load_model
 
@@ -205,12 +206,15 @@ def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, a
                              device=accelerator.resolved_device(), precision=accelerator.train_precision(),
                              recalibrate=True, fold_in=config if name == "foundation" else None)
         fit_day = getattr(getattr(model, "calibrator", None), "fit_day", None)
+        folded = fold_window(model, config, date) if name == "foundation" else None
         written.append({"teacher": name, "version": version, "rows": df.height,
                         "map fitted on": ",".join(map(str, refit_days(date, fit_day) or [])) or fit_day or "no map",
+                        "ids folded in from": " .. ".join(map(str, folded)) if folded else "none",
                         "delta_version": write_teacher_predictions(df, uri=lake.table("teacher_predictions"))})
     return dg.MaterializeResult(
         metadata={"rows": sum(w["rows"] for w in written),
-                  "teachers": md_table(written, ["teacher", "version", "rows", "map fitted on", "delta_version"]),
+                  "teachers": md_table(written, ["teacher", "version", "rows", "map fitted on", "ids folded in from",
+                                                 "delta_version"]),
                   "delta_version": max(w["delta_version"] for w in written)}
     )
 

@@ -165,7 +165,7 @@ def test_a_served_day_folds_in_the_ads_born_since_the_window_and_leaves_the_mode
     import polars as pl
 
     from gem_model.data.vocab import hash_int64
-    from gem_model.distill.teacher import FOUNDATION, predict_teacher, serving_fold_in
+    from gem_model.distill.teacher import FOUNDATION, fold_window, predict_teacher, serving_fold_in
     from gem_model.models.registry import load_model
     from gem_model.train.loop import train
 
@@ -182,6 +182,7 @@ def test_a_served_day_folds_in_the_ads_born_since_the_window_and_leaves_the_mode
     born = rows[model.item_topic[rows].norm(dim=1) == 0]
     assert len(born) >= 0.9 * len(rows)
 
+    assert fold_window(model, config, days[5]) == (days[3], days[4]) and fold_window(model, config, days[3]) is None
     with serving_fold_in(model, config, days[3], uri=uri) as stats:  # the day after the window: nothing between
         assert stats is None
     with serving_fold_in(model, config, days[5], uri=uri) as stats:  # folds d4-d5's logs, not d6's
