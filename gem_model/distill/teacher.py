@@ -7,9 +7,8 @@ so all students of a teacher share one pass. teacher = "foundation" or "domain:<
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
@@ -17,12 +16,18 @@ import torch
 
 from gem_model.config import SurfacesConfig, load_surfaces, validate_name
 from gem_model.data.loader import ExampleStream, date_range
+from gem_model.distill.serving_fold_in import (
+    fold_status,
+    fold_window,
+    serving_fold_in,
+    status_shifts,
+    with_shifts,
+)
 from gem_model.eval.metrics import predict
 from gem_model.models.calibration import refit, refit_days
 from gem_model.store.delta import overwrite_partition
 from gem_model.store.paths import storage_options as env_storage_options
 from gem_model.store.paths import table_uri
-from gem_model.train.item_svd import MAX_ROWS, fold_in_item_svd
 from gem_model.train.precision import autocast_dtype
 
 TABLE = "teacher_predictions"
@@ -95,9 +100,9 @@ def predict_teacher(
     before it (gem_model.models.calibration.refit_days). fold_in: the model's train config (load_model's
     second value): each date is scored with the ids born since the model's window folded in first
     (`serving_fold_in`), and its map is fitted anew on its fitting days (or the `refit_days`), each scored
-    as it would have been served, folded up to the day before it: a map fitted on the model before the
-    fold, or on days where every ad is folded, leaves the ads born on the day itself (never folded) at
-    half their rate (bench/RESULTS.md, "serving-time fold-in")."""
+    as it would have been served, folded up to the day before it; then each ad's click prediction moves
+    by the logit shift its fold status (known / folded / unseen) needed on those days
+    (gem_model.distill.serving_fold_in)."""
     if teacher_name != FOUNDATION and not teacher_name.startswith("domain:"):
         raise ValueError(f"teacher must be 'foundation' or 'domain:<name>', not {teacher_name!r}")
     surfaces_config = load_surfaces()
@@ -126,13 +131,22 @@ def predict_teacher(
         for f in days or []:  # each fitting day scored as it would be served: folded up to the day before it
             with serving_fold_in(model, fold_in, f, uri=uri, batch_size=batch_size):
                 fit.append(predict(model, stream(f), device=device, amp_dtype=amp_dtype))
-        with serving_fold_in(model, fold_in, d, uri=uri, batch_size=batch_size):
+        shifts: dict[str, float] = {}
+        try:
             if fit and (fit_df := pl.concat(fit)).height:
                 model.calibrator = refit(stored, fit_df, days)
-            try:
+                if fold_in is not None and fold_window(model, fold_in, d):
+                    # the fitting days through the new map, per fold status: what one map per surface leaves
+                    rows = fit_df.filter(pl.col("click_mask")).join(
+                        pl.concat([fold_status(fold_in, f, uri) for f in days]), on="request_id")
+                    mapped = model.calibrator.apply_probs(rows["p_click_raw"].to_numpy(), rows["surface"].to_numpy())
+                    shifts = status_shifts(rows.with_columns(pl.Series("p_click", mapped)))
+            with serving_fold_in(model, fold_in, d, uri=uri, batch_size=batch_size):
                 df = predict(model, stream(d), device=device, with_embeddings=True, amp_dtype=amp_dtype)
-            finally:
-                model.calibrator = stored
+        finally:
+            model.calibrator = stored
+        if shifts:
+            df = with_shifts(df, fold_status(fold_in, d, uri), shifts)
         conversion = pl.when(pl.col("surface").is_in(no_conversions)).then(None).otherwise(pl.col("p_conversion"))
         frames.append(df.select(pl.lit(d).alias("date"), "surface", "request_id", pl.lit(teacher_name).alias("teacher"),
                                 pl.lit(str(teacher_version)).alias("teacher_version"), "p_click",
@@ -140,52 +154,6 @@ def predict_teacher(
     if not frames:
         return pl.DataFrame(schema=TEACHER_PREDICTIONS_SCHEMA)
     return pl.concat(frames).cast(TEACHER_PREDICTIONS_SCHEMA).select(list(TEACHER_PREDICTIONS_SCHEMA))
-
-
-def fold_window(model: torch.nn.Module, config: dict[str, Any] | None, day: dt.date) -> tuple[dt.date, dt.date] | None:
-    """The days whose logs `serving_fold_in` reads to score `day`: from the day after the model's window
-    to the day before `day`; None where nothing is folded (see there)."""
-    window = ((config or {}).get("data") or {}).get("train")
-    svd = ((config or {}).get("train") or {}).get("item_svd") or {}
-    cfg = getattr(model, "cfg", None)
-    # no frozen buffer: no known rows to align on
-    if not window or not svd.get("serve_fold_in", True) or cfg is None or not cfg.n_topic_stats:
-        return None
-    first, last = dt.date.fromisoformat(str(window[-1])) + dt.timedelta(days=1), day - dt.timedelta(days=1)
-    return (first, last) if first <= last else None
-
-
-@contextlib.contextmanager
-def serving_fold_in(model: torch.nn.Module, config: dict[str, Any] | None, day: dt.date, *, uri: str | None = None,
-                    batch_size: int = 4096) -> Iterator[dict[str, int] | None]:
-    """Within the block, `model` scores `day` with the ids first met after its training window given a
-    co-occurrence direction (gem_model.train.item_svd.fold_in_item_svd) from the logs of the days between
-    its window and `day`: item rows, never labels, nothing of `day` itself. On exit the model is as it was.
-    config: its train config (`data.train` is the window; `train.item_svd`); None, no window, no topic
-    buffer, `train.item_svd.serve_fold_in` false or `day` next to the window: nothing folded, yields None.
-    Else yields fold_in_item_svd's counts.
-
-    Why: with churn most of E's ads are born after the teacher's window (it ends at E-3); their rows and
-    topic vectors are empty until the next retrain (bench/RESULTS.md, "serving-time fold-in")."""
-    window = fold_window(model, config, day)
-    if window is None:
-        yield None
-        return
-    cfg = model.cfg
-    first, last = window
-    svd = ((config or {}).get("train") or {}).get("item_svd") or {}
-    table = model.tables[cfg.sparse_features[cfg.target_pairs[0][0]][1]].weight
-    saved = [(t, t.detach().clone()) for t in (table, model.item_topic)]
-    stream = ExampleStream(first, last, list(cfg.surfaces), batch_size=batch_size, uri=uri, shuffle=False,
-                           drop_last=False, max_len=cfg.seq_len)
-    try:
-        with torch.no_grad():
-            stats = fold_in_item_svd(model, stream, cfg.topic_dim, int(svd.get("max_rows", MAX_ROWS)))
-        yield stats
-    finally:
-        with torch.no_grad():
-            for t, before in saved:
-                t.copy_(before)
 
 
 def write_teacher_predictions(df: pl.DataFrame, *, uri: str | None = None) -> int:

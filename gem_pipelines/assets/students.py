@@ -190,7 +190,7 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
 def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, accelerator: AcceleratorResource):
     """One batched pass of every teacher over the day's examples: predictions + summary embeddings."""
     from gem_model.distill import predict_teacher, write_teacher_predictions
-    from gem_model.distill.teacher import fold_window
+    from gem_model.distill.serving_fold_in import fold_window
     from gem_model.models.calibration import refit_days
     from gem_model.models.registry import load_model
 

@@ -165,7 +165,8 @@ def test_a_served_day_folds_in_the_ads_born_since_the_window_and_leaves_the_mode
     import polars as pl
 
     from gem_model.data.vocab import hash_int64
-    from gem_model.distill.teacher import FOUNDATION, fold_window, predict_teacher, serving_fold_in
+    from gem_model.distill.serving_fold_in import fold_window, serving_fold_in
+    from gem_model.distill.teacher import FOUNDATION, predict_teacher
     from gem_model.models.registry import load_model
     from gem_model.train.loop import train
 
@@ -202,3 +203,43 @@ def test_a_served_day_folds_in_the_ads_born_since_the_window_and_leaves_the_mode
     is_new = plain["ad_id"] > 50000
     assert float(changed.filter(is_new).mean()) > 0.9  # the new ads are scored with their folded rows
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_a_served_day_shifts_each_fold_status_by_what_the_maps_days_left(gem_home, tmp_path, monkeypatch):
+    """With a map, the fitting days are scored as served and split by fold status; the day's rows are
+    moved by their status's shift (gem_model.distill.serving_fold_in.status_shifts)."""
+    import polars as pl
+
+    import gem_model.distill.teacher as teacher
+    from gem_model.models.registry import load_model
+    from gem_model.train.loop import train
+
+    days = [dt.date(2026, 11, 1) + dt.timedelta(days=i) for i in range(6)]
+    lake = tmp_path / "lake"
+    _two_window_lake(lake, days, born=days[3], rows=3000)
+    uri = str(lake / "training_examples")
+    train({"preset": "tiny", "model": {"topic_dim": 4}, "seed": 0, "device": "cpu", "out_dir": str(tmp_path / "m"),
+           "data": {"train": [days[1].isoformat(), days[2].isoformat()], "valid": days[3].isoformat(), "lake": str(lake)},
+           "train": {"torch_threads": 1, "max_steps": 3, "item_svd": {"dim": 4}, "calibrate": True}})
+    model, config = load_model(tmp_path / "m")
+    assert model.calibrator.fit_day == days[3].isoformat()
+    seen: list[pl.DataFrame] = []
+
+    def spy(rows: pl.DataFrame) -> dict[str, float]:
+        seen.append(rows)
+        return {"known": 0.0, "folded": 1.0}  # a known shift: the folded ads' odds times e
+
+    monkeypatch.setattr(teacher, "status_shifts", spy)
+    # d6: the map is stale (fitted on d4), re-fitted on d5, which is scored folded up to d4
+    shifted = teacher.predict_teacher(model, [days[5]], teacher.FOUNDATION, "v", uri=uri, recalibrate=True, fold_in=config)
+    (rows,) = seen
+    assert set(rows["fold_status"].unique()) == {"known", "folded"}  # d5's ads: the window's, and d4's new ones
+    assert rows.height == pl.read_delta(uri).filter(pl.col("date") == days[4]).height
+    monkeypatch.setattr(teacher, "status_shifts", lambda rows: {})
+    plain = teacher.predict_teacher(model, [days[5]], teacher.FOUNDATION, "v", uri=uri, recalibrate=True, fold_in=config)
+    ads = pl.read_delta(uri).filter(pl.col("date") == days[5]).select("request_id", "ad_id")
+    both = plain.join(shifted.select("request_id", pl.col("p_click").alias("s")), on="request_id").join(ads, on="request_id")
+    odds = lambda p: p / (1 - p)  # noqa: E731
+    new, old = both.filter(pl.col("ad_id") > 50000), both.filter(pl.col("ad_id") < 50000)
+    assert np.allclose(odds(new["s"].to_numpy()), np.e * odds(new["p_click"].to_numpy()), rtol=1e-4)
+    assert np.allclose(old["s"].to_numpy(), old["p_click"].to_numpy(), rtol=1e-6)
