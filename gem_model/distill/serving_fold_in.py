@@ -92,7 +92,7 @@ def fold_status(config: dict[str, Any], day: dt.date, uri: str | None = None) ->
 def status_shifts(rows: pl.DataFrame) -> dict[str, float]:
     """Per fold status, the logit shift that brings the mean of `rows`' p_click to their click rate
     (gem_model.models.calibration.fit_shift); rows: click, p_click (mapped), fold_status, the fitting
-    days' labelled impressions as served. None for a status with fewer than SHIFT_MIN_POSITIVES clicks."""
+    days' labelled impressions as served. No entry for a status with fewer than SHIFT_MIN_POSITIVES clicks."""
     out = {}
     for (status,), g in rows.group_by("fold_status"):
         y = g["click"].cast(pl.Float64).to_numpy()
@@ -107,6 +107,6 @@ def with_shifts(df: pl.DataFrame, status: pl.DataFrame, shifts: dict[str, float]
         return df
     shift = status.select("request_id", pl.col("fold_status").replace_strict(shifts, default=0.0,
                                                                               return_dtype=pl.Float64).alias("_d"))
-    out = df.join(shift, on="request_id", how="left").with_columns(pl.col("_d").fill_null(0.0))
+    out = df.join(shift, on="request_id", how="left", maintain_order="left").with_columns(pl.col("_d").fill_null(0.0))
     z = logit(out["p_click"].cast(pl.Float64).to_numpy()) + out["_d"].to_numpy()
     return out.with_columns(pl.Series("p_click", 1 / (1 + np.exp(-z)), dtype=df.schema["p_click"])).select(df.columns)
