@@ -1,6 +1,6 @@
 """Serving-time fold-in: each day D scored as `teacher_predictions` scores it (predict_teacher with the
 stale map re-fitted), without and with the ids born after the model's window folded in first
-(gem_model.distill.teacher.serving_fold_in: the logs of the days between its window and D, no labels,
+(gem_model.distill.serving_fold_in: the logs of the days between its window and D, no labels,
 nothing of D itself). Prints click NE per surface and by the ad's age (gem_model.eval.ad_age), every
 day's rows pooled, with paired 95% intervals of the difference, the share of the oracle gap closed and
 the calibration against the truth (mean prediction / mean oracle probability). Nothing is trained.
@@ -47,7 +47,8 @@ def score_day(day: dt.date, model_dir: Path | None) -> tuple[pl.DataFrame, str]:
     base, folded = (predict_teacher(model, [day], FOUNDATION, path.name, uri=uri, recalibrate=True, fold_in=f)
                     .select("request_id", "surface", pl.col("p_click").alias(name))
                     for name, f in (("base", None), ("folded", cfg)))
-    clicks = pl.read_delta(uri).filter(pl.col("date") == day).select("request_id", pl.col("click").cast(pl.Float64))
+    clicks = (pl.scan_delta(uri).filter(pl.col("date") == day)
+              .select("request_id", pl.col("click").cast(pl.Float64)).collect())
     df = base.join(folded.drop("surface"), on="request_id").join(clicks, on="request_id")
     oracle = read_oracle([day], uri=table_uri("oracle"), missing_ok=True)
     if oracle is not None:

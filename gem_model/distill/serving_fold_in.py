@@ -32,11 +32,15 @@ FOLD_STATUS = ("known", "folded", "unseen")
 SHIFT_MIN_POSITIVES = 30  # a status with fewer clicks on the fitting days keeps the map as it is
 
 
+def _item_svd(config: dict[str, Any] | None) -> dict[str, Any]:
+    return ((config or {}).get("train") or {}).get("item_svd") or {}
+
+
 def fold_window(model: torch.nn.Module, config: dict[str, Any] | None, day: dt.date) -> tuple[dt.date, dt.date] | None:
     """The days whose logs `serving_fold_in` reads to score `day`: from the day after the model's window
     to the day before `day`; None where nothing is folded (see there)."""
     window = ((config or {}).get("data") or {}).get("train")
-    svd = ((config or {}).get("train") or {}).get("item_svd") or {}
+    svd = _item_svd(config)
     cfg = getattr(model, "cfg", None)
     # no frozen buffer: no known rows to align on
     if not window or not svd.get("serve_fold_in", True) or cfg is None or not cfg.n_topic_stats:
@@ -60,7 +64,6 @@ def serving_fold_in(model: torch.nn.Module, config: dict[str, Any] | None, day: 
         return
     cfg = model.cfg
     first, last = window
-    svd = ((config or {}).get("train") or {}).get("item_svd") or {}
     table = model.tables[cfg.sparse_features[cfg.target_pairs[0][0]][1]].weight
     saved = [(t, t.detach().clone()) for t in (table, model.item_topic)]
     stream = ExampleStream(first, last, list(cfg.surfaces), batch_size=batch_size, uri=uri, shuffle=False,
@@ -69,7 +72,7 @@ def serving_fold_in(model: torch.nn.Module, config: dict[str, Any] | None, day: 
         # svd_lowrank draws random probes: a fixed seed scores a day again to the same predictions
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
-            stats = fold_in_item_svd(model, stream, cfg.topic_dim, int(svd.get("max_rows", MAX_ROWS)))
+            stats = fold_in_item_svd(model, stream, cfg.topic_dim, int(_item_svd(config).get("max_rows", MAX_ROWS)))
         yield stats
     finally:
         with torch.no_grad():
@@ -77,16 +80,16 @@ def serving_fold_in(model: torch.nn.Module, config: dict[str, Any] | None, day: 
                 t.copy_(before)
 
 
-def fold_status(config: dict[str, Any], day: dt.date, uri: str | None = None) -> pl.DataFrame:
-    """request_id, fold_status of `day`'s impressions in `training_examples` (uri): from the ad's first
-    date in the logs against the model's window (`config["data"]["train"]`)."""
+def fold_status(config: dict[str, Any], days: list[dt.date], uri: str | None = None) -> pl.DataFrame:
+    """request_id, fold_status of the impressions of `days` in `training_examples` (uri), one scan: the
+    ad's first date in the logs against the model's window (`config["data"]["train"]`) and its row's day."""
     end = dt.date.fromisoformat(str(config["data"]["train"][-1]))
     uri = uri or table_uri("training_examples")
     events = pl.scan_delta(uri, storage_options=storage_options(uri)).select("request_id", "date", "ad_id")
-    status = (pl.when(pl.col("first_seen") >= day).then(pl.lit(FOLD_STATUS[2]))
+    status = (pl.when(pl.col("first_seen") >= pl.col("date")).then(pl.lit(FOLD_STATUS[2]))
               .when(pl.col("first_seen") > end).then(pl.lit(FOLD_STATUS[1]))
               .otherwise(pl.lit(FOLD_STATUS[0])))
-    return first_seen(events, day).select("request_id", status.alias("fold_status")).collect()
+    return first_seen(events, days).select("request_id", status.alias("fold_status")).collect()
 
 
 def status_shifts(rows: pl.DataFrame) -> dict[str, float]:

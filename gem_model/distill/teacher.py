@@ -137,8 +137,8 @@ def predict_teacher(
                 model.calibrator = refit(stored, fit_df, days)
                 if fold_in is not None and fold_window(model, fold_in, d):
                     # the fitting days through the new map, per fold status: what one map per surface leaves
-                    rows = fit_df.filter(pl.col("click_mask")).join(
-                        pl.concat([fold_status(fold_in, f, uri) for f in days]), on="request_id")
+                    status = fold_status(fold_in, [*days, d], uri)
+                    rows = fit_df.filter(pl.col("click_mask")).join(status, on="request_id")
                     mapped = model.calibrator.apply_probs(rows["p_click_raw"].to_numpy(), rows["surface"].to_numpy())
                     shifts = status_shifts(rows.with_columns(pl.Series("p_click", mapped)))
             with serving_fold_in(model, fold_in, d, uri=uri, batch_size=batch_size):
@@ -146,7 +146,7 @@ def predict_teacher(
         finally:
             model.calibrator = stored
         if shifts:
-            df = with_shifts(df, fold_status(fold_in, d, uri), shifts)
+            df = with_shifts(df, status, shifts)
         conversion = pl.when(pl.col("surface").is_in(no_conversions)).then(None).otherwise(pl.col("p_conversion"))
         frames.append(df.select(pl.lit(d).alias("date"), "surface", "request_id", pl.lit(teacher_name).alias("teacher"),
                                 pl.lit(str(teacher_version)).alias("teacher_version"), "p_click",

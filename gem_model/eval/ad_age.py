@@ -10,6 +10,7 @@ that day.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +25,13 @@ ALL = "all"  # the row pooling every surface
 EVAL_PREDICTIONS = "eval_predictions.parquet"  # what gem_model.train.loop saves of E in a version dir
 
 
-def first_seen(events: pl.LazyFrame | pl.DataFrame, day: dt.date) -> pl.LazyFrame:
-    """request_id, first_seen of every impression of `day` in `events` (columns request_id, date,
-    ad_id): the first date its ad_id appears, over the days of `events` up to `day`."""
-    lf = events.lazy().filter(pl.col("date") <= day)
+def first_seen(events: pl.LazyFrame | pl.DataFrame, day: dt.date | Sequence[dt.date]) -> pl.LazyFrame:
+    """request_id, date, first_seen of every impression of `day` (or of each of several days, in one
+    scan) in `events` (columns request_id, date, ad_id): the first date its ad_id appears in `events`."""
+    days = [day] if isinstance(day, dt.date) else list(day)
+    lf = events.lazy().filter(pl.col("date") <= max(days))
     first = lf.group_by("ad_id").agg(pl.col("date").min().alias("first_seen"))
-    return lf.filter(pl.col("date") == day).select("request_id", "ad_id").join(first, on="ad_id", how="left")
+    return lf.filter(pl.col("date").is_in(days)).select("request_id", "date", "ad_id").join(first, on="ad_id", how="left")
 
 
 def ad_ages(events: pl.LazyFrame | pl.DataFrame, day: dt.date) -> pl.DataFrame:

@@ -40,7 +40,7 @@ class ItemSvd(_Strict):
 
     dim: int
     max_rows: int = MAX_ROWS
-    # a day scored after the window folds in the ids born since (gem_model.distill.teacher.serving_fold_in)
+    # a day scored after the window folds in the ids born since (gem_model.distill.serving_fold_in)
     serve_fold_in: bool = True
 
 

@@ -42,5 +42,8 @@ def test_fold_status_reads_the_first_day_each_ad_is_logged(tmp_path):
     ex = pl.DataFrame({"request_id": ["a", "b", "c", "d", "e", "f"], "date": [d[0], d[2], d[3], d[3], d[3], d[1]],
                        "ad_id": [1, 2, 1, 2, 3, 1]})
     ex.write_delta(str(tmp_path / "training_examples"))
-    got = fold_status({"data": {"train": [str(d[0]), str(d[1])]}}, d[3], str(tmp_path / "training_examples"))
+    got = fold_status({"data": {"train": [str(d[0]), str(d[1])]}}, [d[3]], str(tmp_path / "training_examples"))
     assert dict(got.iter_rows()) == {"c": "known", "d": "folded", "e": "unseen"}
+    # several days in one scan: each row against its own day (ad 2 is unseen on d2, folded on d3)
+    got = fold_status({"data": {"train": [str(d[0]), str(d[1])]}}, [d[2], d[3]], str(tmp_path / "training_examples"))
+    assert dict(got.iter_rows()) == {"b": "unseen", "c": "known", "d": "folded", "e": "unseen"}

@@ -161,7 +161,7 @@ def test_a_warm_start_from_a_model_without_directions_fits_them():
 
 def test_a_served_day_folds_in_the_ads_born_since_the_window_and_leaves_the_model_as_it_was(gem_home, tmp_path):
     """teacher_predictions scores E with the ids born after the teacher's window folded in from the logs
-    between (gem_model.distill.teacher.serving_fold_in): their rows change inside the block, nothing after."""
+    between (gem_model.distill.serving_fold_in): their rows change inside the block, nothing after."""
     import polars as pl
 
     from gem_model.data.vocab import hash_int64
