@@ -259,12 +259,13 @@ def run_model_points(args, device, impl_name, gen) -> list[str]:
             dense = dense_throughput(batch, hi, heads, 32, dtype, device, args.causal, min_time, gen)
             lengths = make_lengths(batch, hi, hi, gen, lo=4)
             res = measure(lengths, heads, 32, dtype, device, args.causal, min_time, gen, impl_name, dense)
-            lines.append(summary_line(f"model B={batch} H={heads} D=32 U[4,{hi}]", dtype, res, impl_name))
+            point = [summary_line(f"model B={batch} H={heads} D=32 U[4,{hi}]", dtype, res, impl_name)]
             for variant in (BATCH_TILE, TILED, TWO_PASS):
                 if variant in res:
-                    lines.append(summary_line(f"model B={batch} H={heads} D=32 U[4,{hi}], {variant}", dtype,
+                    point.append(summary_line(f"model B={batch} H={heads} D=32 U[4,{hi}], {variant}", dtype,
                                               res, variant))
-            print(lines[-1], file=sys.stderr, flush=True)
+            print("\n".join(point), file=sys.stderr, flush=True)  # kept when a time limit kills the run
+            lines += point
     return lines
 
 
@@ -292,7 +293,10 @@ def run(args) -> list[str]:
     if impl_name == INTERPRETED:
         batch, max_lens, min_time = 2, (24,), 0.0
     gen = torch.Generator().manual_seed(0)
+    print("\n".join(SUMMARY_HEADER), file=sys.stderr, flush=True)
     summary = [*SUMMARY_HEADER, *run_model_points(args, device, impl_name, gen)]
+    if args.model_only:
+        return ["Summary (the model's operating points)", "", *summary]
     lines = [
         f"device: {torch.cuda.get_device_name(device) if cuda else platform.processor() or 'cpu'}; "
         f"torch {torch.__version__}; B={batch}, H={heads}, {str(dtype).replace('torch.', '')}, "
@@ -366,6 +370,7 @@ def main() -> None:
         "--threads", type=int, default=1, help="torch CPU threads for the CPU comparison (default 1)"
     )
     parser.add_argument("--quick", action="store_true", help="small grid (dry runs)")
+    parser.add_argument("--model-only", action="store_true", help="the model's operating points, no grid")
     args = parser.parse_args()
     cuda = torch.cuda.is_available() and not args.cpu
     if not cuda:
