@@ -39,10 +39,14 @@ def served_version(day: dt.date) -> str:
     return versions[0]
 
 
-def score_day(day: dt.date, model_dir: Path | None) -> tuple[pl.DataFrame, str]:
-    """request_id, surface, click, base, folded, oracle_p, ad_age of `day`, and what was folded."""
+def score_day(day: dt.date, model_dir: Path | None, slices: int | None = None) -> tuple[pl.DataFrame, str]:
+    """request_id, surface, click, base, folded, oracle_p, ad_age of `day`, and what was folded
+    (slices: `train.item_svd.serve_slices` for the folded arm; None: the model's own)."""
     path = model_dir or models_dir("foundation_model") / served_version(day)
     model, cfg = load_model(path / "model.pt")
+    if slices is not None:
+        svd = {**cfg["train"]["item_svd"], "serve_slices": slices}
+        cfg = {**cfg, "train": {**cfg["train"], "item_svd": svd}}
     uri = table_uri("training_examples")
     base, folded = (predict_teacher(model, [day], FOUNDATION, path.name, uri=uri, recalibrate=True, fold_in=f)
                     .select("request_id", "surface", pl.col("p_click").alias(name))
@@ -61,11 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--days", required=True, nargs="+", help="the days D to score (choose on E-1)")
     p.add_argument("--model", type=Path, default=None, help="a foundation version dir for every day")
+    p.add_argument("--serve-slices", type=int, default=None,
+                   help="train.item_svd.serve_slices of the folded arm (default: the model's own)")
     p.add_argument("--n-boot", type=int, default=500)
     a = p.parse_args(argv)
     frames = []
     for d in sorted({dt.date.fromisoformat(x) for x in a.days}):
-        df, what = score_day(d, a.model)
+        df, what = score_day(d, a.model, a.serve_slices)
         frames.append(df)
         print(what)
     df = pl.concat(frames, how="diagonal")

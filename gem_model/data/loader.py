@@ -203,7 +203,9 @@ class ExampleStream:
         max_len: int | None = None,
         pin_memory: bool = False,
         own_surface: bool = False,
+        where: pl.Expr | None = None,
     ):
+        self.where = where  # a row filter on training_examples' columns (e.g. the hours of a day served so far)
         self.pin_memory = pin_memory  # page-locked batches for non_blocking copies to CUDA
         self.features = features or load_features()
         self.surfaces_config = surfaces_config or load_surfaces()
@@ -249,6 +251,8 @@ class ExampleStream:
     def _scan(self, day: dt.date) -> pl.LazyFrame:
         lf = pl.scan_delta(self.uri, storage_options=self.storage_options)
         lf = lf.filter(pl.col("date") == day, pl.col("surface").is_in(self.surfaces))
+        if self.where is not None:
+            lf = lf.filter(self.where)
         if self.own_surface:
             lf = own_surface_view(lf, self.own_surface)
         return self.encoder.select(lf)

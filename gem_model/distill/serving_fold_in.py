@@ -5,16 +5,24 @@ Why: with churn most of E's ads are born after the teacher's window (it ends at 
 and topic vectors stay empty until the next retrain. Before scoring day D the ids first met between
 the window and D get a direction from the aligned PPMI-SVD refit the warm retrain uses
 (gem_model.train.item_svd.fold_in_item_svd) over those days' unlabelled logs, nothing of D itself.
-The model then rates three kinds of ad differently: `known` (first seen in or before its window),
-`folded` and `unseen` (first seen on D: nothing to fold); one monotone map per surface cannot serve
-all three, so after it a logit shift per status, fitted on the map's own days (each scored as it was
-served), brings each status's mean to its click rate (bench/RESULTS.md, "serving-time fold-in").
+The model then rates these kinds of ad differently: `known` (first seen in or before its window),
+`folded` (first seen after it, before D), `folded_today` (first seen on D, in an earlier slice) and
+`unseen` (no exposure logged before the slice of D it is scored in: nothing to fold); one monotone map
+per surface cannot serve them all, so after it a logit shift per status, fitted on the map's
+own days (each scored as it was served), brings each status's mean to its click rate (bench/RESULTS.md,
+"serving-time fold-in").
+
+Slices (`train.item_svd.serve_slices`, K): a day is served in K equal slices of its hours, and slice k
+folds in, besides the days between, the day's own exposures of the hours before it (rows, never labels):
+an ad born on D gets its direction from the audience it was shown to earlier that day, as a serving
+system that refreshes its features during the day would. K = 1: nothing of D itself.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,56 +31,92 @@ import polars as pl
 import torch
 
 from gem_model.data.loader import ExampleStream
-from gem_model.eval.ad_age import first_seen
 from gem_model.models.calibration import fit_shift, logit
 from gem_model.store.paths import storage_options, table_uri
 from gem_model.train.item_svd import MAX_ROWS, fold_in_item_svd
 
-FOLD_STATUS = ("known", "folded", "unseen")
+FOLD_STATUS = ("known", "folded", "unseen", "folded_today")  # folded_today: from the day's earlier slices
 SHIFT_MIN_POSITIVES = 30  # a status with fewer clicks on the fitting days keeps the map as it is
+HOUR = "hour_of_day"
 
 
 def _item_svd(config: dict[str, Any] | None) -> dict[str, Any]:
     return ((config or {}).get("train") or {}).get("item_svd") or {}
 
 
-def fold_window(model: torch.nn.Module, config: dict[str, Any] | None, day: dt.date) -> tuple[dt.date, dt.date] | None:
-    """The days whose logs `serving_fold_in` reads to score `day`: from the day after the model's window
-    to the day before `day`; None where nothing is folded (see there)."""
+def _window_end(model: torch.nn.Module, config: dict[str, Any] | None) -> dt.date | None:
+    """The last day of the model's window where it folds at all (see `serving_fold_in`), else None."""
     window = ((config or {}).get("data") or {}).get("train")
-    svd = _item_svd(config)
     cfg = getattr(model, "cfg", None)
     # no frozen buffer: no known rows to align on
-    if not window or not svd.get("serve_fold_in", True) or cfg is None or not cfg.n_topic_stats:
+    if not window or not _item_svd(config).get("serve_fold_in", True) or cfg is None or not cfg.n_topic_stats:
         return None
-    first, last = dt.date.fromisoformat(str(window[-1])) + dt.timedelta(days=1), day - dt.timedelta(days=1)
+    return dt.date.fromisoformat(str(window[-1]))
+
+
+def fold_window(model: torch.nn.Module, config: dict[str, Any] | None, day: dt.date) -> tuple[dt.date, dt.date] | None:
+    """The whole days whose logs `serving_fold_in` reads to score `day`: from the day after the model's
+    window to the day before `day`; None where there are none, or nothing is folded (see there)."""
+    end = _window_end(model, config)
+    if end is None:
+        return None
+    first, last = end + dt.timedelta(days=1), day - dt.timedelta(days=1)
     return (first, last) if first <= last else None
+
+
+def folds(model: torch.nn.Module, config: dict[str, Any] | None, day: dt.date) -> bool:
+    """Whether serving `day` folds anything in: days between the window and it, or slices of it."""
+    return fold_window(model, config, day) is not None or len(serve_slices(model, config)) > 1
+
+
+def serve_slices(model: torch.nn.Module, config: dict[str, Any] | None) -> list[tuple[int, int]]:
+    """The [first, last) hours of each slice a day is served in (`train.item_svd.serve_slices`; one slice,
+    the whole day, where nothing is folded)."""
+    k = _slices(config) if _window_end(model, config) else 1
+    return [(i * 24 // k, (i + 1) * 24 // k) for i in range(k)]
+
+
+def _slices(config: dict[str, Any] | None) -> int:
+    k = int(_item_svd(config).get("serve_slices", 1))
+    if k < 1 or 24 % k:
+        raise ValueError(f"train.item_svd.serve_slices must divide 24 (1, 2, 3, 4, 6, 8, 12 or 24), not {k}")
+    return k
+
+
+def slice_filter(hours: tuple[int, int]) -> pl.Expr | None:
+    """The rows of a day's slice (None: the whole day)."""
+    return None if hours == (0, 24) else pl.col(HOUR).is_between(hours[0], hours[1] - 1)
 
 
 @contextlib.contextmanager
 def serving_fold_in(model: torch.nn.Module, config: dict[str, Any] | None, day: dt.date, *, uri: str | None = None,
-                    batch_size: int = 4096) -> Iterator[dict[str, int] | None]:
-    """Within the block, `model` scores `day` with the ids first met after its training window given a
-    co-occurrence direction (gem_model.train.item_svd.fold_in_item_svd) from the logs of the days between
-    its window and `day`: item rows, never labels, nothing of `day` itself. On exit the model is as it was.
-    config: its train config (`data.train` is the window; `train.item_svd`); None, no window, no topic
-    buffer, `train.item_svd.serve_fold_in` false or `day` next to the window: nothing folded, yields None.
-    Else yields fold_in_item_svd's counts."""
+                    batch_size: int = 4096, before_hour: int = 0) -> Iterator[dict[str, int] | None]:
+    """Within the block, `model` scores `day` (from `before_hour` on) with the ids first met after its
+    training window given a co-occurrence direction (gem_model.train.item_svd.fold_in_item_svd) from the
+    logs of the days between its window and `day`, and of `day`'s hours before `before_hour`: item rows,
+    never labels. On exit the model is as it was. config: its train config (`data.train` is the window;
+    `train.item_svd`); None, no window, no topic buffer, `train.item_svd.serve_fold_in` false, or no log
+    between the window and the hour: nothing folded, yields None. Else yields fold_in_item_svd's counts."""
+    end = _window_end(model, config)
     window = fold_window(model, config, day)
-    if window is None:
+    if end is None or (window is None and before_hour <= 0):
         yield None
         return
     cfg = model.cfg
-    first, last = window
     table = model.tables[cfg.sparse_features[cfg.target_pairs[0][0]][1]].weight
     saved = [(t, t.detach().clone()) for t in (table, model.item_topic)]
-    stream = ExampleStream(first, last, list(cfg.surfaces), batch_size=batch_size, uri=uri, shuffle=False,
-                           drop_last=False, max_len=cfg.seq_len)
+
+    def stream(first: dt.date, last: dt.date, where: pl.Expr | None = None) -> ExampleStream:
+        return ExampleStream(first, last, list(cfg.surfaces), batch_size=batch_size, uri=uri, shuffle=False,
+                             drop_last=False, max_len=cfg.seq_len, where=where)
+
+    parts = ([stream(*window)] if window else []) + ([stream(day, day, pl.col(HOUR) < before_hour)] if before_hour > 0 else [])
     try:
         # svd_lowrank draws random probes: a fixed seed scores a day again to the same predictions
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
-            stats = fold_in_item_svd(model, stream, cfg.topic_dim, int(_item_svd(config).get("max_rows", MAX_ROWS)))
+            stats = fold_in_item_svd(model, itertools.chain(*parts), cfg.topic_dim,
+                                     int(_item_svd(config).get("max_rows", MAX_ROWS)))
         yield stats
     finally:
         with torch.no_grad():
@@ -82,14 +126,22 @@ def serving_fold_in(model: torch.nn.Module, config: dict[str, Any] | None, day: 
 
 def fold_status(config: dict[str, Any], days: list[dt.date], uri: str | None = None) -> pl.DataFrame:
     """request_id, fold_status of the impressions of `days` in `training_examples` (uri), one scan: the
-    ad's first date in the logs against the model's window (`config["data"]["train"]`) and its row's day."""
+    ad's first logged hour against the model's window (`config["data"]["train"]`) and the start of the
+    slice its row is served in (`serve_slices`): unseen when nothing of the ad was logged before it."""
     end = dt.date.fromisoformat(str(config["data"]["train"][-1]))
+    k = _slices(config)
     uri = uri or table_uri("training_examples")
-    events = pl.scan_delta(uri, storage_options=storage_options(uri)).select("request_id", "date", "ad_id")
-    status = (pl.when(pl.col("first_seen") >= pl.col("date")).then(pl.lit(FOLD_STATUS[2]))
+    hour_key = pl.col("date").cast(pl.Int64) * 24 + pl.col(HOUR)  # hours since the epoch, in the logs' days
+    lf = pl.scan_delta(uri, storage_options=storage_options(uri)).filter(pl.col("date") <= max(days))
+    first = lf.group_by("ad_id").agg(hour_key.min().alias("first_hour"), pl.col("date").min().alias("first_seen"))
+    slice_start = (pl.col(HOUR).cast(pl.Int64) * k) // 24 * (24 // k)  # the first hour of the row's slice
+    rows = lf.filter(pl.col("date").is_in(days)).select(
+        "request_id", "ad_id", "date", (pl.col("date").cast(pl.Int64) * 24 + slice_start).alias("served_from"))
+    status = (pl.when(pl.col("first_hour") >= pl.col("served_from")).then(pl.lit(FOLD_STATUS[2]))
+              .when(pl.col("first_seen") >= pl.col("date")).then(pl.lit(FOLD_STATUS[3]))
               .when(pl.col("first_seen") > end).then(pl.lit(FOLD_STATUS[1]))
               .otherwise(pl.lit(FOLD_STATUS[0])))
-    return first_seen(events, days).select("request_id", status.alias("fold_status")).collect()
+    return rows.join(first, on="ad_id", how="left").select("request_id", status.alias("fold_status")).collect()
 
 
 def status_shifts(rows: pl.DataFrame) -> dict[str, float]:

@@ -18,8 +18,10 @@ from gem_model.config import SurfacesConfig, load_surfaces, validate_name
 from gem_model.data.loader import ExampleStream, date_range
 from gem_model.distill.serving_fold_in import (
     fold_status,
-    fold_window,
+    folds,
+    serve_slices,
     serving_fold_in,
+    slice_filter,
     status_shifts,
     with_shifts,
 )
@@ -99,10 +101,10 @@ def predict_teacher(
     recalibrate: a date after the map's fitting days is scored behind its map re-fitted on the days
     before it (gem_model.models.calibration.refit_days). fold_in: the model's train config (load_model's
     second value): each date is scored with the ids born since the model's window folded in first
-    (`serving_fold_in`), and its map is fitted anew on its fitting days (or the `refit_days`), each scored
-    as it would have been served, folded up to the day before it; then each ad's click prediction moves
-    by the logit shift its fold status (known / folded / unseen) needed on those days
-    (gem_model.distill.serving_fold_in)."""
+    (`serving_fold_in`; in `train.item_svd.serve_slices` slices of the day, each with the day's earlier
+    hours too), and its map is fitted anew on its fitting days (or the `refit_days`), each scored as it
+    would have been served; then each ad's click prediction moves by the logit shift its fold status
+    (known / folded / folded_today / unseen) needed on those days (gem_model.distill.serving_fold_in)."""
     if teacher_name != FOUNDATION and not teacher_name.startswith("domain:"):
         raise ValueError(f"teacher must be 'foundation' or 'domain:<name>', not {teacher_name!r}")
     surfaces_config = load_surfaces()
@@ -112,10 +114,19 @@ def predict_teacher(
     no_conversions = [s for s, ok in zip(model.cfg.surfaces, model.task_allowed[:, 1].tolist(), strict=True) if not ok]
     frames = []
 
-    def stream(d: dt.date) -> ExampleStream:
+    def stream(d: dt.date, where: pl.Expr | None = None) -> ExampleStream:
         return ExampleStream(d, d, surfaces, batch_size=batch_size, surfaces_config=surfaces_config, uri=uri,
                              shuffle=False, drop_last=False, chunk_rows=max(batch_size, 16384),
-                             max_len=getattr(getattr(model, "cfg", None), "seq_len", None))
+                             max_len=getattr(getattr(model, "cfg", None), "seq_len", None), where=where)
+
+    def served(d: dt.date, with_embeddings: bool = False) -> pl.DataFrame:
+        """`d` scored as served: slice by slice, each with what was logged before it folded in."""
+        parts = []
+        for hours in serve_slices(model, fold_in):
+            with serving_fold_in(model, fold_in, d, uri=uri, batch_size=batch_size, before_hour=hours[0]):
+                parts.append(predict(model, stream(d, slice_filter(hours)), device=device, amp_dtype=amp_dtype,
+                                     with_embeddings=with_embeddings))
+        return pl.concat([f for f in parts if f.height] or parts[:1])
 
     stored = getattr(model, "calibrator", None)
     for d in _dates(dates):
@@ -124,25 +135,23 @@ def predict_teacher(
         # Between retrains the world moves on: a day past the map's own is scored behind a map re-fitted
         # on the days just before it (`refit_days`: never a training day, never the day itself).
         days = refit_days(d, stored.fit_day) if recalibrate and stored is not None else None
-        if stored is not None and stored.fit_day and not days and fold_window(model, fold_in, d):
+        if stored is not None and stored.fit_day and not days and folds(model, fold_in, d):
             # the stored map was fitted on the model as it was, before any fold-in: fitted anew on its days
             days = [dt.date.fromisoformat(f) for f in stored.fit_day.split(",")]
         fit = []
-        for f in days or []:  # each fitting day scored as it would be served: folded up to the day before it
-            with serving_fold_in(model, fold_in, f, uri=uri, batch_size=batch_size):
-                fit.append(predict(model, stream(f), device=device, amp_dtype=amp_dtype))
+        for f in days or []:  # each fitting day scored as it would be served
+            fit.append(served(f))
         shifts: dict[str, float] = {}
         try:
             if fit and (fit_df := pl.concat(fit)).height:
                 model.calibrator = refit(stored, fit_df, days)
-                if fold_in is not None and fold_window(model, fold_in, d):
+                if fold_in is not None and folds(model, fold_in, d):
                     # the fitting days through the new map, per fold status: what one map per surface leaves
                     status = fold_status(fold_in, [*days, d], uri)
                     rows = fit_df.filter(pl.col("click_mask")).join(status, on="request_id")
                     mapped = model.calibrator.apply_probs(rows["p_click_raw"].to_numpy(), rows["surface"].to_numpy())
                     shifts = status_shifts(rows.with_columns(pl.Series("p_click", mapped)))
-            with serving_fold_in(model, fold_in, d, uri=uri, batch_size=batch_size):
-                df = predict(model, stream(d), device=device, with_embeddings=True, amp_dtype=amp_dtype)
+            df = served(d, with_embeddings=True)
         finally:
             model.calibrator = stored
         if shifts:

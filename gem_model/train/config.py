@@ -40,8 +40,17 @@ class ItemSvd(_Strict):
 
     dim: int
     max_rows: int = MAX_ROWS
-    # a day scored after the window folds in the ids born since (gem_model.distill.serving_fold_in)
+    # a day scored after the window folds in the ids born since (gem_model.distill.serving_fold_in),
+    # in slices of the day, each with the day's earlier hours too (a divisor of 24; 1: none of the day)
     serve_fold_in: bool = True
+    serve_slices: int = Field(default=4, ge=1, le=24)
+
+    @field_validator("serve_slices")
+    @classmethod
+    def _divides_a_day(cls, k: int) -> int:
+        if 24 % k:
+            raise ValueError(f"serve_slices must divide 24, not {k}")
+        return k
 
 
 class TrainConfig(_Strict):

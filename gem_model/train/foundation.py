@@ -63,6 +63,7 @@ def run_foundation(
     project: str = "gem",
     version: str | None = None,
     progress: ProgressFn | None = None,
+    train_days: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """Train the teacher (+ baselines) for every seed; returns version, checkpoint, rows, curves, W&B info.
 
@@ -71,6 +72,8 @@ def run_foundation(
     init_from: warm-start the teacher from this checkpoint (e.g. the ACCEPTED version's dir).
     version: the version name (default: a new one; under torchrun rank 0's, so every rank agrees).
     progress: told every tracker log call (rank 0), e.g. the Dagster Pipes reporter of a launched run.
+    train_days: (first, last) ISO days to train on instead of the teacher window (a daily refresh: the
+        days that entered the window since init_from's); validation and evaluation days are unchanged.
     """
     calendar = calendar or load_calendar()
     surfaces = surfaces or load_surfaces()
@@ -78,7 +81,8 @@ def run_foundation(
     home = Path(out_root) if out_root is not None else gem_home()
     roles = calendar.roles()
     overrides = overrides or {}
-    data = {"train": [roles.teacher[0].isoformat(), roles.teacher[1].isoformat()], "valid": roles.validation.isoformat(),
+    window = list(train_days) if train_days else [roles.teacher[0].isoformat(), roles.teacher[1].isoformat()]
+    data = {"train": window, "valid": roles.validation.isoformat(),
             "eval": roles.evaluation.isoformat(), "lake": lake}
 
     # One short id names the version and prefixes every W&B run id of this call.

@@ -190,7 +190,7 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
 def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, accelerator: AcceleratorResource):
     """One batched pass of every teacher over the day's examples: predictions + summary embeddings."""
     from gem_model.distill import predict_teacher, write_teacher_predictions
-    from gem_model.distill.serving_fold_in import fold_window
+    from gem_model.distill.serving_fold_in import fold_window, serve_slices
     from gem_model.models.calibration import refit_days
     from gem_model.models.registry import load_model
 
@@ -207,9 +207,11 @@ def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, a
                              recalibrate=True, fold_in=config if name == "foundation" else None)
         fit_day = getattr(getattr(model, "calibrator", None), "fit_day", None)
         folded = fold_window(model, config, date) if name == "foundation" else None
+        slices = len(serve_slices(model, config)) if name == "foundation" else 1
         written.append({"teacher": name, "version": version, "rows": df.height,
                         "map fitted on": ",".join(map(str, refit_days(date, fit_day) or [])) or fit_day or "no map",
-                        "ids folded in from": " .. ".join(map(str, folded)) if folded else "none",
+                        "ids folded in from": (" .. ".join(map(str, folded)) if folded else "none")
+                        + (f"; the day in {slices} slices, each with its earlier hours" if slices > 1 else ""),
                         "delta_version": write_teacher_predictions(df, uri=lake.table("teacher_predictions"))})
     return dg.MaterializeResult(
         metadata={"rows": sum(w["rows"] for w in written),

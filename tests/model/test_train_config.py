@@ -72,6 +72,10 @@ def test_resolution_fills_defaults_and_keeps_plain_data() -> None:
     assert cfg["train"]["item_svd"] is None and cfg["train"]["epochs"] == 1  # tiny.yaml's
     with pytest.raises(ValueError, match="data.train"):
         resolve_config({"preset": "tiny", "data": {}})
+    svd = resolve_config({**RUN, "train": {"item_svd": {"dim": 8}}})["train"]["item_svd"]
+    assert svd["serve_fold_in"] is True and svd["serve_slices"] == 4  # a day served in four slices
+    with pytest.raises(ValueError, match="divide 24"):
+        resolve_config({**RUN, "train": {"item_svd": {"dim": 8, "serve_slices": 5}}})
 
 
 def test_every_training_key_is_read_by_the_training_code() -> None:

@@ -165,7 +165,7 @@ def test_a_served_day_folds_in_the_ads_born_since_the_window_and_leaves_the_mode
     import polars as pl
 
     from gem_model.data.vocab import hash_int64
-    from gem_model.distill.serving_fold_in import fold_window, serving_fold_in
+    from gem_model.distill.serving_fold_in import fold_window, serve_slices, serving_fold_in
     from gem_model.distill.teacher import FOUNDATION, predict_teacher
     from gem_model.models.registry import load_model
     from gem_model.train.loop import train
@@ -186,6 +186,18 @@ def test_a_served_day_folds_in_the_ads_born_since_the_window_and_leaves_the_mode
     assert fold_window(model, config, days[5]) == (days[3], days[4]) and fold_window(model, config, days[3]) is None
     with serving_fold_in(model, config, days[3], uri=uri) as stats:  # the day after the window: nothing between
         assert stats is None
+    # served in slices (serve_slices, 4 by default): from hour 12 on, d4's ads born that day were shown in
+    # its first 12 hours, and get their direction from those rows
+    assert serve_slices(model, config) == [(0, 6), (6, 12), (12, 18), (18, 24)]
+    ex = pl.read_delta(uri).filter((pl.col("date") == days[3]) & (pl.col("ad_id") > 50000))
+    shown = {h: torch.from_numpy(hash_int64(ex.filter(pl.col("hour_of_day") < h)["ad_id"].unique().to_numpy(),
+                                            model.cfg.tables["item"])) for h in (12, 24)}
+    with serving_fold_in(model, config, days[3], uri=uri, before_hour=12):
+        has = model.item_topic.norm(dim=1) > 0.99
+        assert float(has[shown[12]].float().mean()) > 0.9  # shown in the morning: folded
+        assert not bool(has[born[~torch.isin(born, shown[12])]].any())  # shown only later that day: not yet
+    assert len(shown[12]) < len(shown[24])
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
     with serving_fold_in(model, config, days[5], uri=uri) as stats:  # folds d4-d5's logs, not d6's
         assert stats["rows"] >= len(born) and bool((model.item_topic[born].norm(dim=1) > 0.99).all())
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
