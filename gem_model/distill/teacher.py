@@ -123,12 +123,13 @@ def predict_teacher(
         """`d` scored as served: slice by slice, each with what was logged before it folded in."""
         parts = []
         for hours in serve_slices(model, fold_in):
-            with serving_fold_in(model, fold_in, d, uri=uri, batch_size=batch_size, before_hour=hours[0]):
+            with serving_fold_in(model, fold_in, d, uri=uri, batch_size=batch_size, before_hour=hours[0], cache=bags):
                 parts.append(predict(model, stream(d, slice_filter(hours)), device=device, amp_dtype=amp_dtype,
                                      with_embeddings=with_embeddings))
         return pl.concat([f for f in parts if f.height] or parts[:1])
 
     stored = getattr(model, "calibrator", None)
+    bags: dict = {}  # the bags each fold reads, per (day, hours): the slices and fitting days overlap
     for d in _dates(dates):
         # KD targets are the teacher's calibrated probabilities (predict applies its map): a per-surface
         # bias of the teacher would otherwise become the student's (the map is monotone: ranking unchanged).

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import torch
 
@@ -54,25 +55,51 @@ def _item_weight(model: GEM, dim: int) -> torch.Tensor:
     return model.tables[cfg.sparse_features[cfg.target_pairs[0][0]][1]].weight
 
 
-def _cooccurrence(model: GEM, batches: Iterable[Batch], max_rows: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+@dataclass(frozen=True)
+class Bags:
+    """The bags of some rows (one per row: its history items and its candidate), as (bag, table row) pairs:
+    what the fits read of the rows, kept so that several fits over overlapping days read each day once."""
+
+    rows: torch.Tensor  # int32 [pairs]: the bag of each pair
+    items: torch.Tensor  # int32 [pairs]: the table row of each pair
+    n: int  # bags
+
+    @staticmethod
+    def read(model: GEM, batches: Iterable[Batch]) -> Bags:
+        j, col = model.cfg.target_pairs[0]
+        rows: list[torch.Tensor] = []
+        items: list[torch.Tensor] = []
+        n = 0
+        for batch in batches:
+            hist = batch.history[col].cpu()
+            ads = batch.sparse[:, j].cpu()
+            rows += [segment_ids(batch.offsets.long().cpu(), len(hist)) + n, torch.arange(len(ads)) + n]
+            items += [hist, ads]
+            n += len(ads)
+        if not rows:
+            return Bags(torch.zeros(0, dtype=torch.int32), torch.zeros(0, dtype=torch.int32), 0)
+        return Bags(torch.cat(rows).int(), torch.cat(items).int(), n)
+
+    @staticmethod
+    def cat(parts: Iterable[Bags]) -> Bags:
+        rows, items, n = [], [], 0
+        for b in parts:
+            rows.append(b.rows + n)
+            items.append(b.items)
+            n += b.n
+        if not rows:
+            return Bags(torch.zeros(0, dtype=torch.int32), torch.zeros(0, dtype=torch.int32), 0)
+        return Bags(torch.cat(rows), torch.cat(items), n)
+
+
+def _cooccurrence(model: GEM, batches: Iterable[Batch] | Bags, max_rows: int) -> tuple[torch.Tensor, torch.Tensor, int]:
     """`bag_counts` of the window's bags (one per training row: its history items and its candidate), and
     the bags read."""
-    cfg = model.cfg
-    j, col = cfg.target_pairs[0]
-    bag_rows: list[torch.Tensor] = []
-    bag_items: list[torch.Tensor] = []
-    bags = 0
-    for batch in batches:
-        items = batch.history[col].long().cpu()
-        seg = segment_ids(batch.offsets.long().cpu(), len(items))
-        ads = batch.sparse[:, j].long().cpu()
-        bag_rows += [seg + bags, torch.arange(len(ads)) + bags]
-        bag_items += [items, ads]
-        bags += len(ads)
-    if not bag_rows:
+    bags = batches if isinstance(batches, Bags) else Bags.read(model, batches)
+    if bags.n == 0:
         return torch.zeros(0, dtype=torch.long), torch.zeros(0, 0), 0
-    seen, counts = bag_counts(torch.cat(bag_rows), torch.cat(bag_items), bags, max_rows)
-    return seen, counts, bags
+    seen, counts = bag_counts(bags.rows.long(), bags.items.long(), bags.n, max_rows)
+    return seen, counts, bags.n
 
 
 def bag_counts(rows: torch.Tensor, items: torch.Tensor, bags: int, max_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -124,7 +151,7 @@ FOLD_PASSES = 3  # an id whose co-occurring ids are all new too gets its directi
 
 
 @torch.no_grad()
-def fold_in_item_svd(model: GEM, batches: Iterable[Batch], dim: int, max_rows: int = MAX_ROWS,
+def fold_in_item_svd(model: GEM, batches: Iterable[Batch] | Bags, dim: int, max_rows: int = MAX_ROWS,
                      known: torch.Tensor | None = None) -> dict[str, int]:
     """Give the window's ids without a direction one from the window's PPMI-SVD aligned with a warm-started
     model's basis (module doc); known rows, of the table and of `item_topic`, stay as they were. known: bool
