@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out-root", required=True, type=Path, help="where the refreshed version is written")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--warm-lr-frac", type=float, default=0.1)
+    p.add_argument("--serve-slices", type=int, default=4, help="train.item_svd.serve_slices of both versions")
     a = p.parse_args(argv)
     day = dt.date.fromisoformat(a.day)
     base = load_calendar()
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{time.perf_counter() - t0:.0f} s)")
     print("\n| version | fold-in | NE | gap closed | calibration |\n|---|---|---|---|---|")
     for name, vdir in (("stale", a.init), ("refreshed", Path(res["version_dir"]))):
-        df, _ = serving_bench.score_day(day, vdir)
+        df, _ = serving_bench.score_day(day, vdir, a.serve_slices)
         y, o = df["click"].to_numpy(), df["oracle_p"].to_numpy()
         floor = normalized_entropy(y, o)
         for col, label in (("base", "none"), ("folded", "as served")):
