@@ -122,11 +122,15 @@ def predict_teacher(
     def served(d: dt.date, with_embeddings: bool = False) -> pl.DataFrame:
         """`d` scored as served: slice by slice, each with what was logged before it folded in."""
         parts = []
-        for hours in serve_slices(model, fold_in):
+        slices = serve_slices(model, fold_in)
+        for hours in slices:
+            rows = stream(d, slice_filter(hours))
+            if len(slices) > 1 and rows.count_rows() == 0:
+                continue  # nothing to score (an untimed dataset's rows all sit at noon): no fold either
             with serving_fold_in(model, fold_in, d, uri=uri, batch_size=batch_size, before_hour=hours[0], cache=bags):
-                parts.append(predict(model, stream(d, slice_filter(hours)), device=device, amp_dtype=amp_dtype,
-                                     with_embeddings=with_embeddings))
-        return pl.concat([f for f in parts if f.height] or parts[:1])
+                parts.append(predict(model, rows, device=device, amp_dtype=amp_dtype, with_embeddings=with_embeddings))
+        return pl.concat(parts) if parts else predict(model, stream(d), device=device, amp_dtype=amp_dtype,
+                                                      with_embeddings=with_embeddings)
 
     stored = getattr(model, "calibrator", None)
     bags: dict = {}  # the bags each fold reads, per (day, hours): the slices and fitting days overlap

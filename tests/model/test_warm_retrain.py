@@ -227,6 +227,16 @@ def test_a_served_day_folds_in_the_ads_born_since_the_window_and_leaves_the_mode
     assert float(changed.filter(is_new).mean()) > 0.9  # the new ads are scored with their folded rows
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
 
+    # rows that all sit at one hour (an untimed dataset's noon): the empty slices are skipped, the day is
+    # served as in one slice
+    noon = str(tmp_path / "noon")
+    pl.read_delta(uri).with_columns(pl.lit(12, pl.Int32).alias("hour_of_day")).write_delta(
+        noon, delta_write_options={"partition_by": ["date"]})
+    one = {**config, "train": {**config["train"], "item_svd": {**config["train"]["item_svd"], "serve_slices": 1}}}
+    sliced, whole = (predict_teacher(model, [days[5]], FOUNDATION, "v", uri=noon, fold_in=f).sort("request_id")
+                     for f in (config, one))
+    assert sliced.height == whole.height > 0 and sliced["p_click"].equals(whole["p_click"])
+
 
 def test_a_served_day_shifts_each_fold_status_by_what_the_maps_days_left(gem_home, tmp_path, monkeypatch):
     """With a map, the fitting days are scored as served and split by fold status; the day's rows are
