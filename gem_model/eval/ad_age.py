@@ -10,7 +10,6 @@ that day.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,24 +24,24 @@ ALL = "all"  # the row pooling every surface
 EVAL_PREDICTIONS = "eval_predictions.parquet"  # what gem_model.train.loop saves of E in a version dir
 
 
-def first_seen(events: pl.LazyFrame | pl.DataFrame, day: dt.date | Sequence[dt.date]) -> pl.LazyFrame:
-    """request_id, date, first_seen of every impression of `day` (or of each of several days, in one
-    scan) in `events` (columns request_id, date, ad_id): the first date its ad_id appears in `events`."""
-    days = [day] if isinstance(day, dt.date) else list(day)
-    lf = events.lazy().filter(pl.col("date") <= max(days))
-    first = lf.group_by("ad_id").agg(pl.col("date").min().alias("first_seen"))
-    return lf.filter(pl.col("date").is_in(days)).select("request_id", "date", "ad_id").join(first, on="ad_id", how="left")
-
-
 def ad_ages(events: pl.LazyFrame | pl.DataFrame, day: dt.date) -> pl.DataFrame:
-    """request_id, ad_age of every impression of `day` in `events` (columns request_id, date, ad_id)."""
+    """request_id, ad_age of every impression of `day` in `events` (columns request_id, date, ad_id),
+    the first-seen date taken over the days of `events` up to `day`."""
+    lf = events.lazy().filter(pl.col("date") <= day)
+    first = lf.group_by("ad_id").agg(pl.col("date").min().alias("first_seen"))
     days = (pl.lit(day) - pl.col("first_seen")).dt.total_days()
     age = (
         pl.when(days == 0).then(pl.lit(AGE_BUCKETS[0]))
         .when(days <= RECENT_DAYS).then(pl.lit(AGE_BUCKETS[1]))
         .otherwise(pl.lit(AGE_BUCKETS[2]))
     )  # fmt: skip
-    return first_seen(events, day).select("request_id", age.alias("ad_age")).collect()
+    return (
+        lf.filter(pl.col("date") == day)
+        .select("request_id", "ad_id")
+        .join(first, on="ad_id", how="left")
+        .select("request_id", age.alias("ad_age"))
+        .collect()
+    )
 
 
 def ne_by_age(rows: pl.DataFrame, ages: pl.DataFrame, label: str = "click", score: str = "p_click"

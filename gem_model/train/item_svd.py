@@ -65,6 +65,10 @@ class Bags:
     n: int  # bags
 
     @staticmethod
+    def empty() -> Bags:
+        return Bags(torch.zeros(0, dtype=torch.int32), torch.zeros(0, dtype=torch.int32), 0)
+
+    @staticmethod
     def read(model: GEM, batches: Iterable[Batch]) -> Bags:
         j, col = model.cfg.target_pairs[0]
         rows: list[torch.Tensor] = []
@@ -76,9 +80,7 @@ class Bags:
             rows += [segment_ids(batch.offsets.long().cpu(), len(hist)) + n, torch.arange(len(ads)) + n]
             items += [hist, ads]
             n += len(ads)
-        if not rows:
-            return Bags(torch.zeros(0, dtype=torch.int32), torch.zeros(0, dtype=torch.int32), 0)
-        return Bags(torch.cat(rows).int(), torch.cat(items).int(), n)
+        return Bags(torch.cat(rows).int(), torch.cat(items).int(), n) if rows else Bags.empty()
 
     @staticmethod
     def cat(parts: Iterable[Bags]) -> Bags:
@@ -87,9 +89,7 @@ class Bags:
             rows.append(b.rows + n)
             items.append(b.items)
             n += b.n
-        if not rows:
-            return Bags(torch.zeros(0, dtype=torch.int32), torch.zeros(0, dtype=torch.int32), 0)
-        return Bags(torch.cat(rows), torch.cat(items), n)
+        return Bags(torch.cat(rows), torch.cat(items), n) if rows else Bags.empty()
 
 
 def _cooccurrence(model: GEM, batches: Iterable[Batch] | Bags, max_rows: int) -> tuple[torch.Tensor, torch.Tensor, int]:
