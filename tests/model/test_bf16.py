@@ -22,7 +22,7 @@ from gem_model.models.target_attention import DINTargetAttention
 from gem_model.train.loop import train
 from gem_model.train.precision import autocast_dtype
 from tests.model.conftest import tiny_config
-from tests.model.helpers import make_batch, tiny_model_config
+from tests.model.helpers import assert_bf16_gradients_match, make_batch, tiny_model_config
 
 BF16 = torch.bfloat16
 CPU_BF16 = {"device_type": "cpu", "dtype": BF16}
@@ -148,6 +148,11 @@ def test_autocast_dtype_follows_precision():
     assert autocast_dtype("bf16", cpu) is BF16 and autocast_dtype("fp32", cuda) is None
     with pytest.raises(ValueError, match="precision"):
         autocast_dtype("fp16", cpu)
+
+
+def test_bf16_autocast_gradients_match_fp32_on_cpu():
+    """The whole model's gradients under CPU bf16 autocast against fp32 (test_cuda.py: on CUDA)."""
+    assert_bf16_gradients_match("cpu", [3, 0, 7, 16, 1, 5] * 16)
 
 
 @pytest.mark.timeout(300)
