@@ -16,7 +16,8 @@ Measured on E from the lake alone (no model is loaded): the foundation's predict
 - `oracle_map_calibration`: the same ratio for the oracle's own probabilities behind a map fitted the
   way the ACCEPTED foundation's was, on the same days (its metrics.json `calibration`): how far from 1
   a perfect model lands through the same fitting noise; `calibration_ok`: `calibration` no further
-  from 1 than that (issue 24's yardstick; a map fitted on ~700 clicks cannot promise 0.97-1.03);
+  from 1 than that (issue 24's yardstick; a map fitted on ~700 clicks cannot promise 0.97-1.03),
+  summarised per surface by `calibration_table`;
 - `new_ad_ne`: NE on impressions of ads first seen on E (first date the ad_id is in `events`), with
   their impressions and clicks (gem_model.eval.ad_age);
 - `student_ne`, `student_gap_closed`: the surface's ACCEPTED student on E (its quality gate's rows).
@@ -255,6 +256,23 @@ def surface_table(days: list[dict[str, Any]], surface: str | None = None) -> str
     return md_grid(SURFACE_COLS, rows, fmt=_f).value
 
 
+def calibration_table(days: list[dict[str, Any]]) -> str:
+    """Per surface over the judged days: cells within the yardstick, the median distance from 1 of the
+    model's calibration and of the oracle's behind the same map, and the mean of their ratio: the
+    model's own drift from its fitting days once the fitting clicks' noise (shared by both) is divided out."""
+    rows = []
+    for surface in sorted({r["surface"] for d in days for r in d["surfaces"]}):
+        rs = [r for d in days for r in d["surfaces"] if r["surface"] == surface and r.get("calibration_ok") is not None]
+        if rs:
+            ratio = [r["calibration"] / r["oracle_map_calibration"] for r in rs]
+            rows.append([surface, f"{sum(r['calibration_ok'] for r in rs)} of {len(rs)}",
+                         float(np.median([abs(r["calibration"] - 1) for r in rs])),
+                         float(np.median([abs(r["oracle_map_calibration"] - 1) for r in rs])),
+                         float(np.mean(ratio)), f"{min(ratio):.3f}-{max(ratio):.3f}"])
+    return md_grid(["surface", "cells ok", "median distance from 1", "the oracle's behind the map",
+                    "mean calibration / oracle's", "range"], rows, fmt=_f).value
+
+
 def day_table(days: list[dict[str, Any]]) -> str:
     rows = [[d["day"], f"{d['wall_s']:.0f}", ", ".join(f"{m['model']} ({m['start']})" for m in d["retrained"]) or "none",
              ", ".join(d.get("rejected", [])) or "none", len(d["failed"])] for d in days]
@@ -300,7 +318,8 @@ def render(instance: dg.DagsterInstance | None = None) -> Path:
     out.write_text(f"# Days in the life\n\nOne row per simulated day (E: the window's last day, every model's "
                    f"evaluation day). Columns: gem_pipelines/day_report.py.\n\n{day_table(days)}\n\n"
                    f"## Per surface on E\n\nCalibration no further from 1 than the oracle's behind the same map: "
-                   f"{sum(judged)} of {len(judged)} (day, surface) cells.\n\n{surface_table(days)}\n\n"
+                   f"{sum(judged)} of {len(judged)} (day, surface) cells.\n\n{calibration_table(days)}\n\n"
+                   f"{surface_table(days)}\n\n"
                    f"## Every day's rows pooled\n\n{pooled_table(days) if days else ''}\n\n"
                    f"![plots]({png.name})\n")
     if instance is not None and days:

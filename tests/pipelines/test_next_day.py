@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import dagster as dg
+import numpy as np
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
@@ -233,6 +234,13 @@ def _check_report(home: Path, summaries: list[dict], acc1: dict[str, str]) -> No
     assert md.count("| 2026-11-0") == 3 + 3 * len(SURFACES)  # a row per day, and per day and surface
     ok = sum(r["calibration_ok"] for d in days for r in d["surfaces"])
     assert f"than the oracle's behind the same map: {ok} of {3 * len(SURFACES)} (day, surface) cells" in md
+    head = md.split("## Every day's rows pooled")[0]
+    for surface in SURFACES:  # per surface: the cells within the yardstick and the model's drift past the map's noise
+        rs = [r for d in days for r in d["surfaces"] if r["surface"] == surface]
+        line = next(x for x in head.splitlines() if x.startswith(f"| {surface} | ") and " of 3 |" in x).split("|")
+        assert line[2].strip() == f"{sum(r['calibration_ok'] for r in rs)} of 3"
+        ratio = np.mean([r["calibration"] / r["oracle_map_calibration"] for r in rs])
+        assert float(line[5]) == pytest.approx(ratio, abs=1e-4)
     pooled = md.split("## Every day's rows pooled")[1].splitlines()
     for surface in SURFACES:  # the three days' rows together, per surface
         cells = next(line for line in pooled if line.startswith(f"| {surface} |")).split("|")[2:5]
