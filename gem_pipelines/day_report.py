@@ -103,7 +103,8 @@ def pooled_table(days: list[dict[str, Any]]) -> str:
 
     dates = [dt.date.fromisoformat(d["day"]) for d in days]
     df = scored(dates)
-    df = df.join(pl.concat([ad_ages(read_events(d, table_uri("events")), d) for d in dates]), on="request_id", how="left")
+    ages = [ad_ages(read_events(d, table_uri("events")), d).with_columns(day=pl.lit(d.isoformat())) for d in dates]
+    df = df.join(pl.concat(ages), on="request_id", how="left")
     cols = ["surface", "days", "impressions", "clicks", "ne", "ne 95%", "oracle_ne", "gap_closed", "gap_closed 95%",
             "calibration"]
     out = []
@@ -113,7 +114,23 @@ def pooled_table(days: list[dict[str, Any]]) -> str:
         grid = [[name, len(days), g.height, int(g["click"].sum()), *_pooled_cells(g)] for name, g in [*groups, ("all", rows)]]
         title = "" if age is None else f"\n\nImpressions of ads {AGE_TITLES[age]}:\n\n"
         out.append(title + md_grid(cols, grid, fmt=_f).value)
+    if "oracle_p" in df.columns:
+        out.append("\n\nCalibration against the truth (mean prediction / mean oracle p) per day and ad age, "
+                   "every surface together:\n\n" + calibration_by_age(df))
     return "".join(out)
+
+
+def calibration_by_age(df: pl.DataFrame) -> str:
+    """Mean p_click / mean oracle_p of `df` (day, ad_age, p_click, oracle_p) per day, by ad age and all."""
+    from gem_model.eval.ad_age import AGE_BUCKETS
+
+    ratio = (pl.col("p_click").mean() / pl.col("oracle_p").mean()).alias("r")
+    rows = []
+    for day in sorted(df["day"].drop_nulls().unique().to_list()):
+        d = df.filter(pl.col("day") == day)
+        by_age = dict(d.group_by("ad_age").agg(ratio).iter_rows())
+        rows.append([day, *(by_age.get(a) for a in AGE_BUCKETS), d.select(ratio).item()])
+    return md_grid(["day", *AGE_BUCKETS, "all"], rows, fmt=_f).value
 
 
 def _pooled_cells(rows: pl.DataFrame) -> list[Any]:

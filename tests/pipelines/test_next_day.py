@@ -231,7 +231,8 @@ def _check_report(home: Path, summaries: list[dict], acc1: dict[str, str]) -> No
     assert second["foundation_model"] == "warm"  # the weekly retrain warm-starts
     assert all(m["start"] in ("warm", "cold") for m in days[2]["retrained"])
     md = (home / "reports" / "days_in_the_life.md").read_text()
-    assert md.count("| 2026-11-0") == 3 + 3 * len(SURFACES)  # a row per day, and per day and surface
+    # a row per day, per day and surface, and per day by ad age
+    assert md.count("| 2026-11-0") == 3 + 3 * len(SURFACES) + 3
     ok = sum(r["calibration_ok"] for d in days for r in d["surfaces"])
     assert f"than the oracle's behind the same map: {ok} of {3 * len(SURFACES)} (day, surface) cells" in md
     head = md.split("## Every day's rows pooled")[0]
@@ -242,6 +243,8 @@ def _check_report(home: Path, summaries: list[dict], acc1: dict[str, str]) -> No
         ratio = np.mean([r["calibration"] / r["oracle_map_calibration"] for r in rs])
         assert float(line[5]) == pytest.approx(ratio, abs=1e-4)
     pooled = md.split("## Every day's rows pooled")[1].splitlines()
+    by_age = md.split("per day and ad age")[1].splitlines()
+    assert [line.split("|")[1].strip() for line in by_age if line.startswith("| 2026-")] == [d["day"] for d in days]
     for surface in SURFACES:  # the three days' rows together, per surface
         cells = next(line for line in pooled if line.startswith(f"| {surface} |")).split("|")[2:5]
         rs = [r for d in days for r in d["surfaces"] if r["surface"] == surface]

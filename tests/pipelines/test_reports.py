@@ -9,6 +9,7 @@ import threading
 import urllib.request
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from gem_pipelines.metadata import calibrator_table, metric_table, seeds_table
@@ -112,3 +113,17 @@ def test_calibrator_and_seeds_are_markdown_tables() -> None:
     assert no_positives.startswith("| foundation | shops | click | 0 | n/a |  | 0.7000 | n/a |  | 0.7000 |")
     few = metric_table([{**_row("student", "shops", 0, 1.2, 0.9), "ne_interval": (1.05, 1.38)}]).value.splitlines()[2]
     assert few.startswith("| student | shops | click | 0 | 1.2000 | [1.0500, 1.3800] |")  # where positives are few
+
+
+def test_calibration_by_age_is_mean_prediction_over_mean_truth_per_day_and_age() -> None:
+    from gem_pipelines.day_report import calibration_by_age
+
+    df = pl.DataFrame({"day": ["2026-11-09"] * 4 + ["2026-11-10"] * 2,
+                       "ad_age": ["new", "new", "older", "recent", "older", None],
+                       "p_click": [0.02, 0.04, 0.01, 0.05, 0.03, 0.01],
+                       "oracle_p": [0.01, 0.02, 0.02, 0.05, 0.01, 0.01]})
+    rows = [line.split("|")[1:-1] for line in calibration_by_age(df).splitlines()[2:]]
+    assert [[c.strip() for c in r] for r in rows] == [
+        ["2026-11-09", "2.0000", "1.0000", "0.5000", f"{0.12 / 0.10:.4f}"],
+        ["2026-11-10", "", "", "3.0000", "2.0000"],  # an age with no rows is blank; a row without an age counts in all
+    ]
