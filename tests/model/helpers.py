@@ -53,13 +53,19 @@ def tiny_model_config(**over) -> GEMConfig:
     return config_from_assets("tiny", over)
 
 
-def bf16_gradient_errors(device: str, batch_lengths: list[int], *, stop_max: bool) -> dict[str, tuple[float, float]]:
+BF16_LENGTHS = [3, 0, 7, 16, 1, 5] * 16  # empty, single-item and long histories
+
+
+def bf16_gradient_errors(
+    device: str, *, stop_max: bool, batch_lengths: list[int] = BF16_LENGTHS
+) -> dict[str, tuple[float, float]]:
     """One forward/backward of the tiny model in fp32 and under bf16 autocast on `device`, same
     weights and batch: {parameter: (|g_bf16 - g_fp32| / |g_fp32|, cosine)} for every parameter
     with a gradient. `stop_max` stops the gradient of target attention's best-match statistic
     (a hard max: on a near tie bf16 rounding moves its argmax, so its subgradient reaches a
     different history item) to show that the rest agrees within bf16 rounding."""
     import copy
+    from unittest import mock
 
     import gem_model.models.target_attention as ta
     from gem_model.models import GEM
@@ -70,9 +76,8 @@ def bf16_gradient_errors(device: str, batch_lengths: list[int], *, stop_max: boo
     batch = make_batch(cfg, batch_lengths).to(device)
     ref = copy.deepcopy(model)
     hard_max = ta.segment_max
-    try:
-        if stop_max:
-            ta.segment_max = lambda *a, **k: hard_max(*a, **k).detach()
+    stopped = (lambda *a, **k: hard_max(*a, **k).detach()) if stop_max else hard_max
+    with mock.patch.object(ta, "segment_max", stopped):
         ref_loss, _ = ref.loss(ref(batch), batch)
         ref_loss.backward()
         with torch.autocast(device, dtype=torch.bfloat16):
@@ -80,24 +85,23 @@ def bf16_gradient_errors(device: str, batch_lengths: list[int], *, stop_max: boo
         assert logits.dtype == torch.float32  # heads in fp32
         loss, _ = model.loss(logits, batch)
         loss.backward()
-    finally:
-        ta.segment_max = hard_max
     assert abs(float(loss) - float(ref_loss)) <= 0.02 * float(ref_loss)
     out = {}
     for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
         if q.grad is not None and q.grad.norm() > 1e-6:
             rel = float((p.grad - q.grad).norm() / q.grad.norm())
-            out[name] = (rel, float(torch.nn.functional.cosine_similarity(p.grad.flatten(), q.grad.flatten(), dim=0)))
+            cos = torch.nn.functional.cosine_similarity(p.grad.flatten(), q.grad.flatten(), dim=0)
+            out[name] = (rel, float(cos))
     return out
 
 
-def assert_bf16_gradients_match(device: str, batch_lengths: list[int]) -> None:
+def assert_bf16_gradients_match(device: str) -> None:
     """Under bf16 autocast every gradient is within 10% of fp32 once the hard max's gradient is
     stopped; with it, only the parameters feeding target attention's scores (q, k, the activation
     unit) may differ more, and they still point the same way (cosine > 0.95)."""
-    smooth = bf16_gradient_errors(device, batch_lengths, stop_max=True)
+    smooth = bf16_gradient_errors(device, stop_max=True)
     assert max(rel for rel, _ in smooth.values()) < 0.1, smooth
-    full = bf16_gradient_errors(device, batch_lengths, stop_max=False)
+    full = bf16_gradient_errors(device, stop_max=False)
     for name, (rel, cos) in full.items():
         feeds_scores = name.startswith("target.") and name.split(".")[2] in ("q", "k", "unit")
         assert (cos > 0.95) if feeds_scores else (rel < 0.1), (name, rel, cos)

@@ -152,7 +152,7 @@ def test_autocast_dtype_follows_precision():
 
 def test_bf16_autocast_gradients_match_fp32_on_cpu():
     """The whole model's gradients under CPU bf16 autocast against fp32 (test_cuda.py: on CUDA)."""
-    assert_bf16_gradients_match("cpu", [3, 0, 7, 16, 1, 5] * 16)
+    assert_bf16_gradients_match("cpu")
 
 
 @pytest.mark.timeout(300)

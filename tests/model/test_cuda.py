@@ -10,24 +10,22 @@ import torch
 
 from gem_model.models import GEM
 from gem_model.train.optim import RowWiseAdagrad
-from tests.model.helpers import assert_bf16_gradients_match, make_batch, tiny_model_config
+from tests.model.helpers import BF16_LENGTHS, assert_bf16_gradients_match, make_batch, tiny_model_config
 
 pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (bench/gpu_check.sh runs it)"),
     pytest.mark.timeout(300),
 ]
 
-LENGTHS = [3, 0, 7, 16, 1, 5] * 16
-
 
 def _model_and_batch():
     torch.manual_seed(0)
     cfg = tiny_model_config(n_heads=1, d_model=32)
-    return GEM(cfg).cuda(), make_batch(cfg, LENGTHS).pin_memory().to("cuda", non_blocking=True)
+    return GEM(cfg).cuda(), make_batch(cfg, BF16_LENGTHS).pin_memory().to("cuda", non_blocking=True)
 
 
 def test_bf16_autocast_gradients_match_fp32():
-    assert_bf16_gradients_match("cuda", LENGTHS)
+    assert_bf16_gradients_match("cuda")
 
 
 def test_training_step_has_no_host_sync():
