@@ -39,8 +39,11 @@ from gem_model.store.schemas import COUNTER_COLUMNS  # noqa: E402
 from gem_model.train.selection import TABLE_HEAD, score_variant, table_row  # noqa: E402
 
 # The counters every training_examples carries (gem_pipelines/data/counters.py), as the real datasets' features.yaml
-# lists them: the ad's and the user's click rates on earlier days, which reach ads born after the window
-COUNTERS = [{"name": n, "transform": "log1p" if n.endswith("_impressions_before") else "none"} for n in COUNTER_COLUMNS]
+# lists them: the ad's and the user's click rates on earlier days, which reach ads born after the window.
+# EIGHT: the ones before `ad_other_*` (what the searches below named), so their variants stay as run.
+EIGHT = [n for n in COUNTER_COLUMNS if not n.startswith("ad_other_")]
+AD_OTHER = [n for n in COUNTER_COLUMNS if n.startswith("ad_other_")]
+COUNTERS = [{"name": n, "transform": "log1p" if n.endswith("_impressions_before") else "none"} for n in EIGHT]
 SYNTHETIC_WORLD = {"n_users": 400, "n_ads": 48, "n_items": 192, "n_topics": 6, "max_hist": 16}
 KR_TABLES = {"user_id": 65536, "ad_id": 32768, "hist_item_id": 32768, "advertiser_id": 32768}
 # name -> overrides of assets/models/<preset>.yaml
@@ -117,11 +120,18 @@ VARIANTS: dict[str, dict] = {
     # issue 23, KuaiRand (MODEL_SEARCH.md 14): the heads' counter start fitted jointly over the tabs, each tab's
     # weights shrunk toward shared ones (train.dense_prior.pool_l2); with `fields.bid: video_duration` in
     # source.yaml (the lake re-imported), the video's duration in that start too
-    **{f"kr_pool_{v}": {"train": {"dense_prior": {"features": list(COUNTER_COLUMNS), "l2": 1.0, "pool_l2": v}}}
+    **{f"kr_pool_{v}": {"train": {"dense_prior": {"features": EIGHT, "l2": 1.0, "pool_l2": v}}}
        for v in (100, 300, 1000, 3000)},
-    "kr_duration": {"train": {"dense_prior": {"features": [*COUNTER_COLUMNS, "bid"], "l2": 1.0}}},
-    **{f"kr_duration_pool_{v}": {"train": {"dense_prior": {"features": [*COUNTER_COLUMNS, "bid"], "l2": 1.0,
+    "kr_duration": {"train": {"dense_prior": {"features": [*EIGHT, "bid"], "l2": 1.0}}},
+    **{f"kr_duration_pool_{v}": {"train": {"dense_prior": {"features": [*EIGHT, "bid"], "l2": 1.0,
                                                            "pool_l2": v}}} for v in (100, 300, 1000)},
+    # issue 23, KuaiRand (MODEL_SEARCH.md 15): the video on the other tabs (`ad_other_*`, a counter a single-tab
+    # model reads as 0) as an input and in the heads' start, beside the adopted preset's
+    **{f"kr_ad_other{sfx}": {"add_dense": [{"name": n, "transform": "log1p" if "impressions" in n else "none"}
+                                           for n in AD_OTHER],
+                             "train": {"dense_prior": {"features": [*EIGHT, *AD_OTHER, "bid"], "l2": 1.0,
+                                                       **({"pool_l2": v} if v else {})}}}
+       for sfx, v in (("", 300), ("_no_pool", None), ("_pool_1000", 1000))},
 }
 
 

@@ -78,10 +78,11 @@ HISTORY_COLUMNS: dict[str, pl.DataType] = {
 
 # Counter features (gem_pipelines/data/counters.py) over the earlier days of the history lookback window:
 # impressions and click log-odds shrunk to (and relative to) the surface's rate, of the row's ad and user on
-# its surface, and of the user on every surface (user_all) and on every other surface (user_other).
+# its surface, of the user on every surface (user_all) and on every other surface (user_other), and of the ad
+# on every other surface (ad_other).
 COUNTER_COLUMNS: dict[str, pl.DataType] = {
     f"{who}_{what}_before": pl.Float64()
-    for who in ("ad", "user", "user_all", "user_other")
+    for who in ("ad", "user", "user_all", "user_other", "ad_other")
     for what in ("impressions", "click_logit")
 }
 
@@ -92,6 +93,8 @@ CROSS_SURFACE_COUNTERS: dict[str, str | None] = {
     "user_all_click_logit_before": "user_click_logit_before",
     "user_other_impressions_before": None,
     "user_other_click_logit_before": None,
+    "ad_other_impressions_before": None,
+    "ad_other_click_logit_before": None,
 }
 
 TRAINING_EXAMPLES_SCHEMA: dict[str, pl.DataType] = {**EVENTS_SCHEMA, **HISTORY_COLUMNS, **COUNTER_COLUMNS}

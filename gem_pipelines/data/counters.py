@@ -18,7 +18,9 @@ marginal rates count a user's popular items twice (the user looks generous, the 
 the joint fit splits each click between the two.
 
 `user_other_*` reads the user on every surface but the row's: what other surfaces say of a user,
-apart from what the row's own surface already says (`user_all_*` holds both).
+apart from what the row's own surface already says (`user_all_*` holds both). `ad_other_*` does the
+same for the ad: where one item is served on several surfaces (KuaiRand's videos in five tabs), a
+small surface learns of a new ad from the big one.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import polars as pl
 from gem_model.store.schemas import COUNTER_COLUMNS
 
 _KEYS = {"ad": ["surface", "ad_id"], "user": ["surface", "user_id"], "user_all": ["user_id"]}
+_OTHER = {"user": "user_id", "ad": "ad_id"}  # {who}_other_*: on every surface but the row's
 _EPS = 1e-3  # a surface with no clicks (or no non-clicks) yet still gives finite log-odds
 
 
@@ -71,7 +74,7 @@ def attach_counters(
     known = known.join(prior, on="surface", how="left")
     out, a = day, prior_strength
     joint = _joint_offsets(known, a, joint_passes) if joint_passes else {}
-    sums: dict[str, pl.DataFrame] = {}  # (keys, n, c, p) per counter: user_other_* is user_all_* minus user_*
+    sums: dict[str, pl.DataFrame] = {}  # (keys, n, c, p) per counter: {who}_other_* is every surface minus the row's
     for name, keys in _KEYS.items():
         # p0 of a key: its surface's rate; across surfaces, the mean of its impressions' surface rates
         counts = known.group_by(keys).agg(n=pl.len().cast(pl.Float64), c=pl.col("clicked").sum(), p=pl.col("p0").mean())
@@ -86,25 +89,30 @@ def attach_counters(
             pl.col("n").fill_null(0.0).alias(f"{name}_impressions_before"),
             log_odds.fill_null(0.0).alias(f"{name}_click_logit_before"),
         ).drop("n", "c", "p", *(["o"] if name in joint else []))
-    return _attach_user_other(out, sums["user_all"], sums["user"], a).cast(COUNTER_COLUMNS)  # type: ignore[arg-type]
+    for who, key in _OTHER.items():
+        on_all = sums["user_all"] if who == "user" else known.group_by(key).agg(
+            n=pl.len().cast(pl.Float64), c=pl.col("clicked").sum(), p=pl.col("p0").mean())
+        out = _attach_other(out, who, key, on_all, sums[who], a)
+    return out.cast(COUNTER_COLUMNS)  # type: ignore[arg-type]
 
 
-def _attach_user_other(out: pl.DataFrame, on_all: pl.DataFrame, on_own: pl.DataFrame, a: float) -> pl.DataFrame:
-    """user_other_*: the user's impressions and shrunk relative log-odds on every surface but the row's
-    (the user_all counts minus the row's surface's user counts), shrunk as user_all_* is."""
+def _attach_other(out: pl.DataFrame, who: str, key: str, on_all: pl.DataFrame, on_own: pl.DataFrame,
+                  a: float) -> pl.DataFrame:
+    """{who}_other_*: the id's impressions and shrunk relative log-odds on every surface but the row's
+    (its counts on every surface minus the row's surface's), shrunk as user_all_* is."""
     as_sums = [pl.col("n"), pl.col("c"), (pl.col("p") * pl.col("n")).alias("s")]  # s: the impressions' summed p0
-    on_all = on_all.select("user_id", *(e.name.suffix("_all") for e in as_sums))
-    on_own = on_own.select("surface", "user_id", *as_sums)
+    on_all = on_all.select(key, *(e.name.suffix("_all") for e in as_sums))
+    on_own = on_own.select("surface", key, *as_sums)
     other = {k: pl.col(f"{k}_all").fill_null(0.0) - pl.col(k).fill_null(0.0) for k in ("n", "c", "s")}
     p = (pl.col("s_o") / pl.col("n_o")).clip(_EPS, 1 - _EPS)
     log_odds = _logit((pl.col("c_o") + a * p) / (pl.col("n_o") + a)) - _logit(p)
     return (
-        out.join(on_all, on="user_id", how="left", maintain_order="left")
-        .join(on_own, on=["surface", "user_id"], how="left", maintain_order="left")
+        out.join(on_all, on=key, how="left", maintain_order="left")
+        .join(on_own, on=["surface", key], how="left", maintain_order="left")
         .with_columns(**{f"{k}_o": v for k, v in other.items()})
-        .with_columns(
-            user_other_impressions_before=pl.col("n_o"),
-            user_other_click_logit_before=pl.when(pl.col("n_o") > 0).then(log_odds).otherwise(0.0),
-        )
+        .with_columns(**{
+            f"{who}_other_impressions_before": pl.col("n_o"),
+            f"{who}_other_click_logit_before": pl.when(pl.col("n_o") > 0).then(log_odds).otherwise(0.0),
+        })
         .drop("n_all", "c_all", "s_all", "n", "c", "s", "n_o", "c_o", "s_o")
     )

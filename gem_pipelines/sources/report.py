@@ -73,8 +73,10 @@ def _metric_block(preds: pl.DataFrame, surface: str, task: str, n_boot: int) -> 
             "positives": int(y.sum())}
 
 
-# The counters' evidence: earlier impressions of the row's user on its surface, of the user elsewhere, of its ad.
-EVIDENCE = ("user_impressions_before", "user_other_impressions_before", "ad_impressions_before")
+# The counters' evidence: earlier impressions of the row's user on its surface, of the user elsewhere, of its
+# ad on its surface and elsewhere.
+EVIDENCE = ("user_impressions_before", "user_other_impressions_before", "ad_impressions_before",
+            "ad_other_impressions_before")
 
 
 def counter_evidence(surfaces: list[str], lake: str | None = None) -> list[dict[str, Any]]:
@@ -169,7 +171,8 @@ def to_markdown(doc: dict[str, Any]) -> str:
             f"{s}: {v['arm']}/{v['path']}" for s, v in doc["students_selected"].items())]
     if doc.get("counter_evidence"):
         lines += ["", "What the counters knew (mean earlier impressions per row; features only, no label read):", "",
-                  "| surface | days | rows | user on its surface | user on the other surfaces | ad |", "|---|---|---|---|---|---|"]
+                  "| surface | days | rows | user on its surface | user on the other surfaces | ad on its surface "
+                  "| ad on the other surfaces |", "|---|---|---|---|---|---|---|"]
         lines += [f"| {r['surface']} | {r['role']} | {r['rows']:,} | " + " | ".join(f"{r[c]:.1f}" for c in EVIDENCE) + " |"
                   for r in doc["counter_evidence"]]
     return "\n".join(lines) + "\n"

@@ -66,6 +66,12 @@ def test_counters_are_the_shrunk_click_log_odds_of_earlier_days_relative_to_the_
     assert reels["user_other_impressions_before"] == 3.0
     assert reels["user_other_click_logit_before"] == pytest.approx(feed["user_click_logit_before"])
     assert reels["ad_impressions_before"] == 0.0 and reels["ad_click_logit_before"] == 0.0
+    # ... but on feed it was shown once, unclicked: what another surface says of a new ad
+    assert reels["ad_other_impressions_before"] == 1.0
+    assert reels["ad_other_click_logit_before"] == pytest.approx(logit((0 + 2 * p0) / (1 + 2)) - logit(p0))
+    # ad 7 on every surface but feed: its one reels impression, clicked
+    assert feed["ad_other_impressions_before"] == 1.0
+    assert feed["ad_other_click_logit_before"] == pytest.approx(feed["user_other_click_logit_before"])
     assert reels["user_impressions_before"] == 1.0
     assert reels["user_click_logit_before"] == pytest.approx(logit((1 + 2 * p_reels) / 3) - logit(p_reels))
 

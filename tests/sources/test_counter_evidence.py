@@ -31,4 +31,4 @@ def test_evidence_is_averaged_per_surface_and_role_day_without_reading_a_label(g
     assert feed["evaluation"][EVIDENCE[2]] == pytest.approx(75.0)  # each counter its own mean
     md = to_markdown({"dataset": "x", "evaluation_day": "2026-11-07", "oracle": "none", "foundation_version": None,
                       "foundation_accepted": False, "rows": [], "hierarchical": {}, "counter_evidence": rows})
-    assert "| feed | evaluation | 2 | 25.0 | 50.0 | 75.0 |" in md
+    assert "| feed | evaluation | 2 | 25.0 | 50.0 | 75.0 | 100.0 |" in md
