@@ -132,6 +132,9 @@ VARIANTS: dict[str, dict] = {
                              "train": {"dense_prior": {"features": [*EIGHT, *AD_OTHER, "bid"], "l2": 1.0,
                                                        **({"pool_l2": v} if v else {})}}}
        for sfx, v in (("", 300), ("_no_pool", None), ("_pool_1000", 1000))},
+    # issue 24, the churned simulated worlds (MODEL_SEARCH.md 17, not adopted): an ad is served on several
+    # surfaces, so its clicks on the others add to what its own surface's counter has seen of a young ad
+    "ad_other": {"add_dense": [{"name": n, "transform": "log1p" if "impressions" in n else "none"} for n in AD_OTHER]},
 }
 
 

@@ -74,11 +74,12 @@ def attach_counters(
     known = known.join(prior, on="surface", how="left")
     out, a = day, prior_strength
     joint = _joint_offsets(known, a, joint_passes) if joint_passes else {}
-    sums: dict[str, pl.DataFrame] = {}  # (keys, n, c, p) per counter: {who}_other_* is every surface minus the row's
+    # (keys, n, c, p) per counter, and of the ad on every surface: {who}_other_* is {who}_all minus the row's surface;
+    # p0 of a key: its surface's rate; across surfaces, the mean of its impressions' surface rates
+    sums = {name: known.group_by(keys).agg(n=pl.len().cast(pl.Float64), c=pl.col("clicked").sum(), p=pl.col("p0").mean())
+            for name, keys in {**_KEYS, "ad_all": ["ad_id"]}.items()}
     for name, keys in _KEYS.items():
-        # p0 of a key: its surface's rate; across surfaces, the mean of its impressions' surface rates
-        counts = known.group_by(keys).agg(n=pl.len().cast(pl.Float64), c=pl.col("clicked").sum(), p=pl.col("p0").mean())
-        sums[name] = counts
+        counts = sums[name]
         shrunk = (pl.col("c") + a * pl.col("p")) / (pl.col("n") + a)
         if name in joint:
             counts = counts.join(joint[name], on=keys, how="left")
@@ -90,9 +91,7 @@ def attach_counters(
             log_odds.fill_null(0.0).alias(f"{name}_click_logit_before"),
         ).drop("n", "c", "p", *(["o"] if name in joint else []))
     for who, key in _OTHER.items():
-        on_all = sums["user_all"] if who == "user" else known.group_by(key).agg(
-            n=pl.len().cast(pl.Float64), c=pl.col("clicked").sum(), p=pl.col("p0").mean())
-        out = _attach_other(out, who, key, on_all, sums[who], a)
+        out = _attach_other(out, who, key, sums[f"{who}_all"], sums[who], a)
     return out.cast(COUNTER_COLUMNS)  # type: ignore[arg-type]
 
 
