@@ -24,7 +24,7 @@ from pathlib import Path
 
 import polars as pl
 from deltalake import CommitProperties, DeltaTable
-from deltalake.exceptions import CommitFailedError
+from deltalake.exceptions import CommitFailedError, SchemaMismatchError
 
 from gem_model.store.paths import gem_home
 
@@ -84,6 +84,16 @@ def commit_version(uri: str, write_id: str, storage_options: dict[str, str] | No
     raise LookupError(f"{uri}: no commit carries {WRITE_ID_KEY}={write_id}")
 
 
+def _schema_error(df: pl.DataFrame, uri: str, storage_options: dict[str, str] | None) -> ValueError:
+    """What a lake written by an older version lacks (a new counter column, say), and how to rebuild it:
+    delta-rs alone says only "number of fields does not match"."""
+    table = set(DeltaTable(uri, storage_options=storage_options).schema().to_arrow().names)
+    new, gone = sorted(set(df.columns) - table), sorted(table - set(df.columns))
+    return ValueError(f"{uri}: this version writes columns the table lacks {new} (and not {gone}); the lake was "
+                      "written by another version: re-materialize every partition of the table (`make clean && "
+                      "make demo` rebuilds the demo's lake)")
+
+
 def overwrite_partition(
     df: pl.DataFrame,
     uri: str,
@@ -104,6 +114,8 @@ def overwrite_partition(
                 df.write_delta(uri, mode="overwrite", storage_options=storage_options,
                                delta_write_options=options | {"predicate": predicate})
                 break
+            except SchemaMismatchError as err:
+                raise _schema_error(df, uri, storage_options) from err
             except CommitFailedError as err:
                 if attempt == COMMIT_ATTEMPTS - 1:
                     raise

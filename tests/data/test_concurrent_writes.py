@@ -18,6 +18,19 @@ from gem_pipelines.data.concurrency import TABLES, concurrent_ingest, land
 D = dt.date(2026, 11, 2)
 
 
+def test_a_lake_of_an_older_schema_is_refused_with_what_it_lacks(gem_home: Path) -> None:
+    """A version that adds a column (a new counter) meets a lake written before it: the write names the
+    columns and says how to rebuild, and the table keeps its rows."""
+    uri = str(gem_home / "lake" / "t")
+    old = pl.DataFrame({"date": [D], "x": [1.0]})
+    delta.overwrite_partition(old, uri, partition_by=["date"], lock_keys=["t"], predicate=f"date = '{D}'")
+    new = pl.DataFrame({"date": [D + dt.timedelta(days=1)], "x": [2.0], "ad_other_impressions_before": [3.0]})
+    with pytest.raises(ValueError, match=r"lacks \['ad_other_impressions_before'\].*re-materialize every partition"):
+        delta.overwrite_partition(new, uri, partition_by=["date"], lock_keys=["t"],
+                                  predicate=f"date = '{D + dt.timedelta(days=1)}'")
+    assert pl.read_delta(uri).equals(old)
+
+
 @pytest.mark.timeout(300)
 def test_two_processes_ingesting_one_partition(gem_home: Path) -> None:
     land(gem_home, "feed", D)
