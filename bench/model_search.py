@@ -43,7 +43,14 @@ from gem_model.train.selection import TABLE_HEAD, score_variant, table_row  # no
 # EIGHT: the ones before `ad_other_*` (what the searches below named), so their variants stay as run.
 EIGHT = [n for n in COUNTER_COLUMNS if not n.startswith("ad_other_")]
 AD_OTHER = [n for n in COUNTER_COLUMNS if n.startswith("ad_other_")]
-COUNTERS = [{"name": n, "transform": "log1p" if n.endswith("_impressions_before") else "none"} for n in EIGHT]
+
+
+def dense(names: list[str]) -> list[dict[str, str]]:
+    """features.yaml dense entries of counter columns: impressions log1p, log-odds as they are."""
+    return [{"name": n, "transform": "log1p" if n.endswith("_impressions_before") else "none"} for n in names]
+
+
+COUNTERS = dense(EIGHT)
 SYNTHETIC_WORLD = {"n_users": 400, "n_ads": 48, "n_items": 192, "n_topics": 6, "max_hist": 16}
 KR_TABLES = {"user_id": 65536, "ad_id": 32768, "hist_item_id": 32768, "advertiser_id": 32768}
 # name -> overrides of assets/models/<preset>.yaml
@@ -127,14 +134,13 @@ VARIANTS: dict[str, dict] = {
                                                            "pool_l2": v}}} for v in (100, 300, 1000)},
     # issue 23, KuaiRand (MODEL_SEARCH.md 15): the video on the other tabs (`ad_other_*`, a counter a single-tab
     # model reads as 0) as an input and in the heads' start, beside the adopted preset's
-    **{f"kr_ad_other{sfx}": {"add_dense": [{"name": n, "transform": "log1p" if "impressions" in n else "none"}
-                                           for n in AD_OTHER],
+    **{f"kr_ad_other{sfx}": {"add_dense": dense(AD_OTHER),
                              "train": {"dense_prior": {"features": [*EIGHT, *AD_OTHER, "bid"], "l2": 1.0,
                                                        **({"pool_l2": v} if v else {})}}}
        for sfx, v in (("", 300), ("_no_pool", None), ("_pool_1000", 1000))},
     # issue 24, the churned simulated worlds (MODEL_SEARCH.md 17, not adopted): an ad is served on several
     # surfaces, so its clicks on the others add to what its own surface's counter has seen of a young ad
-    "ad_other": {"add_dense": [{"name": n, "transform": "log1p" if "impressions" in n else "none"} for n in AD_OTHER]},
+    "ad_other": {"add_dense": dense(AD_OTHER)},
 }
 
 

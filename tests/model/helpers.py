@@ -3,6 +3,8 @@ runs the CUDA model tests on a machine without polars, deltalake or pydantic).""
 
 from __future__ import annotations
 
+from unittest import mock
+
 import torch
 
 from gem_model.data.batch import Batch
@@ -65,7 +67,6 @@ def bf16_gradient_errors(
     (a hard max: on a near tie bf16 rounding moves its argmax, so its subgradient reaches a
     different history item) to show that the rest agrees within bf16 rounding."""
     import copy
-    from unittest import mock
 
     import gem_model.models.target_attention as ta
     from gem_model.models import GEM
