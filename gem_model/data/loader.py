@@ -4,7 +4,8 @@ Reading: one lazy `pl.scan_delta` per day (Delta partition pruning on `date`, a 
 streamed with `collect_batches` in chunks of `chunk_rows`. Histories are truncated to the most recent
 `max_len` entries in the scan (`list.tail`) and reach the model as Arrow list offsets + flat values:
 no padding anywhere. Chunks fill a shuffle buffer of at most `shuffle_buffer` rows (+ one chunk),
-which is permuted with a generator seeded by (seed, epoch) and cut into batches.
+which is permuted with a generator seeded by (seed, epoch) and cut into batches. With `interleave_days`
+the days' chunks arrive in turn (one chunk of each day), so a buffer smaller than a day still mixes days.
 
 Sharding: every rank reads the same deterministic stream and keeps global batch `g` when
 `g % world_size == rank`; a last incomplete round of batches is dropped so that all ranks take
@@ -196,6 +197,7 @@ class ExampleStream:
         shuffle: bool = True,
         shuffle_buffer: int = 65536,
         chunk_rows: int = 16384,
+        interleave_days: bool = False,
         seed: int = 0,
         rank: int = 0,
         world_size: int = 1,
@@ -223,6 +225,7 @@ class ExampleStream:
         self.shuffle = shuffle
         self.shuffle_buffer = max(shuffle_buffer, batch_size)
         self.chunk_rows = chunk_rows
+        self.interleave_days = interleave_days
         self.seed = seed
         self.rank, self.world_size = rank, world_size
         self.drop_last = shuffle if drop_last is None else drop_last
@@ -261,14 +264,29 @@ class ExampleStream:
         """Rows in the window (cheap: Delta pruning + parquet statistics)."""
         return sum(int(self._scan(d).select(pl.len()).collect().item()) for d in self.dates)
 
+    def _day_chunks(self, day: dt.date) -> Iterator[Chunk]:
+        for df in self._scan(day).collect_batches(chunk_size=self.chunk_rows, maintain_order=True):
+            if df.height:
+                yield self.encoder.encode(df)
+
     def _chunks(self, rng: np.random.Generator) -> Iterator[Chunk]:
         days = list(self.dates)
         if self.shuffle:
             days = [days[i] for i in rng.permutation(len(days))]
-        for d in days:
-            for df in self._scan(d).collect_batches(chunk_size=self.chunk_rows, maintain_order=True):
-                if df.height:
-                    yield self.encoder.encode(df)
+        if not (self.shuffle and self.interleave_days):
+            for d in days:
+                yield from self._day_chunks(d)
+            return
+        # a day's rows are stored in time order and a day can outgrow the buffer: one chunk of each day in
+        # turn, so that no stretch of steps trains on one day alone (the model drifts toward that day)
+        live = [self._day_chunks(d) for d in days]
+        while live:
+            for it in list(live):
+                chunk = next(it, None)
+                if chunk is None:
+                    live.remove(it)
+                else:
+                    yield chunk
 
     def _global_batches(self) -> Iterator[tuple[Chunk, np.ndarray]]:
         """(chunk, row indices) of every global batch of the epoch, in a seeded order."""

@@ -72,12 +72,15 @@ class TrainConfig(_Strict):
     # from 0.982 to 1.058 in 39 steps, 0.1 reached 0.981 (bench/RESULTS.md)
     warm_lr_frac: float = Field(default=0.1, gt=0, le=1)
     grad_clip: float = 1.0  # 0: no clipping
+    # validate, keep and serve an exponential moving average of the weights (gem_model.train.ema); None: the live ones
+    ema_decay: float | None = Field(default=None, gt=0, lt=1)
     checkpoint_every: int = 100
     log_every: int = 20
     eval_every: int | None = None  # validate every N steps (None or 0: after each epoch)
     patience: int = 1
     shuffle_buffer: int = 65536
     chunk_rows: int = 16384
+    interleave_days: bool = False  # the training stream takes one chunk of each day in turn (gem_model.data.loader)
     compile: bool = False
     # replicated, or row: tables row-wise across ranks, dense params FSDP2 (gem_model.train.sharding)
     embedding_sharding: Literal["replicated", "row"] = "replicated"

@@ -20,6 +20,7 @@ import os
 import random
 import sys
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from gem_model.store.paths import gem_home, table_uri
 from gem_model.train.config import load_config_file, resolve_config
 from gem_model.train.distributed import destroy_process_group, init_process_group, resume_step
 from gem_model.train.distributed import world as process_world
+from gem_model.train.ema import WeightAverage
 from gem_model.train.optim import RowWiseAdagrad
 from gem_model.train.precision import autocast_dtype
 from gem_model.train.sharding import ReplicatedLayout, RowShardedLayout, shard_model
@@ -134,6 +136,18 @@ class Run:
     streams: RunStreams
     tracker: Tracker | None = None
     lr_scale: float = 1.0  # train.warm_lr_frac on a warm start: every rate of the schedule times this
+    ema: WeightAverage | None = None  # train.ema_decay: the averaged weights are validated, kept and served
+
+    def averaged(self) -> AbstractContextManager[None]:
+        """The model holds the weights a validation scores and best.pt keeps: the average, if there is one."""
+        return self.ema.swapped() if self.ema is not None else nullcontext()
+
+    def averaged_state(self) -> dict[str, torch.Tensor]:
+        """A copy of the full state with the averaged weights (a state_dict holds the live tensors themselves)."""
+        if self.ema is None:
+            return self.layout.model_state(self.core)
+        with self.ema.swapped():
+            return {k: v.detach().clone() for k, v in self.layout.model_state(self.core).items()}
 
     @property
     def takes_part(self) -> bool:
@@ -202,7 +216,8 @@ def setup(cfg: dict[str, Any], *, init_from: str | Path | None, resume: bool, fe
                        sharded=sharded, say=lambda msg: _say(rank, msg))
     run = Run(cfg, tcfg, dcfg, mcfg, out, rank, world, device, model, core, layout, opt_dense, opt_emb, emb_lrs,
               autocast_dtype(str(tcfg["precision"]), device), streams,
-              lr_scale=float(tcfg["warm_lr_frac"]) if init_from else 1.0)
+              lr_scale=float(tcfg["warm_lr_frac"]) if init_from else 1.0,
+              ema=WeightAverage(core, float(tcfg["ema_decay"])) if tcfg["ema_decay"] else None)
     return run, warm
 
 
@@ -227,6 +242,9 @@ def save_checkpoint(run: Run, st: State) -> None:
         "config": run.cfg,
         "model_config": run.mcfg.to_dict(),
     }
+    if run.ema is not None:
+        ck["ema"] = run.averaged_state()
+        ck["ema_updates"] = run.ema.updates
     if run.rank == 0:
         atomic.torch_save(ck, run.out / CHECKPOINT)
 
@@ -234,6 +252,10 @@ def save_checkpoint(run: Run, st: State) -> None:
 def load_checkpoint(run: Run, path: Path) -> State:
     """The state of an interrupted run; the data position is global, so any world size resumes it."""
     ck = torch.load(path, map_location="cpu", weights_only=True)
+    if run.ema is not None:  # the average first, through the model (the layout shards it), then the live weights
+        run.layout.load_model_state(run.core, ck.get("ema", ck["model"]))
+        run.ema.reset()
+        run.ema.updates = int(ck.get("ema_updates", 0))
     run.layout.load_model_state(run.core, ck["model"])
     run.layout.load_optim_state(run.opt_dense, ck["opt_dense"])
     run.layout.load_optim_state(run.opt_emb, ck["opt_emb"])
@@ -256,7 +278,8 @@ def validate(run: Run, st: State) -> None:
     """Score E-1 (NE weighted by positives); a better score writes best.pt, a worse one counts toward patience."""
     if not run.dcfg["valid"]:
         return
-    rows = metric_rows(predict_day(run, run.dcfg["valid"]))
+    with run.averaged():
+        rows = metric_rows(predict_day(run, run.dcfg["valid"]))
     score = _score(rows)
     st.valid_history.append([float(st.step), score])
     if run.tracker is not None:
@@ -264,7 +287,7 @@ def validate(run: Run, st: State) -> None:
         run.tracker.log_metric_rows(rows, "valid", step=st.step)
     if score < st.best["score"]:
         st.best.update(score=score, step=st.step, evals_since=0, rows=rows)
-        state = run.layout.model_state(run.core) if run.takes_part else None
+        state = run.averaged_state() if run.takes_part else None
         if run.rank == 0:
             atomic.torch_save({"model": state, "model_config": run.mcfg.to_dict(), "config": run.cfg, "step": st.step},
                               run.out / BEST)
@@ -300,6 +323,8 @@ def train_loop(run: Run, st: State, total_steps: int) -> None:
                 run.layout.clip_grad_norm_(core.dense_parameters(), float(tcfg["grad_clip"]))
             run.opt_dense.step()
             run.opt_emb.step()
+            if run.ema is not None:
+                run.ema.update()
             st.step += 1
             st.n_samples += len(batch) * run.world
             log_loss_sum = log_loss_sum + loss.detach()
@@ -339,6 +364,8 @@ def train_loop(run: Run, st: State, total_steps: int) -> None:
         save_checkpoint(run, st)
     if run.dcfg["valid"] and (not st.valid_history or st.valid_history[-1][0] != st.step):
         validate(run, st)
+    if run.ema is not None and not run.dcfg["valid"]:  # nothing selects among versions: the average is the model
+        run.ema.copy_to_model()
 
 
 def select_and_calibrate(run: Run) -> Calibrator | None:

@@ -23,7 +23,8 @@ class RunStreams:
                        "storage_options": self.storage_options, "max_len": max_len, "chunk_rows": train["chunk_rows"],
                        "pin_memory": device.type == "cuda", "own_surface": data["own_surface"]}
         self.train = ExampleStream(data["train"][0], data["train"][1], data["surfaces"], batch_size=train["batch_size"],
-                                   shuffle=True, shuffle_buffer=train["shuffle_buffer"], seed=seed, rank=rank,
+                                   shuffle=True, shuffle_buffer=train["shuffle_buffer"],
+                                   interleave_days=bool(train["interleave_days"]), seed=seed, rank=rank,
                                    world_size=world, **self.common)
 
     @property

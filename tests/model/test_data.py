@@ -140,6 +140,21 @@ def test_shuffle_buffer_is_bounded(lake, monkeypatch):
     assert sizes and max(sizes) <= 1000 + 500
 
 
+def test_interleaved_days_mix_every_buffer_and_keep_every_row(lake):
+    day_of = dict(pl.read_delta(table_uri("training_examples")).select("request_id", pl.col("date").cast(pl.Utf8)).iter_rows())
+
+    def days_per_batch(**kw) -> tuple[list[int], list[str]]:
+        batches = list(_stream(shuffle_buffer=400, chunk_rows=200, batch_size=100, drop_last=False, seed=4, **kw))
+        rows = [r for b in batches for r in b.request_ids]
+        return [len({day_of[r] for r in b.request_ids}) for b in batches], rows
+
+    blocked, rows_blocked = days_per_batch()
+    mixed, rows_mixed = days_per_batch(interleave_days=True)
+    assert blocked[0] == 1  # a buffer smaller than a day: the first batches are one day's
+    assert all(n == 2 for n in mixed[:4])  # every buffer holds a chunk of each day
+    assert sorted(rows_mixed) == sorted(rows_blocked) and len(set(rows_mixed)) == len(rows_mixed)
+
+
 def test_sharding_is_disjoint_and_even(lake):
     full = [r for b in _stream(seed=3) for r in b.request_ids]
     r0 = [r for b in _stream(seed=3, rank=0, world_size=2) for r in b.request_ids]

@@ -84,13 +84,16 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
     return torch.load(path, map_location="cpu", weights_only=True)["model"]
 
 
-def test_resume_after_failure_matches_uninterrupted_run(lake, tmp_path):
-    over = {"epochs": 2, "checkpoint_every": 10}
+@pytest.mark.parametrize("ema_decay", [None, 0.9], ids=["live", "averaged"])
+def test_resume_after_failure_matches_uninterrupted_run(lake, tmp_path, ema_decay):
+    over = {"epochs": 2, "checkpoint_every": 10, "ema_decay": ema_decay}
     full = train(tiny_config(tmp_path / "full", **over))
     with pytest.raises(RuntimeError, match="simulated failure"):
         train(tiny_config(tmp_path / "crash", **over, fail_at_step=25))
     ck = torch.load(tmp_path / "crash" / "checkpoint.pt", weights_only=True)
     assert ck["step"] == 20  # at most one interval lost
+    if ema_decay:  # the checkpoint carries the average beside the live weights
+        assert any(not torch.equal(ck["ema"][k], ck["model"][k]) for k in ck["model"])
     resumed = train(tiny_config(tmp_path / "crash", **over), resume=True)
     assert resumed["resumed_from_step"] == 20
     assert resumed["step"] == full["step"]
@@ -98,6 +101,14 @@ def test_resume_after_failure_matches_uninterrupted_run(lake, tmp_path):
     b = torch.load(tmp_path / "crash" / "checkpoint.pt", weights_only=True)["model"]
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6, msg=k)
+    if ema_decay:  # the average resumed too, and it is what validation kept
+        ema_a = torch.load(tmp_path / "full" / "checkpoint.pt", weights_only=True)["ema"]
+        ema_b = torch.load(tmp_path / "crash" / "checkpoint.pt", weights_only=True)["ema"]
+        for k in ema_a:
+            torch.testing.assert_close(ema_a[k], ema_b[k], rtol=1e-5, atol=1e-6, msg=k)
+        best = torch.load(tmp_path / "full" / "best.pt", weights_only=True)["model"]
+        assert full["best_step"] == full["step"]  # this run's last validation is its best: best.pt is that average
+        assert all(torch.equal(best[k], ema_a[k]) for k in best)
     full_w, crash_w = _weights(tmp_path / "full" / "model.pt"), _weights(tmp_path / "crash" / "model.pt")
     heads = [k for k in full_w if k.startswith("head_b.")]  # one per surface name
     assert len(heads) == 4
