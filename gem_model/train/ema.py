@@ -5,8 +5,9 @@ steps (on the evaluation world's E-1 the live weights swung by up to 0.02 NE bet
 
 Not torch.optim.swa_utils.AveragedModel: that deep-copies the module (a compiled or FSDP2-sharded GEM does not
 copy cleanly) and keeps the starting weights in the average at weight decay^n; this keeps one shadow tensor per
-parameter (local shards under a sharded layout) and corrects the start's bias instead. TensorFlow's ramp
-min(decay, (1 + n) / (10 + n)) is no better: it stays below 0.99 for 890 steps, longer than our runs.
+parameter (local shards under a sharded layout) and corrects the start's bias instead. Not TensorFlow's ramp
+min(decay, (1 + n) / (10 + n)) either: it stays below 0.99 for 890 steps, longer than the `small` preset's runs,
+so the configured decay would never apply.
 """
 
 from __future__ import annotations
