@@ -41,14 +41,13 @@ class WeightAverage:
 
     @torch.no_grad()
     def update(self) -> None:
-        d = self.rate()
-        torch._foreach_lerp_(self.shadow, [p.detach() for p in self.params], 1.0 - d)
+        torch._foreach_lerp_(self.shadow, self.params, 1.0 - self.rate())
         self.updates += 1
 
     @torch.no_grad()
     def reset(self) -> None:
         """The average restarts at the current parameters (after they were loaded from a checkpoint)."""
-        torch._foreach_copy_(self.shadow, [p.detach() for p in self.params])
+        torch._foreach_copy_(self.shadow, self.params)
 
     @contextmanager
     def swapped(self) -> Iterator[None]:

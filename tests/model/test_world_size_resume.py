@@ -101,7 +101,8 @@ def test_row_sharded_training_writes_an_unsharded_checkpoint(lake, tmp_path):
     """2 ranks with row-sharded tables + FSDP2 train (with the weights' average), validate, evaluate and save
     through rank 0 a consolidated checkpoint; one process without sharding resumes it."""
     out = tmp_path / "sharded"
-    cfg = tiny_config(out, max_steps=4, checkpoint_every=2, embedding_sharding="row", ema_decay=0.9)
+    cfg = tiny_config(out, max_steps=4, checkpoint_every=2, embedding_sharding="row", ema_decay=0.9,
+                      dump_rank_weights=True)
     cfg_path = tmp_path / "cfg.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
@@ -121,6 +122,8 @@ def test_row_sharded_training_writes_an_unsharded_checkpoint(lake, tmp_path):
     assert ck["ema_updates"] == 4 and all(torch.isfinite(v).all() for v in ck["ema"].values())
     served = torch.load(out / "model.pt", weights_only=True)["model"]  # the last validation's average, selected
     assert metrics["best_step"] == 4 and all(torch.equal(served[k], ck["ema"][k]) for k in served)
+    live = torch.load(out / "rank0.pt", weights_only=True)  # the live weights at the end, before selection
+    assert any(not torch.equal(served[k], live[k]) for k in served)  # the shards' average, not the live weights
     rows = [p.shape[0] for p in GEM(GEMConfig.from_dict(ck["model_config"])).embedding_parameters()]
     assert [s["sum"].shape[0] for s in ck["opt_emb"]["state"].values()] == rows  # Adagrad state of every row
 
