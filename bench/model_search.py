@@ -35,7 +35,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
 from gem_model.config import dataset_name, load_calendar  # noqa: E402
-from gem_model.store.schemas import COUNTER_COLUMNS  # noqa: E402
+from gem_model.store.schemas import COUNTER_COLUMNS, TODAY_COUNTER_COLUMNS  # noqa: E402
 from gem_model.train.selection import TABLE_HEAD, score_variant, table_row  # noqa: E402
 
 # The counters every training_examples carries (gem_pipelines/data/counters.py), as the real datasets' features.yaml
@@ -43,6 +43,7 @@ from gem_model.train.selection import TABLE_HEAD, score_variant, table_row  # no
 # EIGHT: the ones before `ad_other_*` (what the searches below named), so their variants stay as run.
 EIGHT = [n for n in COUNTER_COLUMNS if not n.startswith("ad_other_")]
 AD_OTHER = [n for n in COUNTER_COLUMNS if n.startswith("ad_other_")]
+TODAY = list(TODAY_COUNTER_COLUMNS)
 
 
 def dense(names: list[str]) -> list[dict[str, str]]:
@@ -145,6 +146,11 @@ VARIANTS: dict[str, dict] = {
     # so the stream trained on one day at a time and E-1 swung with the day in hand (MODEL_SEARCH.md 19)
     "interleave_days": {"train": {"interleave_days": True}},
     **{f"ema_{d}": {"train": {"ema_decay": d}} for d in (0.98, 0.99)},
+    # issues 24 and 23: the real-time counters (the ad earlier on the row's own day, its surface and every
+    # surface): what the logs say of an ad born today, and of a video a small tab shows after the big one
+    "today": {"add_dense": dense(TODAY)},
+    "kr_today": {"add_dense": dense(TODAY),
+                 "train": {"dense_prior": {"features": [*EIGHT, *AD_OTHER, *TODAY, "bid"], "l2": 1.0, "pool_l2": 300}}},
 }
 
 

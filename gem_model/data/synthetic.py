@@ -26,6 +26,7 @@ from gem_model.store.schemas import (
     DEVICES,
     OBJECTIVES,
     ORACLE_SCHEMA,
+    TODAY_COUNTER_COLUMNS,
     TRAINING_EXAMPLES_SCHEMA,
 )
 
@@ -145,7 +146,7 @@ def synthetic_day(
         pl.when(pl.Series(has_conv)).then(pl.col("conversion")).otherwise(None).alias("conversion"),
         pl.col("click_ts", "conversion_ts").dt.replace_time_zone("UTC"),
         # a history-only world: no counters (its features list none; the columns keep the contract)
-        *[pl.lit(0.0).alias(c) for c in COUNTER_COLUMNS],
+        *[pl.lit(0.0).alias(c) for c in (*COUNTER_COLUMNS, *TODAY_COUNTER_COLUMNS)],
     ).cast(TRAINING_EXAMPLES_SCHEMA).select(list(TRAINING_EXAMPLES_SCHEMA))
     oracle = pl.DataFrame(
         {

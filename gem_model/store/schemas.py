@@ -86,6 +86,15 @@ COUNTER_COLUMNS: dict[str, pl.DataType] = {
     for what in ("impressions", "click_logit")
 }
 
+# Same-day counters (counters.py `_attach_today`): the row's ad earlier on the row's own day, on its surface
+# (ad_today) and on every surface (ad_all_today): impressions strictly before the row's `ts` and the clicks on
+# them known (`click_ts`) by then. A real-time counter: an ad born today has no earlier day to count.
+TODAY_COUNTER_COLUMNS: dict[str, pl.DataType] = {
+    f"{who}_{what}_before": pl.Float64()
+    for who in ("ad_today", "ad_all_today")
+    for what in ("impressions", "click_logit")
+}
+
 # The counters that read other surfaces, each with its one-surface counterpart: what a single-surface
 # model reads in their place (gem_model.data.own_surface; None: nothing, read as 0 = no evidence).
 CROSS_SURFACE_COUNTERS: dict[str, str | None] = {
@@ -95,6 +104,10 @@ CROSS_SURFACE_COUNTERS: dict[str, str | None] = {
     "user_other_click_logit_before": None,
     "ad_other_impressions_before": None,
     "ad_other_click_logit_before": None,
+    "ad_all_today_impressions_before": "ad_today_impressions_before",
+    "ad_all_today_click_logit_before": "ad_today_click_logit_before",
 }
 
-TRAINING_EXAMPLES_SCHEMA: dict[str, pl.DataType] = {**EVENTS_SCHEMA, **HISTORY_COLUMNS, **COUNTER_COLUMNS}
+TRAINING_EXAMPLES_SCHEMA: dict[str, pl.DataType] = {
+    **EVENTS_SCHEMA, **HISTORY_COLUMNS, **COUNTER_COLUMNS, **TODAY_COUNTER_COLUMNS,
+}

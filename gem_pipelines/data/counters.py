@@ -21,6 +21,11 @@ the joint fit splits each click between the two.
 apart from what the row's own surface already says (`user_all_*` holds both). `ad_other_*` does the
 same for the ad: where one item is served on several surfaces (KuaiRand's videos in five tabs), a
 small surface learns of a new ad from the big one.
+
+`ad_today_*` and `ad_all_today_*` are the real-time counters: the ad earlier on the row's own day, on
+its surface and on every surface, shrunk like the others. Only impressions strictly before the row's
+`ts` count, and of those a click only once it had arrived (`click_ts` before the row's `ts`): an ad
+born today is known only by them, and an ad's morning tells the model of its afternoon.
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ import datetime as dt
 
 import polars as pl
 
-from gem_model.store.schemas import COUNTER_COLUMNS
+from gem_model.store.schemas import COUNTER_COLUMNS, TODAY_COUNTER_COLUMNS
 
 _KEYS = {"ad": ["surface", "ad_id"], "user": ["surface", "user_id"], "user_all": ["user_id"]}
+_TODAY = {"ad_today": ["surface", "ad_id"], "ad_all_today": ["ad_id"]}
 _OTHER = {"user": "user_id", "ad": "ad_id"}  # {who}_other_*: on every surface but the row's
 _EPS = 1e-3  # a surface with no clicks (or no non-clicks) yet still gives finite log-odds
 
@@ -62,7 +68,8 @@ def _joint_offsets(known: pl.DataFrame, a: float, passes: int) -> dict[str, pl.D
 def attach_counters(
     day: pl.DataFrame, past: pl.DataFrame, date: dt.date, prior_strength: float, joint_passes: int = 0
 ) -> pl.DataFrame:
-    """`day` + COUNTER_COLUMNS from `past` (date, surface, ad_id, user_id, click, click_ts of earlier days)."""
+    """`day` + COUNTER_COLUMNS from `past` (date, surface, ad_id, user_id, click, click_ts of earlier days), and
+    TODAY_COUNTER_COLUMNS from `day` itself (its ts, click, click_ts), against the same surface rates."""
     if past.height and past["date"].max() >= date:  # type: ignore[operator]
         raise ValueError(f"counters for {date} were given impressions of {date} or later")
     midnight = dt.datetime.combine(date, dt.time(), tzinfo=dt.UTC)
@@ -92,7 +99,33 @@ def attach_counters(
         ).drop("n", "c", "p", *(["o"] if name in joint else []))
     for who, key in _OTHER.items():
         out = _attach_other(out, who, key, sums[f"{who}_all"], sums[who], a)
-    return out.cast(COUNTER_COLUMNS)  # type: ignore[arg-type]
+    out = _attach_today(out, prior, a)
+    return out.cast({**COUNTER_COLUMNS, **TODAY_COUNTER_COLUMNS})  # type: ignore[arg-type]
+
+
+def _attach_today(out: pl.DataFrame, prior: pl.DataFrame, a: float) -> pl.DataFrame:
+    """ad_today_* and ad_all_today_*: the ad's impressions earlier on the row's day and its clicks known by the
+    row's `ts`, shrunk to the mean surface rate of those impressions (0 where there are none, or no rate yet)."""
+    rows = out.select("ts", "surface", "ad_id", "click", "click_ts").with_row_index("_row").join(
+        prior, on="surface", how="left", maintain_order="left")
+    for who, keys in _TODAY.items():
+        # cumulative counts in time order; an as-of join strictly before each row's ts reads them
+        shown = rows.sort("ts").select(
+            *keys, "ts", n=(pl.int_range(pl.len()) + 1).over(keys).cast(pl.Float64),
+            s=pl.col("p0").fill_null(0.0).cum_sum().over(keys), known=pl.col("p0").is_not_null().cum_sum().over(keys))
+        clicked = rows.filter((pl.col("click") == 1) & pl.col("click_ts").is_not_null()).sort("click_ts").select(
+            *keys, ts=pl.col("click_ts"), c=(pl.int_range(pl.len()) + 1).over(keys).cast(pl.Float64))
+        asof = {"on": "ts", "by": keys, "strategy": "backward", "allow_exact_matches": False, "check_sortedness": False}
+        got = (rows.select("_row", *keys, "ts").sort("ts").join_asof(shown, **asof).join_asof(clicked, **asof)
+               .select("_row", n=pl.col("n").fill_null(0.0), c=pl.col("c").fill_null(0.0), s=pl.col("s"),
+                       known=pl.col("known").fill_null(0)))
+        p = (pl.col("s") / pl.col("known")).clip(_EPS, 1 - _EPS)
+        log_odds = _logit((pl.col("c") + a * p) / (pl.col("n") + a)) - _logit(p)
+        rows = rows.join(got.select("_row", **{
+            f"{who}_impressions_before": pl.col("n"),
+            f"{who}_click_logit_before": pl.when(pl.col("known") > 0).then(log_odds).otherwise(0.0),
+        }), on="_row", how="left", maintain_order="left")
+    return out.with_columns(rows.select(*TODAY_COUNTER_COLUMNS))
 
 
 def _attach_other(out: pl.DataFrame, who: str, key: str, on_all: pl.DataFrame, on_own: pl.DataFrame,

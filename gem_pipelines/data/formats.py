@@ -59,6 +59,7 @@ from gem_model.store.schemas import (  # noqa: F401  (re-exported: the lake cont
     PAID_ACTIONS,
     QUARANTINE_SCHEMA,
     SOURCES,
+    TODAY_COUNTER_COLUMNS,
     TRAINING_EXAMPLES_SCHEMA,
     USER_ACTIVITY_SCHEMA,
     UTC_US,

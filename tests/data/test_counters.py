@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from gem_pipelines.data.counters import attach_counters
-from gem_pipelines.data.formats import COUNTER_COLUMNS
+from gem_pipelines.data.formats import COUNTER_COLUMNS, TODAY_COUNTER_COLUMNS
 
 D = dt.date(2026, 11, 4)
 
@@ -19,12 +19,12 @@ def at(day: dt.date, hour: int) -> dt.datetime:
 
 
 def rows(spec: list[tuple[dt.date, str, int, int, int, dt.datetime | None]]) -> pl.DataFrame:
-    """(date, surface, ad_id, user_id, click, click_ts) rows."""
+    """(date, surface, ad_id, user_id, click, click_ts) rows, shown (`ts`) at 08:00 of their day."""
     return pl.DataFrame(
         spec, orient="row",
         schema={"date": pl.Date, "surface": pl.String, "ad_id": pl.Int64, "user_id": pl.Int64,
                 "click": pl.Int8, "click_ts": pl.Datetime("us", "UTC")},
-    )  # fmt: skip
+    ).with_columns(ts=pl.col("date").cast(pl.Datetime("us")).dt.replace_time_zone("UTC") + dt.timedelta(hours=8))  # fmt: skip
 
 
 def logit(p: float) -> float:
@@ -60,7 +60,8 @@ def test_counters_are_the_shrunk_click_log_odds_of_earlier_days_relative_to_the_
     assert feed["user_other_impressions_before"] == 1.0
     assert feed["user_other_click_logit_before"] == pytest.approx(logit((1 + 2 * p_reels) / 3) - logit(p_reels))
     unseen = out.row(1, named=True)  # ad 9 and user 3 never shown: no evidence either way
-    assert [unseen[c] for c in COUNTER_COLUMNS] == [0.0] * len(COUNTER_COLUMNS)
+    cols = [*COUNTER_COLUMNS, *TODAY_COUNTER_COLUMNS]
+    assert [unseen[c] for c in cols] == [0.0] * len(cols)
     reels = out.row(2, named=True)  # ad 8 never on reels; user 1 clicked the one reels impression
     # ... and on every surface but reels: its three feed impressions, one clicked, against feed's rate
     assert reels["user_other_impressions_before"] == 3.0
@@ -78,10 +79,54 @@ def test_counters_are_the_shrunk_click_log_odds_of_earlier_days_relative_to_the_
 
 def test_no_label_of_the_day_itself_reaches_its_counters() -> None:
     flipped = TODAY.with_columns(click=1 - pl.col("click"), click_ts=pl.lit(at(D, 1)))
-    cols = list(COUNTER_COLUMNS)
+    cols = list(COUNTER_COLUMNS)  # the earlier days' (the same day's read the day's own clicks, as they arrive)
     assert attach_counters(flipped, PAST, D, 2.0).select(cols).equals(attach_counters(TODAY, PAST, D, 2.0).select(cols))
     with pytest.raises(ValueError, match="or later"):
         attach_counters(TODAY, pl.concat([PAST, TODAY]), D, 2.0)
+
+
+def _day(spec: list[tuple[int, str, int, int, int | None]]) -> pl.DataFrame:
+    """Rows of D: (hour shown, surface, ad_id, click, hour the click arrived or None)."""
+    return pl.DataFrame(
+        [(D, s, ad, 1, c, at(D, h), at(D, ch) if ch is not None else None) for h, s, ad, c, ch in spec], orient="row",
+        schema={"date": pl.Date, "surface": pl.String, "ad_id": pl.Int64, "user_id": pl.Int64, "click": pl.Int8,
+                "ts": pl.Datetime("us", "UTC"), "click_ts": pl.Datetime("us", "UTC")},
+    )  # fmt: skip
+
+
+def test_same_day_counters_read_only_what_had_happened_before_the_impression() -> None:
+    # ad 5, born today: shown on feed at 9 (clicked, the click in at 10), 9 (not clicked), 11, 11, and on reels at 10
+    today = _day([(9, "feed", 5, 1, 10), (9, "feed", 5, 0, None), (10, "reels", 5, 0, None),
+                  (11, "feed", 5, 1, 12), (11, "feed", 5, 0, None), (12, "feed", 6, 0, None)])  # fmt: skip
+    out = attach_counters(today, PAST, D, 2.0)
+    assert out["ad_id"].to_list() == today["ad_id"].to_list()  # row order kept
+    n = out["ad_today_impressions_before"].to_list()
+    assert n == [0.0, 0.0, 0.0, 2.0, 2.0, 0.0]  # the same hour does not count; reels is another surface
+    assert out["ad_all_today_impressions_before"].to_list() == [0.0, 0.0, 2.0, 3.0, 3.0, 0.0]
+    p_feed = 2 / 4  # the surface rates of the earlier days, as for the other counters
+    at_11 = out.row(3, named=True)  # one click of two, known since 10
+    assert at_11["ad_today_click_logit_before"] == pytest.approx(logit((1 + 2 * p_feed) / (2 + 2)) - logit(p_feed))
+    p_reels = 1 - 1e-3
+    p_all = (2 * p_feed + p_reels) / 3
+    assert at_11["ad_all_today_click_logit_before"] == pytest.approx(logit((1 + 2 * p_all) / (3 + 2)) - logit(p_all))
+    # at 10 the reels row sees both feed impressions of 9 but not yet the click that arrives at 10
+    assert out.row(2, named=True)["ad_all_today_click_logit_before"] == pytest.approx(
+        logit(2 * p_feed / (2 + 2)) - logit(p_feed))
+    # nothing later in the day reaches an earlier row: the day cut at 10:30 gives its rows the same counters
+    cut = attach_counters(today.filter(pl.col("ts") < at(D, 11)), PAST, D, 2.0)
+    cols = list(TODAY_COUNTER_COLUMNS)
+    assert cut.select(cols).equals(out.head(cut.height).select(cols))
+    # and a row's own label, or a later one, changes nothing of its own counters
+    flipped = attach_counters(today.with_columns(click=pl.lit(0, pl.Int8), click_ts=pl.lit(None, pl.Datetime("us", "UTC"))), PAST, D, 2.0)
+    assert flipped.row(2, named=True)["ad_all_today_impressions_before"] == 2.0
+    assert flipped.row(3, named=True)["ad_today_click_logit_before"] < at_11["ad_today_click_logit_before"]
+
+
+def test_same_day_counters_of_a_first_day_read_no_rate() -> None:
+    today = _day([(9, "feed", 5, 1, 9), (11, "feed", 5, 0, None)])
+    out = attach_counters(today, PAST.clear(), D, 2.0)  # no earlier day: no surface rate to shrink to
+    assert out["ad_today_impressions_before"].to_list() == [0.0, 1.0]
+    assert out["ad_today_click_logit_before"].to_list() == [0.0, 0.0]
 
 
 def test_a_click_that_arrives_after_midnight_is_not_yet_known() -> None:

@@ -30,6 +30,10 @@ def test_view_keeps_own_history_and_reads_counters_on_one_surface():
         "ad_click_logit_before": [0.1, 0.2],
         "ad_other_impressions_before": [4.0, 2.0],
         "ad_other_click_logit_before": [0.5, -0.3],
+        "ad_today_impressions_before": [2.0, 0.0],
+        "ad_today_click_logit_before": [0.3, 0.0],
+        "ad_all_today_impressions_before": [5.0, 1.0],
+        "ad_all_today_click_logit_before": [0.6, -0.1],
     })
     out = own_surface_view(rows, "book").collect()
     assert out.columns == rows.collect_schema().names()  # same columns: the model's inputs keep their shape
@@ -44,6 +48,8 @@ def test_view_keeps_own_history_and_reads_counters_on_one_surface():
     assert out["ad_click_logit_before"].to_list() == [0.1, 0.2]
     assert out["ad_other_impressions_before"].to_list() == [0.0, 0.0]  # the ad elsewhere: not its to read
     assert out["ad_other_click_logit_before"].to_list() == [0.0, 0.0]
+    assert out["ad_all_today_impressions_before"].to_list() == [2.0, 0.0]  # today on its surface alone
+    assert out["ad_all_today_click_logit_before"].to_list() == [0.3, 0.0]
 
 
 def test_stream_reads_only_its_surface_history(lake):
