@@ -149,8 +149,9 @@ VARIANTS: dict[str, dict] = {
     # issues 24 and 23: the real-time counters (the ad earlier on the row's own day, its surface and every
     # surface): what the logs say of an ad born today, and of a video a small tab shows after the big one
     "today": {"add_dense": dense(TODAY)},
-    "kr_today": {"add_dense": dense(TODAY),
-                 "train": {"dense_prior": {"features": [*EIGHT, *AD_OTHER, *TODAY, "bid"], "l2": 1.0, "pool_l2": 300}}},
+    **{f"kr_today{sfx}": {"add_dense": dense(cols),
+                          "train": {"dense_prior": {"features": [*EIGHT, *AD_OTHER, *cols, "bid"], "l2": 1.0, "pool_l2": 300}}}
+       for sfx, cols in (("", TODAY), ("_all", [c for c in TODAY if c.startswith("ad_all_today")]))},
 }
 
 
