@@ -112,7 +112,7 @@ def test_same_day_counters_read_only_what_had_happened_before_the_impression() -
     # at 10 the reels row sees both feed impressions of 9 but not yet the click that arrives at 10
     assert out.row(2, named=True)["ad_all_today_click_logit_before"] == pytest.approx(
         logit(2 * p_feed / (2 + 2)) - logit(p_feed))
-    # nothing later in the day reaches an earlier row: the day cut at 10:30 gives its rows the same counters
+    # nothing later in the day reaches an earlier row: the day cut before 11:00 gives its rows the same counters
     cut = attach_counters(today.filter(pl.col("ts") < at(D, 11)), PAST, D, 2.0)
     cols = list(TODAY_COUNTER_COLUMNS)
     assert cut.select(cols).equals(out.head(cut.height).select(cols))
