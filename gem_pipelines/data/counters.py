@@ -107,16 +107,16 @@ def _attach_today(out: pl.DataFrame, prior: pl.DataFrame, a: float) -> pl.DataFr
     """ad_today_* and ad_all_today_*: the ad's impressions earlier on the row's day and its clicks known by the
     row's `ts`, shrunk to the mean surface rate of those impressions (0 where there are none, or no rate yet)."""
     rows = out.select("ts", "surface", "ad_id", "click", "click_ts").with_row_index("_row").join(
-        prior, on="surface", how="left", maintain_order="left")
+        prior, on="surface", how="left", maintain_order="left").sort("ts")  # time order; `_row` restores the day's
     for who, keys in _TODAY.items():
         # cumulative counts in time order; an as-of join strictly before each row's ts reads them
-        shown = rows.sort("ts").select(
+        shown = rows.select(
             *keys, "ts", n=(pl.int_range(pl.len()) + 1).over(keys).cast(pl.Float64),
             s=pl.col("p0").fill_null(0.0).cum_sum().over(keys), known=pl.col("p0").is_not_null().cum_sum().over(keys))
         clicked = rows.filter((pl.col("click") == 1) & pl.col("click_ts").is_not_null()).sort("click_ts").select(
             *keys, ts=pl.col("click_ts"), c=(pl.int_range(pl.len()) + 1).over(keys).cast(pl.Float64))
         asof = {"on": "ts", "by": keys, "strategy": "backward", "allow_exact_matches": False, "check_sortedness": False}
-        got = (rows.select("_row", *keys, "ts").sort("ts").join_asof(shown, **asof).join_asof(clicked, **asof)
+        got = (rows.select("_row", *keys, "ts").join_asof(shown, **asof).join_asof(clicked, **asof)
                .select("_row", n=pl.col("n").fill_null(0.0), c=pl.col("c").fill_null(0.0), s=pl.col("s"),
                        known=pl.col("known").fill_null(0)))
         p = (pl.col("s") / pl.col("known")).clip(_EPS, 1 - _EPS)
@@ -125,7 +125,7 @@ def _attach_today(out: pl.DataFrame, prior: pl.DataFrame, a: float) -> pl.DataFr
             f"{who}_impressions_before": pl.col("n"),
             f"{who}_click_logit_before": pl.when(pl.col("known") > 0).then(log_odds).otherwise(0.0),
         }), on="_row", how="left", maintain_order="left")
-    return out.with_columns(rows.select(*TODAY_COUNTER_COLUMNS))
+    return out.with_columns(rows.sort("_row").select(*TODAY_COUNTER_COLUMNS))
 
 
 def _attach_other(out: pl.DataFrame, who: str, key: str, on_all: pl.DataFrame, on_own: pl.DataFrame,
