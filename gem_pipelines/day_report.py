@@ -2,8 +2,8 @@
 models did on that day's E, which models retrained, and how long the day took.
 
 Each day writes `reports/next_day/<E>.json`; `render` turns every day so far into
-`reports/days_in_the_life.md` (tables, and every day's rows pooled per surface and by the ad's age,
-with 95% bootstrap intervals) and `.png` (plots), and records an observation on each
+`reports/days_in_the_life.md` (tables, and every day's rows pooled per surface, by the ad's age and by
+its fold status, with 95% bootstrap intervals) and `.png` (plots), and records an observation on each
 `students` partition with its surface's table and links to both (the asset's page in the UI).
 
 Measured on E from the lake alone (no model is loaded): the foundation's predictions are the
@@ -92,28 +92,54 @@ POOLED_BOOT = 200  # resamples behind the pooled tables' intervals (every day's 
 
 AGE_TITLES = {"new": "first seen on their E (the cold start)", "recent": "first seen 1-2 days before their E",
               "older": "first seen earlier"}
+FOLD_TITLES = {"known": "logged in the window of the foundation that served them (`known`)",
+               "folded": "first logged after that window, before their E (`folded`: placed by the serving fold-in)",
+               "folded_today": "first logged earlier on their E (`folded_today`: from the day's earlier slices)",
+               "unseen": "never logged before the slice of E they were scored in (`unseen`)"}
+
+
+def served_fold_status(days: list[dt.date]) -> pl.DataFrame:
+    """request_id, fold_status (gem_model.distill.serving_fold_in) of `days`' impressions, each day against the
+    window of the foundation version that served it: are the ads born after a stale teacher's window served
+    as well as those it trained on?"""
+    from gem_model.distill.serving_fold_in import fold_status
+
+    uri = table_uri("teacher_predictions")
+    served = (pl.scan_delta(uri, storage_options=storage_options(uri))
+              .filter(pl.col("date").is_in(days) & (pl.col("teacher") == "foundation"))
+              .select("date", "teacher_version").unique().collect().sort("date"))
+    frames = []
+    for day, version in served.iter_rows():
+        config = models_dir("foundation_model") / version / "config.json"
+        if config.is_file():
+            frames.append(fold_status(json.loads(config.read_text()), [day]))
+    return pl.concat(frames) if frames else pl.DataFrame(schema={"request_id": pl.String, "fold_status": pl.String})
 
 
 def pooled_table(days: list[dict[str, Any]]) -> str:
     """Per surface, and over every surface (`all`), every recorded day's rows together: NE, the
     oracle's, the share of the gap closed, with 95% intervals (`_pooled_cells`), and the calibration
     against the truth; then the same per ad age (gem_model.eval.ad_age): a stale model's bias on the ads
-    born after its window shows there."""
+    born after its window shows there; then per fold status (`served_fold_status`): whether the fold-in
+    serves those ads as well as the ones the teacher trained on."""
     from gem_model.eval.ad_age import AGE_BUCKETS, ad_ages, read_events
 
     dates = [dt.date.fromisoformat(d["day"]) for d in days]
     df = scored(dates)
     ages = [ad_ages(read_events(d, table_uri("events")), d).with_columns(day=pl.lit(d.isoformat())) for d in dates]
-    df = df.join(pl.concat(ages), on="request_id", how="left")
+    df = df.join(pl.concat(ages), on="request_id", how="left").join(served_fold_status(dates), on="request_id",
+                                                                      how="left")
     cols = ["surface", "days", "impressions", "clicks", "ne", "ne 95%", "oracle_ne", "gap_closed", "gap_closed 95%",
             "calibration"]
+    present = set(df["fold_status"].drop_nulls().to_list())
+    sections = [(None, ""), *((pl.col("ad_age") == a, f"Impressions of ads {AGE_TITLES[a]}") for a in AGE_BUCKETS),
+                *((pl.col("fold_status") == s, f"Impressions of ads {FOLD_TITLES[s]}") for s in FOLD_TITLES if s in present)]
     out = []
-    for age in (None, *AGE_BUCKETS):
-        rows = df if age is None else df.filter(pl.col("ad_age") == age)
+    for where, title in sections:
+        rows = df if where is None else df.filter(where)
         groups = [(s, rows.filter(pl.col("surface") == s)) for s in sorted(rows["surface"].unique().to_list())]
         grid = [[name, len(days), g.height, int(g["click"].sum()), *_pooled_cells(g)] for name, g in [*groups, ("all", rows)]]
-        title = "" if age is None else f"\n\nImpressions of ads {AGE_TITLES[age]}:\n\n"
-        out.append(title + md_grid(cols, grid, fmt=_f).value)
+        out.append((f"\n\n{title}:\n\n" if title else "") + md_grid(cols, grid, fmt=_f).value)
     if "oracle_p" in df.columns:
         out.append("\n\nCalibration against the truth (mean prediction / mean oracle p) per day and ad age, "
                    "every surface together:\n\n" + calibration_by_age(df))

@@ -22,6 +22,7 @@ from deltalake import DeltaTable
 
 from gem_model.distill.arms import ARMS
 from gem_model.distill.run import DEFAULT_ARMS
+from gem_model.distill.serving_fold_in import FOLD_STATUS
 
 pytestmark = pytest.mark.slow
 
@@ -260,4 +261,13 @@ def _check_report(home: Path, summaries: list[dict], acc1: dict[str, str]) -> No
             assert lo <= float(line[5]) <= hi and 0.2 < float(line[10]) < 5  # calibration against the truth
     ages = [int(next(x for x in t.splitlines() if x.startswith("| all |")).split("|")[3]) for t in tables]
     assert sum(ages[1:]) == ages[0]  # the three ages share out every impression
+    # then by fold status against the window of the foundation that served each day: they share it out too
+    from gem_pipelines.day_report import FOLD_TITLES
+
+    assert set(FOLD_TITLES) == set(FOLD_STATUS)
+    after = md.split("## Every day's rows pooled")[1]
+    folds = [after.split(f"Impressions of ads {FOLD_TITLES[s]}:")[1] for s in FOLD_TITLES
+             if f"Impressions of ads {FOLD_TITLES[s]}:" in after]
+    assert f"Impressions of ads {FOLD_TITLES['known']}:" in after  # most of E's ads outlive a day's churn
+    assert sum(int(next(x for x in t.splitlines() if x.startswith("| all |")).split("|")[3]) for t in folds) == ages[0]
     assert (home / "reports" / "days_in_the_life.png").read_bytes()[:4] == b"\x89PNG"
