@@ -5,6 +5,7 @@ Each day writes `reports/next_day/<E>.json`; `render` turns every day so far int
 `reports/days_in_the_life.md` (tables, and every day's rows pooled per surface, by the ad's age and by
 its fold status, with 95% bootstrap intervals) and `.png` (plots), and records an observation on each
 `students` partition with its surface's table and links to both (the asset's page in the UI).
+`python -m gem_pipelines.day_report` renders the recorded days again (a home written by an older version).
 
 Measured on E from the lake alone (no model is loaded): the foundation's predictions are the
 `teacher_predictions` rows of teacher `foundation` on E, joined with `events` (clicks) and `oracle`
@@ -372,3 +373,7 @@ def render(instance: dg.DagsterInstance | None = None) -> Path:
                 "students", partition=surface, description=f"days in the life up to E = {days[-1]['day']}",
                 metadata={"days": dg.MetadataValue.md(surface_table(days, surface)), **links}))
     return out
+
+
+if __name__ == "__main__":  # the recorded days' report rendered again by this code (GEM_HOME: a home after `make week`)
+    print(render())
