@@ -18,10 +18,10 @@ import yaml
 from gem_model.config import ASSETS_DIR, ConfigError, load_calendar, load_simulator, load_surfaces
 from gem_pipelines.data import formats as F
 from gem_pipelines.data import simulator as sim
+from gem_pipelines.data.raw_records import applicable_reasons
 from gem_pipelines.data.simulator import (
     SimulatedPartition,
     active_catalogue,
-    applicable_reasons,
     interest_affinity,
     simulate_day_frames,
     simulate_partition,
