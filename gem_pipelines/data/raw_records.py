@@ -27,7 +27,9 @@ DAY_MS = 86_400_000
 
 
 def day0_ms(date: dt.date) -> int:
+    """Epoch milliseconds of the day's UTC midnight."""
     return (date - dt.date(1970, 1, 1)).days * DAY_MS
+
 
 _IN_PLACE = ("unparseable", "truncated", "missing_id", "bad_type", "out_of_range_value", "out_of_range_ts",
              "unknown_enum")  # fmt: skip
