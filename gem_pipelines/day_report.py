@@ -108,12 +108,13 @@ def served_fold_status(days: list[dt.date]) -> pl.DataFrame:
     uri = table_uri("teacher_predictions")
     served = (pl.scan_delta(uri, storage_options=storage_options(uri))
               .filter(pl.col("date").is_in(days) & (pl.col("teacher") == "foundation"))
-              .select("date", "teacher_version").unique().collect().sort("date"))
+              .select("date", "teacher_version").unique().collect()
+              .group_by("teacher_version").agg(pl.col("date").sort()).sort("teacher_version"))
     frames = []
-    for day, version in served.iter_rows():
+    for version, served_days in served.iter_rows():  # one scan of the logs per version (fold_status reads them all)
         config = models_dir("foundation_model") / version / "config.json"
         if config.is_file():
-            frames.append(fold_status(json.loads(config.read_text()), [day]))
+            frames.append(fold_status(json.loads(config.read_text()), served_days))
     return pl.concat(frames) if frames else pl.DataFrame(schema={"request_id": pl.String, "fold_status": pl.String})
 
 
