@@ -14,6 +14,7 @@ writes files. Checkpoints hold the unsharded state and a global data position: a
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import math
 import os
@@ -92,6 +93,17 @@ def warm_start(model: torch.nn.Module, source: str | Path) -> dict[str, int]:
     loaded = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
     model.load_state_dict(loaded, strict=False)
     return {"loaded": len(loaded), "skipped": len(own) - len(loaded)}
+
+
+def new_days(window: list[str], source: str | Path) -> list[str]:
+    """`window`'s days after the last day the checkpoint at `source` trained on (train.warm_days "new");
+    `window` itself where the checkpoint records no window or none of `window`'s days is new."""
+    ck = torch.load(resolve_checkpoint(source), map_location="cpu", weights_only=True)
+    old = ((ck.get("config") or {}).get("data") or {}).get("train")
+    if not old:
+        return window
+    first = max(dt.date.fromisoformat(window[0]), dt.date.fromisoformat(str(old[-1])) + dt.timedelta(days=1))
+    return [first.isoformat(), window[1]] if first <= dt.date.fromisoformat(window[1]) else window
 
 
 def lr_factor(step: int, warmup: int, total: int, min_frac: float) -> float:
@@ -439,6 +451,8 @@ def train(
     cfg = resolve_config({**config, **({"out_dir": str(out_dir)} if out_dir is not None else {})})
     if not cfg["out_dir"]:
         raise ValueError("out_dir is required (argument or config.out_dir)")
+    if init_from and cfg["train"]["warm_days"] == "new":
+        cfg["data"]["train"] = new_days(cfg["data"]["train"], init_from)
     own_pg = init_process_group(cfg["device"])  # under torchrun; torch.distributed may be set up by the caller
     run, warm = setup(cfg, init_from=init_from, resume=resume, features=features or load_features(),
                       surfaces=surfaces or load_surfaces())

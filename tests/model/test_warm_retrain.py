@@ -145,6 +145,27 @@ def test_an_ad_born_after_the_first_training_gets_a_topic_vector_on_the_warm_ret
     assert all(s > summary["valid_history"][0][1] for _, s in summary["valid_history"][1:])
     assert moved(wreck) == 0.0
 
+    # train.warm_days "new": continued training on the window's days after the loaded model's own (d4 alone)
+    cfg = config("continued", 2)
+    cfg["train"]["warm_days"] = "new"
+    train(cfg, init_from=tmp_path / "first")
+    assert load_model(tmp_path / "continued")[1]["data"]["train"] == [days[3].isoformat()] * 2
+
+
+def test_warm_days_new_keeps_the_window_when_nothing_in_it_is_new(tmp_path):
+    from gem_model.train.loop import new_days
+
+    def checkpoint(name: str, window: list[str] | None) -> Path:
+        path = tmp_path / f"{name}.pt"
+        torch.save({"model": {}, "config": {"data": {"train": window}} if window else {}}, path)
+        return path
+
+    window = ["2026-11-02", "2026-11-05"]
+    assert new_days(window, checkpoint("old", ["2026-11-02", "2026-11-04"])) == ["2026-11-05", "2026-11-05"]
+    assert new_days(window, checkpoint("older", ["2026-10-20", "2026-10-25"])) == window  # all of it is new
+    assert new_days(window, checkpoint("same", window)) == window  # nothing new: the window again
+    assert new_days(window, checkpoint("none", None)) == window  # no window recorded
+
 
 def test_a_warm_start_from_a_model_without_directions_fits_them():
     """An old checkpoint trained without item_svd has an all-zero topic buffer: nothing to fold into, so
