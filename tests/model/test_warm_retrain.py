@@ -2,7 +2,7 @@
 the window's PPMI-SVD aligned with the old basis (gem_model.train.item_svd.fold_in_item_svd): the old rows
 stay where they were, an ad born after the first training gets a direction, in the table and in the
 frozen topic buffer; the loaded weights are a candidate of the E-1 selection; train.warm_lr_frac scales
-the warm run's rates."""
+the warm run's rates; train.warm_days picks its days (by default those after the loaded model's window)."""
 
 from __future__ import annotations
 
@@ -145,11 +145,13 @@ def test_an_ad_born_after_the_first_training_gets_a_topic_vector_on_the_warm_ret
     assert all(s > summary["valid_history"][0][1] for _, s in summary["valid_history"][1:])
     assert moved(wreck) == 0.0
 
-    # train.warm_days "new": continued training on the window's days after the loaded model's own (d4 alone)
-    cfg = config("continued", 2)
-    cfg["train"]["warm_days"] = "new"
+    # train.warm_days: "new" (the default) continues on the window's days after the loaded model's own (d4
+    # alone), "window" trains on all of it again
+    assert load_model(tmp_path / "warm")[1]["data"]["train"] == [days[3].isoformat()] * 2
+    cfg = config("again", 2)
+    cfg["train"]["warm_days"] = "window"
     train(cfg, init_from=tmp_path / "first")
-    assert load_model(tmp_path / "continued")[1]["data"]["train"] == [days[3].isoformat()] * 2
+    assert load_model(tmp_path / "again")[1]["data"]["train"] == [days[2].isoformat(), days[3].isoformat()]
 
 
 def test_warm_days_new_keeps_the_window_when_nothing_in_it_is_new(tmp_path):
