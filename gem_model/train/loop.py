@@ -86,23 +86,22 @@ def _set_rng_state(s: dict[str, torch.Tensor]) -> None:
         torch.cuda.set_rng_state(s["cuda"])
 
 
-def warm_start(model: torch.nn.Module, source: str | Path) -> dict[str, int]:
-    """Copy every tensor of a checkpoint whose name and shape match; returns counts."""
-    state = torch.load(resolve_checkpoint(source), map_location="cpu", weights_only=True)["model"]
-    own = model.state_dict()
-    loaded = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
-    model.load_state_dict(loaded, strict=False)
-    return {"loaded": len(loaded), "skipped": len(own) - len(loaded)}
-
-
-def new_days(window: list[str], source: str | Path) -> list[str]:
-    """`window`'s days after the last day the checkpoint at `source` trained on (train.warm_days "new");
-    `window` itself where the checkpoint records no window or none of `window`'s days is new."""
+def warm_start(model: torch.nn.Module, source: str | Path) -> tuple[dict[str, int], list[str] | None]:
+    """Copy every tensor of a checkpoint whose name and shape match; returns counts and the window it
+    trained on (None where it records none)."""
     ck = torch.load(resolve_checkpoint(source), map_location="cpu", weights_only=True)
-    old = ((ck.get("config") or {}).get("data") or {}).get("train")
-    if not old:
+    own = model.state_dict()
+    loaded = {k: v for k, v in ck["model"].items() if k in own and own[k].shape == v.shape}
+    model.load_state_dict(loaded, strict=False)
+    return {"loaded": len(loaded), "skipped": len(own) - len(loaded)}, ((ck.get("config") or {}).get("data") or {}).get("train")
+
+
+def new_days(window: list[str], trained_on: list[str] | None) -> list[str]:
+    """`window`'s days after the last day of `trained_on` (train.warm_days "new"); `window` itself where
+    there is no such window or none of `window`'s days is new."""
+    if not trained_on:
         return window
-    first = max(dt.date.fromisoformat(window[0]), dt.date.fromisoformat(str(old[-1])) + dt.timedelta(days=1))
+    first = max(dt.date.fromisoformat(window[0]), dt.date.fromisoformat(str(trained_on[-1])) + dt.timedelta(days=1))
     return [first.isoformat(), window[1]] if first <= dt.date.fromisoformat(window[1]) else window
 
 
@@ -203,7 +202,11 @@ def setup(cfg: dict[str, Any], *, init_from: str | Path | None, resume: bool, fe
     sharded = world > 1 and tcfg["embedding_sharding"] == "row"
     layout = RowShardedLayout() if sharded else ReplicatedLayout()
     model = GEM(mcfg) if sharded else GEM(mcfg).to(device)  # sharded: only this rank's part reaches the device
-    warm = warm_start(model, init_from) if init_from else None
+    warm = None
+    if init_from:
+        warm, trained_on = warm_start(model, init_from)
+        if tcfg["warm_days"] == "new":  # before the streams read the window; cfg (config.json) records it
+            dcfg["train"] = new_days(dcfg["train"], trained_on)
     core = model
     if tcfg["compile"]:  # the inductor cache lives under GEM_HOME: warm starts compile in seconds
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(gem_home() / "torch_compile_cache"))
@@ -451,8 +454,6 @@ def train(
     cfg = resolve_config({**config, **({"out_dir": str(out_dir)} if out_dir is not None else {})})
     if not cfg["out_dir"]:
         raise ValueError("out_dir is required (argument or config.out_dir)")
-    if init_from and cfg["train"]["warm_days"] == "new":
-        cfg["data"]["train"] = new_days(cfg["data"]["train"], init_from)
     own_pg = init_process_group(cfg["device"])  # under torchrun; torch.distributed may be set up by the caller
     run, warm = setup(cfg, init_from=init_from, resume=resume, features=features or load_features(),
                       surfaces=surfaces or load_surfaces())

@@ -154,19 +154,14 @@ def test_an_ad_born_after_the_first_training_gets_a_topic_vector_on_the_warm_ret
     assert load_model(tmp_path / "again")[1]["data"]["train"] == [days[2].isoformat(), days[3].isoformat()]
 
 
-def test_warm_days_new_keeps_the_window_when_nothing_in_it_is_new(tmp_path):
+def test_warm_days_new_keeps_the_window_when_nothing_in_it_is_new():
     from gem_model.train.loop import new_days
 
-    def checkpoint(name: str, window: list[str] | None) -> Path:
-        path = tmp_path / f"{name}.pt"
-        torch.save({"model": {}, "config": {"data": {"train": window}} if window else {}}, path)
-        return path
-
     window = ["2026-11-02", "2026-11-05"]
-    assert new_days(window, checkpoint("old", ["2026-11-02", "2026-11-04"])) == ["2026-11-05", "2026-11-05"]
-    assert new_days(window, checkpoint("older", ["2026-10-20", "2026-10-25"])) == window  # all of it is new
-    assert new_days(window, checkpoint("same", window)) == window  # nothing new: the window again
-    assert new_days(window, checkpoint("none", None)) == window  # no window recorded
+    assert new_days(window, ["2026-11-02", "2026-11-04"]) == ["2026-11-05", "2026-11-05"]
+    assert new_days(window, ["2026-10-20", "2026-10-25"]) == window  # all of it is new
+    assert new_days(window, window) == window  # nothing new: the window again
+    assert new_days(window, None) == window  # no window recorded
 
 
 def test_a_warm_start_from_a_model_without_directions_fits_them():
