@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -34,6 +34,10 @@ class StudentArch(_Strict):
     wukong_fm_frac: float = Field(ge=0, le=1)
     hidden: int = Field(gt=0)
     teacher_emb_proj: int = Field(gt=0)
+    # how dense features enter (gem_model.distill.student): layer_norm (across a row's features) | standardized
+    # (per feature, the training rows' statistics); wide: standardised features also enter the heads linearly
+    dense_inputs: Literal["layer_norm", "standardized"]
+    wide: bool
 
 
 class StudentTrain(_Strict):

@@ -2,7 +2,9 @@
 
     sparse ids  -> one embedding token each (tables named and sized as in features.yaml, so
                    parameter sharing can copy the teacher's tables row for row)
-    dense feats -> one dense token
+    dense feats -> one dense token, after a LayerNorm across the row's features (`dense_inputs:
+                   layer_norm`) or standardised per feature with the training rows' statistics
+                   (`standardized`); `wide`: those standardised features also enter the heads linearly
     history     -> one token: mean of the embeddings of the last `hist_k` history items
                    (ids [B, hist_k], 0 = padding / null bucket; hist_k = 0: no sequence at all)
     teacher emb -> (representation arm) one token projected from the teacher's summary embedding
@@ -68,7 +70,17 @@ class Student(nn.Module):
         for emb in self.tables.values():
             nn.init.normal_(emb.weight, std=0.05)
         m = len(cfg["dense_features"])
-        self.dense_ln = nn.LayerNorm(m)
+        # checkpoints saved before these keys existed normalised with a LayerNorm and had no wide path
+        self.dense_inputs = str(cfg.get("dense_inputs", "layer_norm"))
+        if self.dense_inputs == "layer_norm":
+            self.dense_ln = nn.LayerNorm(m)
+        elif self.dense_inputs == "standardized":
+            self.register_buffer("dense_mean", torch.zeros(m))
+            self.register_buffer("dense_std", torch.ones(m))
+        else:
+            raise ValueError(f"dense_inputs {self.dense_inputs!r}: expected layer_norm or standardized")
+        if cfg.get("wide") and self.dense_inputs != "standardized":
+            raise ValueError("a wide path reads standardised dense features: set dense_inputs: standardized")
         self.dense = nn.Linear(m, d)
         n = len(cfg["sparse_features"]) + 1 + (self.hist_k > 0) + (self.teacher_emb_dim > 0)
         if self.teacher_emb_dim > 0:
@@ -86,12 +98,31 @@ class Student(nn.Module):
         self.aux = nn.Linear(h, len(TASKS)) if cfg.get("aux_head") else None
         if self.aux is not None:
             nn.init.constant_(self.aux.bias, -3.0)
+        # a logistic regression on the dense features beside the serving head, starting at 0: the counters'
+        # log-odds reach the logit without passing the interaction stack
+        self.wide = nn.Linear(m, len(TASKS), bias=False) if cfg.get("wide") else None
+        if self.wide is not None:
+            nn.init.zeros_(self.wide.weight)
+
+    def set_dense_stats(self, dense: torch.Tensor) -> None:
+        """Standardise dense inputs with the per-feature mean and sd of these rows from now on."""
+        if self.dense_inputs == "standardized" and len(dense) > 1:
+            x = dense.float()
+            self.dense_mean.copy_(x.mean(0))
+            self.dense_std.copy_(x.std(0).nan_to_num(1.0).clamp_min(1e-3))
+
+    def dense_features(self, dense: torch.Tensor) -> torch.Tensor:
+        if self.dense_inputs == "layer_norm":
+            return self.dense_ln(dense)
+        return (dense.float() - self.dense_mean) / self.dense_std
 
     # -- forward: inputs (dense, sparse, hist_ids, teacher_emb), the last two None when unused ---------
     def hidden(self, dense: torch.Tensor, sparse: torch.Tensor, hist_ids: torch.Tensor | None = None,
-               teacher_emb: torch.Tensor | None = None) -> torch.Tensor:
+               teacher_emb: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(trunk output h [B, hidden], the normalised dense features [B, m])."""
         tokens = [self.tables[table](sparse[:, j]) for j, (_, table) in enumerate(self.cfg["sparse_features"])]
-        tokens.append(self.dense(self.dense_ln(dense)))
+        x_dense = self.dense_features(dense)
+        tokens.append(self.dense(x_dense))
         if self.hist_k > 0:
             assert hist_ids is not None, "this student reads the last hist_k history items"
             e = self.tables[self.cfg["hist_table"]](hist_ids)  # [B, k, d]
@@ -101,20 +132,24 @@ class Student(nn.Module):
             assert teacher_emb is not None, "this student reads the teacher's summary embedding"
             tokens.append(self.teacher_proj(teacher_emb))
         x = self.interaction(torch.stack(tokens, dim=1))
-        return self.trunk(x.flatten(1))
+        return self.trunk(x.flatten(1)), x_dense
+
+    def serving_logits(self, h: torch.Tensor, x_dense: torch.Tensor) -> torch.Tensor:
+        out = self.head(h)
+        return out + self.wide(x_dense.to(out.dtype)) if self.wide is not None else out
 
     def forward_train(self, *inputs: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(serving logits [B, 2], aux distillation logits [B, 2] or None)."""
-        h = self.hidden(*inputs)
-        return self.head(h), (self.aux(h) if self.aux is not None else None)
+        h, x_dense = self.hidden(*inputs)
+        return self.serving_logits(h, x_dense), (self.aux(h) if self.aux is not None else None)
 
     def forward(self, *inputs: torch.Tensor | None) -> torch.Tensor:
         """Serving logits [B, 2] (click, conversion)."""
-        return self.head(self.hidden(*inputs))
+        return self.serving_logits(*self.hidden(*inputs))
 
     # -- bookkeeping ------------------------------------------------------------------------------
     def serving_head_parameters(self) -> list[nn.Parameter]:
-        return list(self.head.parameters())
+        return list(self.head.parameters()) + (list(self.wide.parameters()) if self.wide is not None else [])
 
 
 def share_tables(student: Student, teacher: nn.Module, names: list[str] | tuple[str, ...]) -> list[str]:

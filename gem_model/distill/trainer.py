@@ -180,6 +180,8 @@ def _train_student(model: Student, train: StudentData, val: StudentData | None, 
     if spec["adapter"] and adapter is None:
         raise ValueError(f"arm {arm!r} needs a fitted StudentAdapter")
     target_all = kd_target(train, adapter if spec["adapter"] else None) if spec["kd"] != "none" else None
+    if not keep_start:  # a warm start keeps the statistics its weights were trained under
+        model.set_dense_stats(train.dense)
     home = next(model.parameters()).device
     dev = torch.device(device) if device is not None else home
     model.to(dev)  # before the optimisers: they hold the parameters of the device they train on
