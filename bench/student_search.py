@@ -28,6 +28,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
 from gem_model.config import load_calendar, load_surfaces  # noqa: E402
+from gem_model.distill.arms import arm_spec  # noqa: E402
 from gem_model.distill.dataset import attach_teacher, load_examples  # noqa: E402
 from gem_model.distill.run import run_distillation  # noqa: E402
 from gem_model.distill.teacher import read_teacher_predictions  # noqa: E402
@@ -95,10 +96,11 @@ def evaluate(variants: list[str], arms: list[str], seeds: list[int], out: Path, 
         for s in surfaces.names:
             data = load_examples([roles.evaluation], [s], hist_k=64, uri=table_uri("training_examples"),
                                  surfaces_config=surfaces).for_surface(surfaces.names.index(s))
-            if path != "none":
+            if path != "none":  # the representation arms read the teacher's summary embedding
+                emb = bool(arm_spec(arm)["representation"])
                 tp = read_teacher_predictions([roles.evaluation], ["foundation"], uri=table_uri("teacher_predictions"),
-                                              embeddings=False)
-                data = attach_teacher(data, tp, "foundation", embeddings=False)
+                                              embeddings=emb)
+                data = attach_teacher(data, tp, "foundation", embeddings=emb)
             m = data.label_mask[:, 0].numpy()
             y = data.labels[:, 0].numpy()[m].astype(np.float64)
             preds = {}
