@@ -48,12 +48,12 @@ def test_one_feature_moving_leaves_the_others_where_they_were_unlike_a_layer_nor
     y = x.clone()
     y[:, hour] += 12.0
     others = [j for j in range(m) if j != hour]
-    std = make(preset, dense_inputs="standardized")
+    std = make(preset, dense_inputs="standardized", wide=False)
     with torch.no_grad():
         std.dense_std.fill_(2.0)
         std.dense_mean.fill_(0.5)
         torch.testing.assert_close(std.dense_features(y)[:, others], std.dense_features(x)[:, others])
-        ln = make(preset, dense_inputs="layer_norm")
+        ln = make(preset, dense_inputs="layer_norm", wide=False)
         assert not torch.allclose(ln.dense_features(y)[:, others], ln.dense_features(x)[:, others])
 
 
@@ -74,7 +74,7 @@ def test_the_wide_path_adds_a_linear_term_of_the_standardised_features(feed, pre
 
 
 def test_a_student_saved_before_the_option_loads_with_its_layer_norm(preset, feed, tmp_path):  # noqa: F811
-    old = make(preset)
+    old = make(preset, dense_inputs="layer_norm", wide=False)
     old.cfg = {k: v for k, v in old.cfg.items() if k not in OLD_KEYS}  # the config such a checkpoint carries
     save_student(old, tmp_path / "old")
     back = load_student(tmp_path / "old")
