@@ -177,7 +177,12 @@ def main(argv: list[str] | None = None) -> None:
                         help="foundation_model versions, one per --seeds entry in that order, already trained "
                              "(with their baselines): write reports/model_quality_rescored.{md,json} from their "
                              "saved predictions on E with this code, without training")
+    parser.add_argument("--refit-baselines", action="store_true",
+                        help="with --rescore-versions: train the base rate and the logistic regression again "
+                             "beside each version first (seconds to minutes; the foundations are not retrained)")
     args = parser.parse_args(argv)
+    if args.refit_baselines and not args.rescore_versions:
+        parser.error("--refit-baselines goes with --rescore-versions")
     t0 = time.time()
     env = dict(os.environ)  # before use_eval_world(): what a second evaluate process starts from
     out_dir = reports_dir()  # the reports land where `make demo` puts its own, whatever the world
@@ -196,6 +201,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.rescore_versions:  # the table again from versions already trained (no training)
         results = [{"version_dir": str(version_dir(FOUNDATION_ASSET, v)), "seeds": [s]}
                    for v, s in zip(args.rescore_versions, args.seeds, strict=True)]
+        if args.refit_baselines:  # the base rate and the LR again, beside each version (their code changed)
+            for result in results:
+                run_lr_baselines(result, result["seeds"])
         quality = model_quality(results, list(args.seeds))
         write_json(out_dir / "model_quality_rescored.json", quality)
         md = write_text(out_dir / "model_quality_rescored.md", quality_markdown(quality, len(results), time.time() - t0))

@@ -11,7 +11,8 @@ a few dense ones:
   ad, learned pair by pair); log1p(#times the ad is in the history), log1p(history length) and
   the standardised dense features.
 Trained with Adagrad for up to `epochs` epochs; the epoch with the best click NE on the validation
-day (E-1) is kept. Evaluated on E like every other model (`metric_rows`), with per-row predictions
+day (E-1) is kept, then a post-hoc map is fitted as the foundation's is (gem_model.models.calibration: the days
+after the window up to E-1). Evaluated on E like every other model (`metric_rows`), with per-row predictions
 written for the paired bootstrap.
 """
 
@@ -33,6 +34,7 @@ from gem_model.config import FeaturesConfig, SurfacesConfig, load_features, load
 from gem_model.data.loader import Batch, ExampleStream
 from gem_model.data.normalization import dense_stats
 from gem_model.eval.metrics import metric_rows, read_oracle
+from gem_model.models.calibration import DEFAULT_CALIBRATION, calibration_days, fit_model_calibrator
 
 HASH_BITS = 20
 _P1, _P2, _P3 = 1_000_003, 998_244_353, 1_000_000_007
@@ -195,14 +197,22 @@ def run_baselines(
         else:
             break  # early stopping on E-1
     model.load_state_dict(best_state)
-    results["logistic_regression"] = _write(_predict(day(eval_day), names, _lr_score(model, feats)),
-                                            out / "logistic_regression", oracle)
+    # the post-hoc map every model of the protocol gets, fitted the same way on the same days (after the window
+    # up to E-1): an id the window never saw keeps a zero weight, and with churn most of E's ads are such ids
+    score = _lr_score(model, feats)
+    cal = fit_model_calibrator(lambda d: _predict(day(d), names, score), calibration_days(days[-1], valid_day), names,
+                               min_positives=DEFAULT_CALIBRATION["min_positives"])
+    preds = _predict(day(eval_day), names, score)
+    preds = preds.with_columns(p_click_raw=pl.col("p_click"),
+                               p_click=pl.Series(cal.apply_probs(preds["p_click"].to_numpy(), preds["surface"].to_list())))
+    results["logistic_regression"] = _write(preds, out / "logistic_regression", oracle)
+    results["_lr_calibration"] = cal.metadata()  # type: ignore[assignment]
     results["_lr_valid_history"] = history  # type: ignore[assignment]
     return results
 
 
 def _write(preds: pl.DataFrame, out: Path, oracle: pl.DataFrame | None) -> list[dict[str, Any]]:
     out.mkdir(parents=True, exist_ok=True)
-    preds.filter(pl.col("click_mask")).select("request_id", "surface", "click", "p_click").write_parquet(
-        out / "eval_predictions.parquet")
+    keep = ["request_id", "surface", "click", "p_click"] + (["p_click_raw"] if "p_click_raw" in preds.columns else [])
+    preds.filter(pl.col("click_mask")).select(keep).write_parquet(out / "eval_predictions.parquet")
     return [r for r in metric_rows(preds, oracle) if r["task"] == "click"]

@@ -81,6 +81,20 @@ def test_model_beats_logistic_regression(runs):
     assert gem < lr - 0.01, (gem, lr)  # ... and the model reads the history better
 
 
+def test_the_logistic_regression_is_scored_behind_its_own_map(runs):
+    """The post-hoc map every model of the protocol gets, fitted on the days after the LR's window up to E-1
+    (never E): E's predictions carry the raw column and the mapped one."""
+    from gem_model.models.calibration import calibration_days
+
+    base = runs["baselines"]
+    assert base["_lr_calibration"]["fit_day"] == ",".join(calibration_days(DAYS[2], VALID)) == VALID
+    assert any(h["click"]["fitted"] for h in base["_lr_calibration"]["heads"].values())
+    for r in base["logistic_regression"]:
+        assert r["ne_raw"] is not None and r["calibration_raw"] is not None
+    moved = [r for r in base["logistic_regression"] if r["calibration"] != pytest.approx(r["calibration_raw"])]
+    assert moved, "the map changed no surface's level"
+
+
 def test_normalisation_statistics_are_the_training_windows(runs, worlds):
     ck = torch.load(Path(runs["history"]["out_dir"]) / "model.pt", map_location="cpu", weights_only=True)
     mean, std = ck["model"]["dense_mean"], ck["model"]["dense_std"]
