@@ -142,3 +142,36 @@ def test_make_eval_fails_loudly_when_either_half_fails(monkeypatch, tmp_path, fa
             evaluate.main(["--seeds", "0", "1"])
         assert not child.terminated
     assert envs[0]["GEM_HOME"] == str(tmp_path)  # the caller's, not the evaluation world's
+
+
+V0, V1 = "20261205T094956Z-a20f81", "20261205T100235Z-e76959"  # foundation_model versions (<UTC time>-<run id>)
+
+
+def test_rescoring_retrains_the_baselines_first_when_asked(monkeypatch, tmp_path):
+    """`--rescore-versions ... --refit-baselines`: the LR and base rate again beside each version, in the seeds'
+    order, then the table from every version; `--refit-baselines` alone is refused."""
+    from gem_pipelines import evaluate
+
+    monkeypatch.setenv("GEM_HOME", str(tmp_path))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    monkeypatch.delenv("GEM_SIMULATOR", raising=False)
+    monkeypatch.delenv("GEM_DATA", raising=False)
+    calls: list[tuple] = []
+
+    class World:
+        def data(self) -> None: ...
+
+    monkeypatch.setattr(evaluate, "EvalWorld", World)
+    monkeypatch.setattr(evaluate, "run_lr_baselines",
+                        lambda result, seeds: calls.append(("baselines", Path(result["version_dir"]).name, seeds)))
+    monkeypatch.setattr(evaluate, "model_quality", lambda results, seeds: calls.append(("table", seeds)) or {})
+    monkeypatch.setattr(evaluate, "quality_markdown", lambda *a: "table\n")
+    (tmp_path / "reports").mkdir()
+    monkeypatch.setattr(evaluate, "reports_dir", lambda: tmp_path / "reports")
+    evaluate.main(["--seeds", "0", "1", "--rescore-versions", V0, V1, "--refit-baselines"])
+    assert calls == [("baselines", V0, [0]), ("baselines", V1, [1]), ("table", [0, 1])]
+    calls.clear()
+    evaluate.main(["--seeds", "0", "1", "--rescore-versions", V0, V1])
+    assert calls == [("table", [0, 1])]
+    with pytest.raises(SystemExit):
+        evaluate.main(["--refit-baselines"])
