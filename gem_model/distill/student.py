@@ -105,7 +105,8 @@ class Student(nn.Module):
             nn.init.zeros_(self.wide.weight)
 
     def set_dense_stats(self, dense: torch.Tensor) -> None:
-        """Standardise dense inputs with the per-feature mean and sd of these rows from now on."""
+        """Standardise dense inputs with the per-feature mean and sd of these rows from now on (a LayerNorm student
+        keeps no statistics: nothing to set)."""
         if self.dense_inputs == "standardized" and len(dense) > 1:
             x = dense.float()
             self.dense_mean.copy_(x.mean(0))
