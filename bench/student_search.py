@@ -18,6 +18,7 @@ import argparse
 import json
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -86,56 +87,53 @@ def evaluate(variants: list[str], arms: list[str], seeds: list[int], out: Path, 
     """Every variant minus the first on E, per arm and surface, from paired resamples of E's rows."""
     roles = load_calendar().roles()
     surfaces = load_surfaces()
-    lines = ["| arm | surface | clicks | " + " | ".join(f"{v} NE" for v in variants) + " | "
-             + " | ".join(f"{v} - {variants[0]} [95%]" for v in variants[1:]) + " |",
-             "|---|---|---|" + "---|" * (2 * len(variants) - 1)]
-    for arm in arms:
-        path = "none" if arm == "labels_only" else "direct"
-        pooled: dict[str, list[tuple[float, np.ndarray]]] = {}
-        pooled_point: dict[str, list[float]] = {}
-        for s in surfaces.names:
-            data = load_examples([roles.evaluation], [s], hist_k=64, uri=table_uri("training_examples"),
-                                 surfaces_config=surfaces).for_surface(surfaces.names.index(s))
-            if path != "none":  # the representation arms read the teacher's summary embedding
-                emb = bool(arm_spec(arm)["representation"])
-                tp = read_teacher_predictions([roles.evaluation], ["foundation"], uri=table_uri("teacher_predictions"),
-                                              embeddings=emb)
-                data = attach_teacher(data, tp, "foundation", embeddings=emb)
-            m = data.label_mask[:, 0].numpy()
-            y = data.labels[:, 0].numpy()[m].astype(np.float64)
+    base = variants[0]
+    rows: dict[str, list[str]] = {arm: [] for arm in arms}
+    pooled: dict[tuple[str, str], list[tuple[float, float, np.ndarray]]] = {}  # (arm, variant) -> (clicks, diff, samples)
+    for s in surfaces.names:  # E's rows of a surface read once, and its teacher predictions once, for every arm
+        data = load_examples([roles.evaluation], [s], hist_k=64, uri=table_uri("training_examples"),
+                             surfaces_config=surfaces).for_surface(surfaces.names.index(s))
+        m = data.label_mask[:, 0].numpy()
+        y = data.labels[:, 0].numpy()[m].astype(np.float64)
+        with_teacher = {}
+        if any(a != "labels_only" for a in arms):  # the representation arms read the teacher's summary embedding
+            tp = read_teacher_predictions([roles.evaluation], ["foundation"], uri=table_uri("teacher_predictions"),
+                                          embeddings=True)
+            with_teacher = {e: attach_teacher(data, tp, "foundation", embeddings=e) for e in (False, True)}
+        for arm in arms:
+            path = "none" if arm == "labels_only" else "direct"
+            part = data if path == "none" else with_teacher[bool(arm_spec(arm)["representation"])]
             preds = {}
             for v in variants:
                 for seed in seeds:
                     model = load_student(out / v / s / f"{arm}-{path}-s{seed}").eval()
-                    k = int(model.hist_k)
-                    part = data if k == data.hist_ids.shape[1] else _with_hist_k(data, k)
-                    preds[(v, seed)] = predict_student(model, part)[m, 0]
+                    k = int(model.hist_k)  # loaded with 64, most recent first: the student's last k
+                    preds[(v, seed)] = predict_student(model, replace(part, hist_ids=part.hist_ids[:, :k]))[m, 0]
             boot = bootstrap_ne(y, {f"{v}|{sd}": p for (v, sd), p in preds.items()}, n_boot=n_boot,
                                 seed=surfaces.names.index(s))
             point = {v: float(np.mean([normalized_entropy(y, preds[(v, sd)]) for sd in seeds])) for v in variants}
             samples = {v: np.mean([boot[f"{v}|{sd}"] for sd in seeds], axis=0) for v in variants}
+            cells = []
             for v in variants[1:]:
-                pooled.setdefault(v, []).append((float(y.sum()), samples[v] - samples[variants[0]]))
-                pooled_point.setdefault(v, []).append(point[v] - point[variants[0]])
-            diffs = [f"{point[v] - point[variants[0]]:+.4f} [{lo:+.4f}, {hi:+.4f}]"
-                     for v in variants[1:] for lo, hi in [interval(samples[v] - samples[variants[0]])]]
-            lines.append(f"| {arm} | {s} | {int(y.sum()):,} | " + " | ".join(f"{point[v]:.4f}" for v in variants)
-                         + " | " + " | ".join(diffs) + " |")
-        # pooled: the clicks-weighted mean of the surfaces' differences, on the same resamples
-        cells = []
+                diff = samples[v] - samples[base]
+                pooled.setdefault((arm, v), []).append((float(y.sum()), point[v] - point[base], diff))
+                lo, hi = interval(diff)
+                cells.append(f"{point[v] - point[base]:+.4f} [{lo:+.4f}, {hi:+.4f}]")
+            rows[arm].append(f"| {arm} | {s} | {int(y.sum()):,} | " + " | ".join(f"{point[v]:.4f}" for v in variants)
+                             + " | " + " | ".join(cells) + " |")
+    lines = ["| arm | surface | clicks | " + " | ".join(f"{v} NE" for v in variants) + " | "
+             + " | ".join(f"{v} - {base} [95%]" for v in variants[1:]) + " |",
+             "|---|---|---|" + "---|" * (2 * len(variants) - 1)]
+    for arm in arms:
+        cells = []  # pooled: the clicks-weighted mean of the surfaces' differences, on the same resamples
         for v in variants[1:]:
-            w = np.array([c for c, _ in pooled[v]])
-            lo, hi = interval(sum(c * smp for c, smp in pooled[v]) / w.sum())
-            cells.append(f"{float(np.dot(w, pooled_point[v]) / w.sum()):+.4f} [{lo:+.4f}, {hi:+.4f}]")
-        lines.append(f"| {arm} | pooled (clicks-weighted) | | " + " | ".join("" for _ in variants) + " | "
-                     + " | ".join(cells) + " |")
+            w = np.array([c for c, _, _ in pooled[(arm, v)]])
+            lo, hi = interval(sum(c * smp for c, _, smp in pooled[(arm, v)]) / w.sum())
+            point = float(np.dot(w, [d for _, d, _ in pooled[(arm, v)]]) / w.sum())
+            cells.append(f"{point:+.4f} [{lo:+.4f}, {hi:+.4f}]")
+        lines += rows[arm] + [f"| {arm} | pooled (clicks-weighted) | | " + " | ".join("" for _ in variants) + " | "
+                              + " | ".join(cells) + " |"]
     return "\n".join(lines)
-
-
-def _with_hist_k(data, k: int):
-    from dataclasses import replace
-
-    return replace(data, hist_ids=data.hist_ids[:, :k])
 
 
 def main() -> None:
