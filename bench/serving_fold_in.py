@@ -6,6 +6,7 @@ day's rows pooled, with paired 95% intervals of the difference, the share of the
 the calibration against the truth (mean prediction / mean oracle probability). Nothing is trained.
 
     GEM_SIMULATOR=eval GEM_HOME=<a finished demo or week> python bench/serving_fold_in.py --days <D> [<D> ...]
+        [--model <version dir>] [--save <dir>]
 
 The model of each day is the foundation version that served it (its `teacher_predictions` rows), or
 --model. Why: with churn most of E's impressions are of ads the teacher never saw (its window ends at
@@ -26,7 +27,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gem_model.distill.teacher import FOUNDATION, predict_teacher, read_teacher_predictions  # noqa: E402
-from gem_model.eval.ad_age import AGE_BUCKETS, ALL, ad_ages, read_events  # noqa: E402
+from gem_model.eval.ad_age import AGE_BUCKETS, ALL, EVAL_PREDICTIONS, ad_ages, read_events  # noqa: E402
 from gem_model.eval.metrics import bootstrap_ne, interval, normalized_entropy, read_oracle  # noqa: E402
 from gem_model.models.registry import load_model  # noqa: E402
 from gem_model.store.paths import models_dir, table_uri  # noqa: E402
@@ -68,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--serve-slices", type=int, default=None,
                    help="train.item_svd.serve_slices of the folded arm (default: the model's own)")
     p.add_argument("--n-boot", type=int, default=500)
+    p.add_argument("--save", type=Path, default=None,
+                   help="write the folded predictions to SAVE/eval_predictions.parquet (p_click), the file "
+                        "bench/compare_versions.py pairs: two models served on their own lakes, row for row")
     a = p.parse_args(argv)
     frames = []
     for d in sorted({dt.date.fromisoformat(x) for x in a.days}):
@@ -75,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         frames.append(df)
         print(what)
     df = pl.concat(frames, how="diagonal")
+    if a.save is not None:
+        a.save.mkdir(parents=True, exist_ok=True)
+        df.select("request_id", "surface", "click", pl.col("folded").alias("p_click")).write_parquet(
+            a.save / EVAL_PREDICTIONS)
     oracle = "oracle_p" in df.columns and df["oracle_p"].null_count() == 0
     print(f"\nclick NE, {len(frames)} day(s) pooled: as served (base) and with the serving-time fold-in; "
           "diff = folded - base [95% CI]; gap = share of the oracle gap closed; cal = mean p / mean oracle p\n")
