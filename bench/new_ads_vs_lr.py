@@ -1,6 +1,7 @@
 """The served foundation against a logistic regression on impressions of ads first seen on E (issue 24).
 
     PYTHONPATH=. GEM_HOME=<home> python bench/new_ads_vs_lr.py [--days 2026-11-08 ...] [--n-boot 1000] [--reuse]
+    PYTHONPATH=. GEM_HOME=<home> python bench/new_ads_vs_lr.py --served <dir of bench/serving_fold_in.py --save>
 
 Needs a home where `make next-day` / `make week` scored the days (`teacher_predictions` of teacher
 `foundation` on each E: what the pipeline served). Default day: the first of `reports/next_day/`, the
@@ -29,7 +30,7 @@ sys.path.insert(0, str(_HERE.parent))
 import polars as pl  # noqa: E402
 
 from gem_model.config import load_calendar  # noqa: E402
-from gem_model.eval.ad_age import ad_ages, read_events  # noqa: E402
+from gem_model.eval.ad_age import EVAL_PREDICTIONS, ad_ages, read_events  # noqa: E402
 from gem_model.eval.baselines import run_baselines  # noqa: E402
 from gem_model.eval.metrics import bootstrap_ne, interval, normalized_entropy, paired_difference  # noqa: E402
 from gem_model.store.paths import gem_home, reports_dir, storage_options, table_uri  # noqa: E402
@@ -73,7 +74,7 @@ def compare(rows: pl.DataFrame, n_boot: int) -> dict[str, object]:
 
 
 def markdown(result: dict[str, object]) -> str:
-    lines = [f"Days (E): {', '.join(result['days'])}. Foundation: served (`teacher_predictions`); logistic regression: "
+    lines = [f"Days (E): {', '.join(result['days'])}. Foundation: as served (`teacher_predictions`, or `--served`); logistic regression: "
              "trained on the teacher's window of each E.", ""]
     for age, title in (("new", "Impressions of ads first seen on E"), ("all", "Every impression")):
         lines += [f"**{title}**", "", "| surface | impressions | clicks | foundation NE [95%] | LR NE [95%] | "
@@ -96,13 +97,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--n-boot", type=int, default=1000)
     p.add_argument("--reuse", action="store_true", help="read a day's logistic regression from a previous run")
+    p.add_argument("--served", type=Path, default=None,
+                   help="the foundation's predictions of the one day from DIR/eval_predictions.parquet (what "
+                        "bench/serving_fold_in.py --save writes) instead of teacher_predictions")
     a = p.parse_args(argv)
     recorded = sorted((reports_dir() / "next_day").glob("*.json"))
-    days = a.days or ([dt.date.fromisoformat(recorded[0].stem)] if recorded else [load_calendar().roles().evaluation])
+    days = a.days or ([dt.date.fromisoformat(recorded[0].stem)] if recorded and a.served is None
+                      else [load_calendar().roles().evaluation])
+    if a.served is not None and len(days) != 1:
+        p.error("--served holds one day's predictions: give one day")
     out = gem_home() / "bench" / "new_ads_vs_lr"
     frames = []
     for day in days:
-        rows = lr_predictions(day, out, a.seed, a.reuse).join(served(day), on="request_id", how="inner")
+        foundation = (served(day) if a.served is None else pl.read_parquet(a.served / EVAL_PREDICTIONS)
+                      .select("request_id", pl.col("p_click").alias("foundation")))
+        rows = lr_predictions(day, out, a.seed, a.reuse).join(foundation, on="request_id", how="inner")
         if rows.height == 0:
             p.error(f"{day}: no served foundation predictions (run `make next-day` through this day first)")
         frames.append(rows.join(ad_ages(read_events(day), day), on="request_id", how="left"))
