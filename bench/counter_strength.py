@@ -38,11 +38,10 @@ def moment_strengths(events: pl.DataFrame) -> pl.DataFrame:
         per_id = (events.group_by("surface", key).agg(n=pl.len().cast(pl.Float64), k=pl.col("click").sum())
                   .filter(pl.col("n") >= 2).with_columns(r=pl.col("k") / pl.col("n")))
         stats = per_id.group_by("surface").agg(
-            ids=pl.len(), mean_n=pl.col("n").mean(),
-            m=(pl.col("k").sum() / pl.col("n").sum()),
-            vr=((pl.col("n") * pl.col("r") ** 2).sum() / pl.col("n").sum()) - (pl.col("k").sum() / pl.col("n").sum()) ** 2,
+            ids=pl.len(), mean_n=pl.col("n").mean(), m=pl.col("k").sum() / pl.col("n").sum(),
+            r2=(pl.col("n") * pl.col("r") ** 2).sum() / pl.col("n").sum(),
             inv_n=pl.len() / pl.col("n").sum(),  # E[1/n] under impression weights: ids / impressions
-        )
+        ).with_columns(vr=pl.col("r2") - pl.col("m") ** 2)  # the impression-weighted variance of the rates
         s2 = pl.col("vr") - pl.col("m") * (1 - pl.col("m")) * pl.col("inv_n")
         rows.append(stats.with_columns(kind=pl.lit(kind), s=s2.clip(0).sqrt(),
                                        strength=pl.when(s2 > 0).then(pl.col("m") * (1 - pl.col("m")) / s2 - 1)))

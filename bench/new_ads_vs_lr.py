@@ -40,13 +40,13 @@ LR = "logistic_regression"
 
 def lr_predictions(day: dt.date, out: Path, seed: int, reuse: bool) -> pl.DataFrame:
     """The logistic regression's predictions of `day`, trained on the teacher's window of `day`."""
-    path = out / day.isoformat() / LR / "eval_predictions.parquet"
+    path = out / day.isoformat() / f"seed{seed}" / LR / EVAL_PREDICTIONS  # --reuse never reads another seed's
     if not (reuse and path.is_file()):
         cal = load_calendar()
         roles = cal.model_copy(update={"days": (day - cal.start).days + 1}).roles()
         train = pl.date_range(roles.teacher[0], roles.teacher[1], eager=True)
         uri = table_uri("training_examples")
-        run_baselines([str(d) for d in train], str(roles.validation), str(day), out / day.isoformat(), uri=uri,
+        run_baselines([str(d) for d in train], str(roles.validation), str(day), path.parents[1], uri=uri,
                       seed=seed, storage_options=storage_options(uri))
     return pl.read_parquet(path).select("request_id", "surface", "click", pl.col("p_click").alias(LR))
 
