@@ -264,6 +264,9 @@ class CountersConfig(_Strict):
     # 0: the ad's and the user's log-odds on a surface are their own shrunk rates; n: the two offsets of
     # one L2 logistic regression, n backfitting sweeps (a user's popular items no longer count twice)
     joint_passes: int = Field(default=0, ge=0, le=50)
+    # each surface's ad and user counters shrink by the empirical-Bayes strength of the same earlier days
+    # (gem_pipelines.data.counters.moment_strengths) instead of prior_strength
+    moments: bool = False
 
 
 class FeaturesConfig(_Strict):

@@ -89,7 +89,8 @@ def build_training_examples(date: dt.date, features: FeaturesConfig, *, root: st
         .collect()
     )
     joined = attach_history(events.sort("ts", "request_id"), activity, history.max_len)
-    counted = attach_counters(joined, past, date, features.counters.prior_strength, features.counters.joint_passes)
+    c = features.counters
+    counted = attach_counters(joined, past, date, c.prior_strength, c.joint_passes, moments=c.moments)
     return counted.select(list(TRAINING_EXAMPLES_SCHEMA)).cast(TRAINING_EXAMPLES_SCHEMA)  # type: ignore[arg-type]
 
 
