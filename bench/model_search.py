@@ -18,6 +18,11 @@ A real dataset's lake (`GEM_DATA=douban GEM_HOME=.gem/douban`, built by `make de
 `python -m gem_pipelines.demo --through features`) is searched the same way; its preset includes
 assets/sources/<dataset>/models/<preset>.yaml. Ad-hoc variants: `--set name='{"train": {...}}'`.
 The training and E-1 scoring are gem_model.train.selection's (shared with gem_pipelines.sources.validate).
+
+`--served` also scores each variant's selected model on E-1 as `teacher_predictions` serves it: the ids born
+since its window folded in first and its map re-fitted (gem_model.distill.teacher.predict_teacher, as
+bench/serving_fold_in.py scores a day). A checkpoint's gain on young ads can vanish once the fold-in speaks for
+them (MODEL_SEARCH.md 23): in a world with churn, a choice rests on this column.
 """
 
 from __future__ import annotations
@@ -29,14 +34,20 @@ import sys
 import tempfile
 from pathlib import Path
 
+import polars as pl
+
 # `python bench/model_search.py` puts bench/ first on sys.path, where bench/kernels.py would shadow the package.
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
-from gem_model.config import dataset_name, load_calendar  # noqa: E402
+from gem_model.config import dataset_name, load_calendar, load_features  # noqa: E402
+from gem_model.distill.teacher import FOUNDATION, predict_teacher  # noqa: E402
+from gem_model.eval.metrics import normalized_entropy  # noqa: E402
+from gem_model.models.registry import load_model  # noqa: E402
+from gem_model.store.paths import table_uri  # noqa: E402
 from gem_model.store.schemas import COUNTER_COLUMNS, TODAY_COUNTER_COLUMNS  # noqa: E402
-from gem_model.train.selection import TABLE_HEAD, score_variant, table_row  # noqa: E402
+from gem_model.train.selection import TABLE_HEAD, score_variant, table_row, variant_features  # noqa: E402
 
 # The counters every training_examples carries (gem_pipelines/data/counters.py), as the real datasets' features.yaml
 # lists them: the ad's and the user's click rates on earlier days, which reach ads born after the window.
@@ -155,6 +166,26 @@ VARIANTS: dict[str, dict] = {
 }
 
 
+def served_row(name: str, run: Path, day: str) -> str:
+    """A SERVED_HEAD row: click NE of `run`'s model on `day` as served (fold-in, map re-fitted), per surface and
+    their mean weighted by positives (the selection score's weighting, click alone)."""
+    model, cfg = load_model(run / "model.pt")
+    uri = table_uri("training_examples")
+    d = dt.date.fromisoformat(day)
+    pred = predict_teacher(model, [d], FOUNDATION, run.name, uri=uri, recalibrate=True, fold_in=cfg)
+    clicks = pl.scan_delta(uri).filter(pl.col("date") == d).select("request_id", pl.col("click").cast(pl.Float64))
+    df = pred.select("request_id", "surface", "p_click").join(clicks.collect(), on="request_id")
+
+    ne = {str(s): (normalized_entropy(g["click"].to_numpy(), g["p_click"].to_numpy()), g["click"].sum())
+          for (s,), g in sorted(df.group_by("surface"), key=lambda kv: str(kv[0]))}
+    weighted = sum(v * k for v, k in ne.values()) / sum(k for _, k in ne.values())
+    return f"| {name} | {weighted:.4f} | " + ", ".join(f"{s} {v:.4f}" for s, (v, _) in ne.items()) + " |"
+
+
+SERVED_HEAD = ("| variant | E-1 as served: click NE, surfaces weighted by positives | per surface |\n"
+               "|---|---|---|")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--preset", default="small")
@@ -166,7 +197,12 @@ def main() -> None:
     p.add_argument("--out", default=str(Path(__file__).with_name("MODEL_SEARCH.md")))
     p.add_argument("--keep", default=None, metavar="DIR", help="keep each variant's run in DIR/<variant> (model.pt: "
                    "bench/item_topics.py reads it)")
+    p.add_argument("--served", action="store_true",
+                   help="also score each selected model on E-1 as served (fold-in, map re-fitted; a lake world)")
     a = p.parse_args()
+    if a.served and a.world != "lake":
+        p.error("--served scores a lake world's E-1")
+    keep_root = Path(a.keep) if a.keep else (Path(tempfile.mkdtemp(prefix="gem_search_runs_")) if a.served else None)
     adhoc = dict(kv.split("=", 1) for kv in a.set)
     variants = {**VARIANTS, **{k: json.loads(v) for k, v in adhoc.items()}}
     a.variants = a.variants if a.variants is not None else ([] if adhoc else list(VARIANTS))
@@ -190,14 +226,24 @@ def main() -> None:
              TABLE_HEAD]
     with open(a.out, "a") as f:  # the header now, each row as soon as its run ends (a stopped search keeps them)
         f.write("\n".join(lines) + "\n")
+    if a.served and (feats := [n for n in a.variants if variant_features(load_features(), variants[n]) is not None]):
+        p.error(f"--served scores variants of the train and model settings; {feats} change the features, which "
+                "serving reads from features.yaml: build a lake with them instead")
+    served = []
     for name in a.variants:
         over = variants[name]
         r = score_variant(over, preset=a.preset, seed=a.seed, window=window, valid=valid, lake=lake, extra_train=extra,
-                          name=f"search-{name}", keep=str(Path(a.keep) / name) if a.keep else None)
+                          name=f"search-{name}", keep=str(keep_root / name) if keep_root else None)
         row = table_row(name, over, r)
         print(row, flush=True)
         with open(a.out, "a") as f:
             f.write(row + "\n")
+        if a.served and keep_root:
+            served.append(served_row(name, keep_root / name, valid))
+            print(served[-1], flush=True)
+    if served:
+        with open(a.out, "a") as f:
+            f.write("\n" + SERVED_HEAD + "\n" + "\n".join(served) + "\n")
 
 
 if __name__ == "__main__":
