@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -202,11 +203,14 @@ def main() -> None:
     a = p.parse_args()
     if a.served and a.world != "lake":
         p.error("--served scores a lake world's E-1")
-    keep_root = Path(a.keep) if a.keep else (Path(tempfile.mkdtemp(prefix="gem_search_runs_")) if a.served else None)
     adhoc = dict(kv.split("=", 1) for kv in a.set)
     variants = {**VARIANTS, **{k: json.loads(v) for k, v in adhoc.items()}}
     a.variants = a.variants if a.variants is not None else ([] if adhoc else list(VARIANTS))
     a.variants += [k for k in adhoc if k not in a.variants]
+    if a.served and (feats := [n for n in a.variants if variant_features(load_features(), variants[n]) is not None]):
+        p.error(f"--served scores variants of the train and model settings; {feats} change the features, which "
+                "serving reads from features.yaml: build a lake with them instead")
+    keep_root = Path(a.keep) if a.keep else (Path(tempfile.mkdtemp(prefix="gem_search_runs_")) if a.served else None)
     lake = None
     if a.world == "synthetic":
         from gem_model.data.synthetic import write_synthetic_lake
@@ -226,9 +230,6 @@ def main() -> None:
              TABLE_HEAD]
     with open(a.out, "a") as f:  # the header now, each row as soon as its run ends (a stopped search keeps them)
         f.write("\n".join(lines) + "\n")
-    if a.served and (feats := [n for n in a.variants if variant_features(load_features(), variants[n]) is not None]):
-        p.error(f"--served scores variants of the train and model settings; {feats} change the features, which "
-                "serving reads from features.yaml: build a lake with them instead")
     served = []
     for name in a.variants:
         over = variants[name]
@@ -238,10 +239,14 @@ def main() -> None:
         print(row, flush=True)
         with open(a.out, "a") as f:
             f.write(row + "\n")
-        if a.served and keep_root:
+        if keep_root and a.served:
             served.append(served_row(name, keep_root / name, valid))
             print(served[-1], flush=True)
-    if served:
+            if not a.keep:
+                shutil.rmtree(keep_root / name)
+    if keep_root and not a.keep:
+        keep_root.rmdir()
+    if served:  # after the search's table, so each stays one markdown table
         with open(a.out, "a") as f:
             f.write("\n" + SERVED_HEAD + "\n" + "\n".join(served) + "\n")
 
