@@ -38,10 +38,8 @@ def test_ids_that_all_share_one_rate_have_no_strength() -> None:
 
 def _two_surfaces(rng: np.random.Generator, day: dt.date) -> pl.DataFrame:
     """Earlier-day impressions: on `same` 400 ads share one 10% rate, on `spread` their rates are beta(5, 45)."""
-    frames = []
-    for surface, rates in (("same", np.full(400, 0.1)), ("spread", rng.beta(5.0, 45.0, 400))):
-        ev = _events(rng, rates, 30).with_columns(surface=pl.lit(surface))
-        frames.append(ev)
+    frames = [_events(rng, rates, 30).with_columns(surface=pl.lit(surface))
+              for surface, rates in (("same", np.full(400, 0.1)), ("spread", rng.beta(5.0, 45.0, 400)))]
     ts = dt.datetime.combine(day - dt.timedelta(days=1), dt.time(8), tzinfo=dt.UTC)
     return pl.concat(frames).with_columns(
         date=pl.lit(day - dt.timedelta(days=1)), click=pl.col("click").cast(pl.Int8),
@@ -61,7 +59,7 @@ def test_moments_shrink_each_surfaces_counters_by_its_own_strength() -> None:
     def spread(out: pl.DataFrame, surface: str) -> float:
         return float(out.filter(pl.col("surface") == surface)["ad_click_logit_before"].std())  # type: ignore[arg-type]
 
-    # one shared rate: every ad's difference is noise, and the estimated strength (hundreds) all but erases it
+    # one shared rate: every ad's difference is noise, and the estimated strength (hundreds or more) all but erases it
     assert spread(moments, "same") < 0.3 * spread(fixed, "same")
     # rates that truly differ (strength 49 against 10): shrunk harder, but far less than on `same`
     assert 0.3 * spread(fixed, "spread") < spread(moments, "spread") < spread(fixed, "spread")

@@ -1,12 +1,20 @@
-"""gem_model.train.selection: the one E-1 scoring behind bench/model_search.py and sources.validate."""
+"""gem_model.train.selection: the one E-1 scoring behind bench/model_search.py and sources.validate, and the
+search's scoring of E-1 as served."""
 
 from __future__ import annotations
 
+import datetime as dt
+import importlib.util
 import math
 
+import polars as pl
 import pytest
 
 import gem_model.train.streams as streams_mod
+from gem_model.config import REPO_ROOT
+from gem_model.distill.teacher import FOUNDATION, predict_teacher
+from gem_model.eval.metrics import normalized_entropy
+from gem_model.models.registry import load_model
 from gem_model.train.selection import score_variant, table_row
 
 pytestmark = pytest.mark.timeout(300)
@@ -53,38 +61,27 @@ def test_variant_features_resizes_tables_and_leaves_dense_features_out() -> None
         variant_features(base, {"add_dense": [{"name": dense[0], "transform": "none"}]})
 
 
-def _bench(name: str):
-    import importlib.util
 
-    from gem_model.config import REPO_ROOT
-
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "bench" / f"{name}.py")
+def _model_search():
+    """bench/model_search.py as a module (bench/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("model_search", REPO_ROOT / "bench" / "model_search.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-def test_served_row_is_the_validation_day_as_serving_fold_in_scores_it(lake, tmp_path) -> None:
-    import datetime as dt
-
-    import polars as pl
-
-    from gem_model.eval.metrics import normalized_entropy
-
+def test_served_row_is_the_validation_day_as_teacher_predictions_serves_it(lake, tmp_path) -> None:
     over = {"train": {"max_steps": 4, "eval_every": 2, "patience": 5, "torch_threads": 1}}
     r = score_variant(over, preset="tiny", window=("2026-11-02", "2026-11-03"), valid="2026-11-04", lake=str(lake),
                       keep=str(tmp_path / "v"))
-    row = _bench("model_search").served_row("v", tmp_path / "v", "2026-11-04")
+    row = _model_search().served_row("v", tmp_path / "v", "2026-11-04")
     cells = [c.strip() for c in row.strip("|").split("|")]
     per = {s: float(v) for s, v in (kv.split() for kv in cells[2].split(", "))}
     assert cells[0] == "v" and set(per) == set(r["ne"])
     assert min(per.values()) <= float(cells[1]) <= max(per.values())  # a weighted mean of the surfaces
     # what teacher_predictions would serve for that day (fold-in, map re-fitted), against its labels; a checkpoint's
     # E-1 NE is before its map, as served the map fitted after selection applies
-    from gem_model.distill.teacher import FOUNDATION, predict_teacher
-    from gem_model.models.registry import load_model
-
     model, cfg = load_model(tmp_path / "v" / "model.pt")
     day = dt.date(2026, 11, 4)
     pred = predict_teacher(model, [day], FOUNDATION, "v", recalibrate=True, fold_in=cfg)
