@@ -32,7 +32,7 @@ import torch
 from gem_model.data.loader import ExampleStream
 from gem_model.models.calibration import fit_shift, logit
 from gem_model.store.paths import storage_options, table_uri
-from gem_model.train.item_svd import MAX_ROWS, Bags, fold_in_item_svd
+from gem_model.train.item_svd import MAX_ROWS, Bags, Cooc, fold_in_item_svd
 
 FOLD_STATUS = ("known", "folded", "unseen", "folded_today")  # folded_today: from the day's earlier slices
 SHIFT_MIN_POSITIVES = 30  # a status with fewer clicks on the fitting days keeps the map as it is
@@ -90,15 +90,16 @@ def slice_filter(hours: tuple[int, int]) -> pl.Expr | None:
 @contextlib.contextmanager
 def serving_fold_in(model: torch.nn.Module, config: dict[str, Any] | None, day: dt.date, *, uri: str | None = None,
                     batch_size: int = 4096, before_hour: int = 0,
-                    cache: dict[tuple[dt.date, int], Bags] | None = None) -> Iterator[dict[str, int] | None]:
+                    cache: dict[tuple[dt.date, int], Cooc] | None = None) -> Iterator[dict[str, int] | None]:
     """Within the block, `model` scores `day` (from `before_hour` on) with the ids first met after its
     training window given a co-occurrence direction (gem_model.train.item_svd.fold_in_item_svd) from the
     logs of the days between its window and `day`, and of `day`'s hours before `before_hour`: item rows,
     never labels. On exit the model is as it was. config: its train config (`data.train` is the window;
     `train.item_svd`); None, no window, no topic buffer, `train.item_svd.serve_fold_in` false, or no log
     between the window and the hour: nothing folded, yields None. Else yields fold_in_item_svd's counts.
-    cache: the bags of each (day, hours before) read so far, for this model (predict_teacher's calls of
-    one pass share one: its slices and fitting days fold overlapping days)."""
+    cache: the co-occurrence counts (item_svd.Cooc) of each (day, hours before) counted so far, for this
+    model: predict_teacher's calls of one pass share one, so a day's slices and its fitting days count
+    each hour's rows once (a slice adds the hours since the previous one to that one's counts)."""
     end = _window_end(model, config)
     window = fold_window(model, config, day)
     if end is None or (window is None and before_hour <= 0):
@@ -107,15 +108,24 @@ def serving_fold_in(model: torch.nn.Module, config: dict[str, Any] | None, day: 
     cfg = model.cfg
     table = model.tables[cfg.sparse_features[cfg.target_pairs[0][0]][1]].weight
     saved = [(t, t.detach().clone()) for t in (table, model.item_topic)]
-
+    max_rows = int(_item_svd(config).get("max_rows", MAX_ROWS))
     cache = {} if cache is None else cache
 
-    def bags(d: dt.date, hours: int) -> Bags:
+    def hours_of(d: dt.date, first: int, last: int) -> Cooc:
+        where = slice_filter((first, last))
+        return Cooc.of(Bags.read(model, ExampleStream(d, d, list(cfg.surfaces), batch_size=batch_size, uri=uri,
+                                                      shuffle=False, drop_last=False, max_len=cfg.seq_len,
+                                                      where=where)), max_rows)
+
+    def before(d: dt.date, hours: int) -> Cooc:
+        """The counts of `d`'s rows before `hours`: the longest counted stretch of it that ends no later,
+        plus the hours since."""
         if (d, hours) not in cache:
-            where = None if hours >= 24 else pl.col(HOUR) < hours
-            cache[d, hours] = Bags.read(model, ExampleStream(d, d, list(cfg.surfaces), batch_size=batch_size, uri=uri,
-                                                             shuffle=False, drop_last=False, max_len=cfg.seq_len,
-                                                             where=where))
+            done = max((h for e, h in cache if e == d and h < hours), default=0)
+            parts = [cache[d, done]] if done else []
+            cache[d, hours] = Cooc.sum([*parts, hours_of(d, done, hours)])
+            if 0 < done < 24:
+                del cache[d, done]  # a day's earlier stretch is not read again: slices come in order
         return cache[d, hours]
 
     days = [window[0] + dt.timedelta(days=i) for i in range((window[1] - window[0]).days + 1)] if window else []
@@ -124,13 +134,12 @@ def serving_fold_in(model: torch.nn.Module, config: dict[str, Any] | None, day: 
         # svd_lowrank draws random probes: a fixed seed scores a day again to the same predictions
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
-            stats = fold_in_item_svd(model, Bags.cat(bags(*p) for p in parts), cfg.topic_dim,
-                                     int(_item_svd(config).get("max_rows", MAX_ROWS)))
+            stats = fold_in_item_svd(model, Cooc.sum(before(*p) for p in parts), cfg.topic_dim, max_rows)
         yield stats
     finally:
         with torch.no_grad():
-            for t, before in saved:
-                t.copy_(before)
+            for t, before_fold in saved:
+                t.copy_(before_fold)
 
 
 def fold_status(config: dict[str, Any], days: list[dt.date], uri: str | None = None) -> pl.DataFrame:

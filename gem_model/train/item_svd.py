@@ -92,9 +92,81 @@ class Bags:
         return Bags(torch.cat(rows), torch.cat(items), n) if rows else Bags.empty()
 
 
-def _cooccurrence(model: GEM, batches: Iterable[Batch] | Bags, max_rows: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+@dataclass(frozen=True)
+class Cooc:
+    """What a fit reads of some bags, uncapped: the table rows met (sorted), how often each was met (the cap's
+    ranking), how many bags each pair of them shares, and the bags read. Counts of disjoint bags add up, so a
+    fold over several days and the earlier hours of one day sums parts it counted before (a day served in
+    slices) instead of counting every bag again; `capped` gives exactly what `bag_counts` gives of the bags
+    pooled, provided no part was met on more than `max_rows` rows of its own (then its rows past the cap are
+    left out of it: an approximation, never more memory than the cap's)."""
+
+    seen: torch.Tensor  # int64 [n]
+    occurrences: torch.Tensor  # int64 [n]: pairs of each row, a row met twice in a bag counted twice
+    counts: torch.Tensor  # float32 [n, n], zero diagonal
+    n: int  # bags
+
+    @staticmethod
+    def of(bags: Bags, max_rows: int = MAX_ROWS) -> Cooc:
+        rows, items = bags.rows.long(), bags.items.long()
+        keep = items != 0  # row 0: null / unknown id
+        seen, compact = torch.unique(items[keep], return_inverse=True)
+        occurrences = torch.bincount(compact, minlength=len(seen))
+        rows, kept, compact = _top_rows(rows[keep], seen, compact, occurrences, max_rows)
+        occurrences = occurrences[torch.isin(seen, kept)] if len(kept) < len(seen) else occurrences
+        return Cooc(kept, occurrences, _pair_counts(rows, compact, len(kept), bags.n), bags.n)
+
+    @staticmethod
+    def sum(parts: Iterable[Cooc]) -> Cooc:
+        parts = list(parts)
+        seen = torch.unique(torch.cat([p.seen for p in parts])) if parts else torch.zeros(0, dtype=torch.long)
+        occurrences = torch.zeros(len(seen), dtype=torch.long)
+        counts = torch.zeros(len(seen), len(seen))
+        for p in parts:
+            at = torch.searchsorted(seen, p.seen)  # a part's rows are distinct: no index twice
+            occurrences[at] += p.occurrences
+            counts[at[:, None], at] += p.counts
+        return Cooc(seen, occurrences, counts, sum(p.n for p in parts))
+
+    def capped(self, max_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(seen, counts) of the `max_rows` rows met most often, as `bag_counts`."""
+        if len(self.seen) <= max_rows:
+            return self.seen, self.counts
+        top = torch.topk(self.occurrences, max_rows).indices.sort().values
+        return self.seen[top], self.counts[top][:, top]
+
+
+def _top_rows(rows: torch.Tensor, seen: torch.Tensor, compact: torch.Tensor, occurrences: torch.Tensor,
+              max_rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(rows, seen, compact) of the pairs whose row is among the `max_rows` met most often."""
+    if len(seen) <= max_rows:
+        return rows, seen, compact
+    top = torch.topk(occurrences, max_rows).indices.sort().values
+    remap = torch.full((len(seen),), -1, dtype=torch.long)
+    remap[top] = torch.arange(max_rows)
+    compact = remap[compact]
+    return rows[compact >= 0], seen[top], compact[compact >= 0]
+
+
+def _pair_counts(rows: torch.Tensor, compact: torch.Tensor, n_seen: int, bags: int) -> torch.Tensor:
+    """[n_seen, n_seen] bags shared by each pair of (compact) rows, zero diagonal; a row counts once per bag."""
+    if n_seen == 0:
+        return torch.zeros(0, 0)
+    pairs = torch.unique(rows * n_seen + compact)  # each item once per bag
+    h = torch.sparse_coo_tensor(torch.stack([pairs // n_seen, pairs % n_seen]), torch.ones(len(pairs)),
+                                (bags, n_seen), is_coalesced=True, check_invariants=True)
+    with warnings.catch_warnings():  # sparse x sparse goes through CSR, which torch calls beta
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        counts = torch.sparse.mm(h.t().coalesce(), h).to_dense()
+    counts.fill_diagonal_(0.0)
+    return counts
+
+
+def _cooccurrence(model: GEM, batches: Iterable[Batch] | Bags | Cooc, max_rows: int) -> tuple[torch.Tensor, torch.Tensor, int]:
     """`bag_counts` of the window's bags (one per training row: its history items and its candidate), and
     the bags read."""
+    if isinstance(batches, Cooc):
+        return *batches.capped(max_rows), batches.n
     bags = batches if isinstance(batches, Bags) else Bags.read(model, batches)
     if bags.n == 0:
         return torch.zeros(0, dtype=torch.long), torch.zeros(0, 0), 0
@@ -111,20 +183,8 @@ def bag_counts(rows: torch.Tensor, items: torch.Tensor, bags: int, max_rows: int
     if len(items) == 0:
         return torch.zeros(0, dtype=torch.long), torch.zeros(0, 0)
     seen, compact = torch.unique(items, return_inverse=True)
-    if len(seen) > max_rows:  # the rows met in the most bags
-        top = torch.topk(torch.bincount(compact, minlength=len(seen)), max_rows).indices.sort().values
-        remap = torch.full((len(seen),), -1, dtype=torch.long)
-        remap[top] = torch.arange(max_rows)
-        compact = remap[compact]
-        rows, compact, seen = rows[compact >= 0], compact[compact >= 0], seen[top]
-    pairs = torch.unique(rows * len(seen) + compact)  # each item once per bag
-    h = torch.sparse_coo_tensor(torch.stack([pairs // len(seen), pairs % len(seen)]), torch.ones(len(pairs)),
-                                (bags, len(seen)), is_coalesced=True, check_invariants=True)
-    with warnings.catch_warnings():  # sparse x sparse goes through CSR, which torch calls beta
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        counts = torch.sparse.mm(h.t().coalesce(), h).to_dense()
-    counts.fill_diagonal_(0.0)
-    return seen, counts
+    rows, seen, compact = _top_rows(rows, seen, compact, torch.bincount(compact, minlength=len(seen)), max_rows)
+    return seen, _pair_counts(rows, compact, len(seen), bags)
 
 
 @torch.no_grad()
@@ -151,7 +211,7 @@ FOLD_PASSES = 3  # an id whose co-occurring ids are all new too gets its directi
 
 
 @torch.no_grad()
-def fold_in_item_svd(model: GEM, batches: Iterable[Batch] | Bags, dim: int, max_rows: int = MAX_ROWS,
+def fold_in_item_svd(model: GEM, batches: Iterable[Batch] | Bags | Cooc, dim: int, max_rows: int = MAX_ROWS,
                      known: torch.Tensor | None = None) -> dict[str, int]:
     """Give the window's ids without a direction one from the window's PPMI-SVD aligned with a warm-started
     model's basis (module doc); known rows, of the table and of `item_topic`, stay as they were. known: bool

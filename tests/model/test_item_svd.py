@@ -10,7 +10,7 @@ import torch
 
 from gem_model.models.gem import build_model
 from gem_model.models.synthetic_batches import config_from_assets, synthetic_batch
-from gem_model.train.item_svd import ppmi, set_item_svd
+from gem_model.train.item_svd import MAX_ROWS, Bags, Cooc, bag_counts, ppmi, set_item_svd
 
 N_TOPICS, PER_TOPIC = 4, 12
 FIRST_AD = 1 + N_TOPICS * PER_TOPIC
@@ -163,3 +163,25 @@ def test_item_svd_fits_only_the_rows_met_most_when_capped():
     changed = set((table.weight.detach() != before).any(1).nonzero().flatten().tolist())
     assert info["rows"] == 20 and len(changed) == 20 and hot in changed
     assert set((counts > cut).nonzero().flatten().tolist()) <= changed <= set((counts >= cut).nonzero().flatten().tolist())
+
+
+def test_counts_of_parts_summed_are_the_counts_of_their_bags_pooled():
+    """Cooc: a fold over several days sums each day's counts instead of counting all their bags again
+    (a day served in slices); pooled or summed, the fit reads the same rows and counts, capped or not."""
+    cfg = config_from_assets("tiny")
+    model = build_model(cfg)
+    g = torch.Generator().manual_seed(3)
+    parts = [Bags.read(model, [_exposure_batch(cfg, g, rows=rows)]) for rows in (64, 5, 40)]
+    parts[1] = Bags(parts[1].rows, torch.where(parts[1].items % 3 == 0, 0, parts[1].items), parts[1].n)  # null ids
+    pooled = Bags.cat(parts)
+    for cap in (MAX_ROWS, 20):
+        seen, counts = bag_counts(pooled.rows.long(), pooled.items.long(), pooled.n, cap)
+        summed = Cooc.sum(Cooc.of(p) for p in parts)
+        got_seen, got_counts = summed.capped(cap)
+        assert torch.equal(got_seen, seen) and torch.equal(got_counts, counts) and summed.n == pooled.n
+        assert (cap < len(summed.seen)) == (cap == 20)  # the cap binds in the second case only
+    assert 0 not in summed.seen.tolist() and int(summed.counts.diagonal().abs().sum()) == 0
+    # a part met on more rows than the cap keeps its most met ones, as bag_counts would of it alone
+    alone = Cooc.of(parts[0], max_rows=10)
+    assert torch.equal(alone.seen, bag_counts(parts[0].rows.long(), parts[0].items.long(), parts[0].n, 10)[0])
+    assert Cooc.sum([]).n == 0 and len(Cooc.of(Bags.empty()).seen) == 0

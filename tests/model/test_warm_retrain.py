@@ -215,7 +215,7 @@ def test_a_served_day_folds_in_the_ads_born_since_the_window_and_leaves_the_mode
         assert float(has[shown[12]].float().mean()) > 0.9  # shown in the morning: folded
         assert not bool(has[born[~torch.isin(born, shown[12])]].any())  # shown only later that day: not yet
     assert len(shown[12]) < len(shown[24])
-    # predict_teacher's passes share the days' bags (a cache): the same fold as reading them anew
+    # predict_teacher's passes share the days' counts (a cache): the same fold as reading them anew
     with serving_fold_in(model, config, days[5], uri=uri):
         fresh = model.item_topic.clone()
     cache: dict = {}
@@ -226,6 +226,12 @@ def test_a_served_day_folds_in_the_ads_born_since_the_window_and_leaves_the_mode
     with serving_fold_in(model, config, days[5], uri=uri, cache=cache):
         assert torch.equal(model.item_topic, fresh)
     assert not torch.equal(cached, fresh)  # the morning of d6 adds bags
+    # a later slice adds the hours since the previous one to its counts: the same fold as counting them anew
+    with serving_fold_in(model, config, days[5], uri=uri, before_hour=12, cache=cache):
+        extended = model.item_topic.clone()
+    assert (days[5], 12) in cache and (days[5], 6) not in cache
+    with serving_fold_in(model, config, days[5], uri=uri, before_hour=12):
+        assert torch.equal(model.item_topic, extended) and not torch.equal(extended, cached)
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
     with serving_fold_in(model, config, days[5], uri=uri) as stats:  # folds d4-d5's logs, not d6's
         assert stats["rows"] >= len(born) and bool((model.item_topic[born].norm(dim=1) > 0.99).all())
