@@ -132,8 +132,13 @@ class Cooc:
         """(seen, counts) of the `max_rows` rows met most often, as `bag_counts`."""
         if len(self.seen) <= max_rows:
             return self.seen, self.counts
-        top = torch.topk(self.occurrences, max_rows).indices.sort().values
+        top = _most_met(self.occurrences, max_rows)
         return self.seen[top], self.counts[top][:, top]
+
+
+def _most_met(occurrences: torch.Tensor, max_rows: int) -> torch.Tensor:
+    """The sorted indices of the `max_rows` largest occurrences (the cap of `bag_counts`)."""
+    return torch.topk(occurrences, max_rows).indices.sort().values
 
 
 def _top_rows(rows: torch.Tensor, seen: torch.Tensor, compact: torch.Tensor, occurrences: torch.Tensor,
@@ -141,7 +146,7 @@ def _top_rows(rows: torch.Tensor, seen: torch.Tensor, compact: torch.Tensor, occ
     """(rows, seen, compact) of the pairs whose row is among the `max_rows` met most often."""
     if len(seen) <= max_rows:
         return rows, seen, compact
-    top = torch.topk(occurrences, max_rows).indices.sort().values
+    top = _most_met(occurrences, max_rows)
     remap = torch.full((len(seen),), -1, dtype=torch.long)
     remap[top] = torch.arange(max_rows)
     compact = remap[compact]
