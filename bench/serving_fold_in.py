@@ -26,6 +26,7 @@ import polars as pl
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gem_model.distill.serving_fold_in import with_serve_slices  # noqa: E402
 from gem_model.distill.teacher import FOUNDATION, predict_teacher, read_teacher_predictions  # noqa: E402
 from gem_model.eval.ad_age import AGE_BUCKETS, ALL, EVAL_PREDICTIONS, ad_ages, read_events  # noqa: E402
 from gem_model.eval.metrics import bootstrap_ne, interval, normalized_entropy, read_oracle  # noqa: E402
@@ -46,8 +47,7 @@ def score_day(day: dt.date, model_dir: Path | None, slices: int | None = None) -
     path = model_dir or models_dir("foundation_model") / served_version(day)
     model, cfg = load_model(path / "model.pt")
     if slices is not None:
-        svd = {**cfg["train"]["item_svd"], "serve_slices": slices}
-        cfg = {**cfg, "train": {**cfg["train"], "item_svd": svd}}
+        cfg = with_serve_slices(cfg, slices)
     uri = table_uri("training_examples")
     base, folded = (predict_teacher(model, [day], FOUNDATION, path.name, uri=uri, recalibrate=True, fold_in=f)
                     .select("request_id", "surface", pl.col("p_click").alias(name))

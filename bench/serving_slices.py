@@ -24,15 +24,17 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gem_model.data.loader import ExampleStream  # noqa: E402
-from gem_model.distill.serving_fold_in import HOUR, fold_window, serve_slices, serving_fold_in  # noqa: E402
+from gem_model.distill.serving_fold_in import (  # noqa: E402
+    HOUR,
+    fold_window,
+    serve_slices,
+    serving_fold_in,
+    with_serve_slices,
+)
 from gem_model.distill.teacher import FOUNDATION, predict_teacher, read_teacher_predictions  # noqa: E402
 from gem_model.models.registry import load_model  # noqa: E402
 from gem_model.store.paths import models_dir, table_uri  # noqa: E402
 from gem_model.train.item_svd import Bags, fold_in_item_svd  # noqa: E402
-
-
-def with_slices(config: dict, k: int) -> dict:
-    return {**config, "train": {**config["train"], "item_svd": {**config["train"]["item_svd"], "serve_slices": k}}}
 
 
 def fold_both_ways(model, config: dict, day: dt.date, uri: str) -> tuple[float, float, bool]:
@@ -89,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| K | fold, recounted (s) | fold, counts kept (s) | recounted / kept | same vectors | predict_teacher (s) |")
     print("|---|---|---|---|---|---|")
     for k in a.slices:
-        cfg = with_slices(config, k)
+        cfg = with_serve_slices(config, k)
         recount, kept, same = fold_both_ways(model, cfg, day, uri)
         t0 = time.perf_counter()
         predict_teacher(model, [day], FOUNDATION, a.model.name, uri=uri, recalibrate=True, fold_in=cfg)

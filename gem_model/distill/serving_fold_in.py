@@ -82,6 +82,11 @@ def _slices(config: dict[str, Any] | None) -> int:
     return k
 
 
+def with_serve_slices(config: dict[str, Any], k: int) -> dict[str, Any]:
+    """A train config as if its model had been trained with `train.item_svd.serve_slices` k (benches compare K)."""
+    return {**config, "train": {**config["train"], "item_svd": {**config["train"]["item_svd"], "serve_slices": k}}}
+
+
 def slice_filter(hours: tuple[int, int]) -> pl.Expr | None:
     """The rows of a day's slice (None: the whole day)."""
     return None if hours == (0, 24) else pl.col(HOUR).is_between(hours[0], hours[1] - 1)

@@ -61,7 +61,6 @@ def test_variant_features_resizes_tables_and_leaves_dense_features_out() -> None
         variant_features(base, {"add_dense": [{"name": dense[0], "transform": "none"}]})
 
 
-
 def _model_search():
     """bench/model_search.py as a module (bench/ is not a package)."""
     spec = importlib.util.spec_from_file_location("model_search", REPO_ROOT / "bench" / "model_search.py")
