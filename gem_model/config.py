@@ -231,6 +231,8 @@ class DayRoles(_Strict):
 class DenseFeature(_Strict):
     name: str
     transform: Literal["log1p", "none"] = "none"
+    # a column of the dataset's own log (source.yaml `context` says which): `events` carries it as Float64
+    context: bool = False
 
 
 class SparseFeature(_Strict):
@@ -240,6 +242,8 @@ class SparseFeature(_Strict):
     # closed vocabulary: value i -> row i + 1 (0 = null / unknown), no hashing, no collisions;
     # "surfaces" = the names of surfaces.yaml in order. None: an open vocabulary, hashed.
     vocab: tuple[str, ...] | Literal["surfaces"] | None = None
+    # a column of the dataset's own log (source.yaml `context` says which): `events` carries it as text
+    context: bool = False
 
 
 class HistoryColumn(_Strict):
@@ -289,6 +293,24 @@ class FeaturesConfig(_Strict):
                 raise ValueError(f"{name}: table {table!r} declared with {buckets} and {sizes[table]} buckets")
             sizes[table] = buckets
         return self
+
+    @model_validator(mode="after")
+    def _context_names(self) -> FeaturesConfig:
+        from gem_model.store.schemas import TRAINING_EXAMPLES_SCHEMA
+
+        names = [f.name for f in (*self.dense, *self.sparse) if f.context]
+        for name in names:
+            validate_name(name, "context feature")
+            if name in TRAINING_EXAMPLES_SCHEMA:
+                raise ValueError(f"{name}: a context feature names a column of the unified schema; drop `context: true`")
+        if twice := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"{twice}: declared as context by a dense and a sparse feature")
+        return self
+
+    @cached_property
+    def context(self) -> dict[str, Literal["dense", "categorical"]]:
+        """The log's own columns the model reads, beyond the unified `events` schema, by kind."""
+        return {f.name: "dense" for f in self.dense if f.context} | {f.name: "categorical" for f in self.sparse if f.context}
 
     @cached_property
     def tables(self) -> dict[str, int]:

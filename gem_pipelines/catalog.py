@@ -25,15 +25,16 @@ from gem_model.config import (
     _Strict,
     dataset_name,
     env,
+    load_features,
     simulator_path,
 )
 from gem_model.store.paths import table_uri
 from gem_model.store.schemas import (
-    EVENTS_SCHEMA,
     ORACLE_SCHEMA,
     QUARANTINE_SCHEMA,
-    TRAINING_EXAMPLES_SCHEMA,
     USER_ACTIVITY_SCHEMA,
+    events_schema,
+    training_examples_schema,
 )
 
 # Library code behind each group: a change there changes the code version of its assets.
@@ -68,8 +69,9 @@ def load_catalog(path: Path | None = None) -> CatalogConfig:
 def lake_schemas() -> dict[str, dict[str, pl.DataType]]:
     from gem_model.distill import TEACHER_PREDICTIONS_SCHEMA
 
-    return {"events": EVENTS_SCHEMA, "user_activity": USER_ACTIVITY_SCHEMA, "events_quarantine": QUARANTINE_SCHEMA,
-            "oracle": ORACLE_SCHEMA, "training_examples": TRAINING_EXAMPLES_SCHEMA,
+    context = load_features().context  # the dataset's own log columns follow the unified schema
+    return {"events": events_schema(context), "user_activity": USER_ACTIVITY_SCHEMA, "events_quarantine": QUARANTINE_SCHEMA,
+            "oracle": ORACLE_SCHEMA, "training_examples": training_examples_schema(context),
             "teacher_predictions": dict(TEACHER_PREDICTIONS_SCHEMA)}
 
 

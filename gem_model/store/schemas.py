@@ -111,3 +111,17 @@ CROSS_SURFACE_COUNTERS: dict[str, str | None] = {
 TRAINING_EXAMPLES_SCHEMA: dict[str, pl.DataType] = {
     **EVENTS_SCHEMA, **HISTORY_COLUMNS, **COUNTER_COLUMNS, **TODAY_COUNTER_COLUMNS,
 }
+
+
+def context_schema(context: dict[str, str]) -> dict[str, pl.DataType]:
+    """A dataset's own log columns (features.yaml `context: true`) as they land: dense Float64, categorical text."""
+    return {name: pl.Float64() if kind == "dense" else pl.String() for name, kind in context.items()}
+
+
+def events_schema(context: dict[str, str]) -> dict[str, pl.DataType]:
+    """`events` of a dataset whose log adds context columns: the unified schema, then those columns."""
+    return {**EVENTS_SCHEMA, **context_schema(context)}
+
+
+def training_examples_schema(context: dict[str, str]) -> dict[str, pl.DataType]:
+    return {**TRAINING_EXAMPLES_SCHEMA, **context_schema(context)}

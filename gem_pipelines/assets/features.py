@@ -8,7 +8,7 @@ import polars as pl
 
 from gem_model.config import load_features
 from gem_pipelines.data import lake as lake_io
-from gem_pipelines.data.formats import TRAINING_EXAMPLES_SCHEMA
+from gem_pipelines.data.formats import training_examples_schema
 from gem_pipelines.data.history import build_training_examples, leakage_report
 from gem_pipelines.metadata import preview
 from gem_pipelines.partitions import date_partitions_def
@@ -73,13 +73,15 @@ def activity_by_day(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
 def training_examples(context: dg.AssetExecutionContext, lake: LakeResource):
     """Each impression of the day with its user's last N activities strictly before it (jagged lists)."""
     date = dt.date.fromisoformat(context.partition_key)
-    df = build_training_examples(date, load_features(), root=lake.uri())
+    features = load_features()
+    df = build_training_examples(date, features, root=lake.uri())
     report = leakage_report(df)
     clean = report["not_before_impression"] == 0 and report["unordered_histories"] == 0 and report["null_histories"] == 0
     if not clean:
         yield dg.AssetCheckResult(check_name="no_leakage", passed=False, metadata=report)
         raise dg.Failure(f"training_examples {date}: history leakage or disorder {report}; nothing written")
-    version = lake_io.write_partition(df, "training_examples", {"date": date}, TRAINING_EXAMPLES_SCHEMA, root=lake.uri())
+    version = lake_io.write_partition(df, "training_examples", {"date": date}, training_examples_schema(features.context),
+                                       root=lake.uri())
     lengths = df["hist_item_id"].list.len()
     yield dg.MaterializeResult(
         metadata={

@@ -12,7 +12,9 @@ jsonl_nested  (file `feed.jsonl`, one JSON object a line)
                            "creative_format": str, "bid": float},
                     "slot": {"position": int},
                     "engagement": {"click": bool, "click_ts": str | null,
-                                   "conversion": bool | null, "conversion_ts": str | null}}
+                                   "conversion": bool | null, "conversion_ts": str | null},
+                    "context": {name: str | number | null, ...}}  (optional: a dataset's own log
+                    columns, features.yaml `context: true`; the generic importer writes them)
     organic:       {"kind": "organic", "ts": str, "user": {"id": int}, "item_id": int, "action": str}
 
 csv_ms  (files `impressions.csv` and `activity.csv`, comma separated, header line, empty = null,
@@ -63,6 +65,8 @@ from gem_model.store.schemas import (  # noqa: F401  (re-exported: the lake cont
     TRAINING_EXAMPLES_SCHEMA,
     USER_ACTIVITY_SCHEMA,
     UTC_US,
+    events_schema,
+    training_examples_schema,
 )
 
 LANDING_FILES: dict[str, tuple[str, ...]] = {

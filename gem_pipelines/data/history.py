@@ -15,13 +15,13 @@ import pyarrow as pa
 from gem_model.config import FeaturesConfig
 from gem_pipelines.data import lake
 from gem_pipelines.data.counters import attach_counters
-from gem_pipelines.data.formats import EVENTS_SCHEMA, HISTORY_COLUMNS, TRAINING_EXAMPLES_SCHEMA
+from gem_pipelines.data.formats import HISTORY_COLUMNS, events_schema, training_examples_schema
 
 _TS_BITS = 42  # 2^42 us ~ 50 days: room for the lookback window, leaves 21 bits for user ids
 
 
 def attach_history(events: pl.DataFrame, activity: pl.DataFrame, max_len: int) -> pl.DataFrame:
-    """`events` + hist_* list columns from `activity` (user_id, ts, item_id, action, surface)."""
+    """`events` (its columns kept) + hist_* list columns from `activity` (user_id, ts, item_id, action, surface)."""
     if events.height == 0:
         return events.with_columns(pl.lit([], dtype=t).alias(c) for c, t in HISTORY_COLUMNS.items())
     t0 = min(events["ts"].min(), activity["ts"].min() if activity.height else events["ts"].min())
@@ -65,15 +65,15 @@ def attach_history(events: pl.DataFrame, activity: pl.DataFrame, max_len: int) -
         "hist_surface": lst(act["surface"].to_arrow().take(pa.array(take))),
         "hist_seconds_before": lst(seconds.astype(np.float64)),
     }
-    out = ev.select(list(EVENTS_SCHEMA)).with_columns(**hist)
-    return out.cast({**EVENTS_SCHEMA, **HISTORY_COLUMNS})  # type: ignore[arg-type]
+    return ev.select(events.columns).with_columns(**hist).cast(HISTORY_COLUMNS)  # type: ignore[arg-type]
 
 
 def build_training_examples(date: dt.date, features: FeaturesConfig, *, root: str | None = None) -> pl.DataFrame:
     """All surfaces' events of `date` joined with cross-surface activity of the lookback window, and
     with the counters of the window's earlier days (data/counters.py)."""
     history = features.history
-    events = lake.read_partition("events", date, root=root).select(list(EVENTS_SCHEMA))
+    schema = training_examples_schema(features.context)
+    events = lake.read_partition("events", date, root=root).select(list(events_schema(features.context)))
     window = [date - dt.timedelta(days=i) for i in range(history.lookback_days + 1)]
     activity = (
         lake.scan("user_activity", root=root)
@@ -91,7 +91,7 @@ def build_training_examples(date: dt.date, features: FeaturesConfig, *, root: st
     joined = attach_history(events.sort("ts", "request_id"), activity, history.max_len)
     c = features.counters
     counted = attach_counters(joined, past, date, c.prior_strength, c.joint_passes, moments=c.moments)
-    return counted.select(list(TRAINING_EXAMPLES_SCHEMA)).cast(TRAINING_EXAMPLES_SCHEMA)  # type: ignore[arg-type]
+    return counted.select(list(schema)).cast(schema)  # type: ignore[arg-type]
 
 
 def leakage_report(df: pl.DataFrame) -> dict[str, float | int]:

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gem_model.config import Surface
+from gem_model.config import Surface, load_features
 from gem_pipelines.data import lake
-from gem_pipelines.data.formats import EVENTS_SCHEMA, QUARANTINE_SCHEMA, USER_ACTIVITY_SCHEMA
+from gem_pipelines.data.formats import QUARANTINE_SCHEMA, USER_ACTIVITY_SCHEMA, events_schema
 from gem_pipelines.data.normalize import NormalizedPartition, normalize_partition
 from gem_pipelines.data.parsers import count_raw_records, stage_partition
 
@@ -55,12 +55,15 @@ def ingest_partition(
     docs_dir: Path | None = None,
     lake_root: str | None = None,
     validate: bool = True,
+    context: dict[str, str] | None = None,
 ) -> IngestResult:
+    """`context`: the log's own columns by kind; None: those of the dataset's features.yaml."""
     from gem_pipelines.data.validation import build_docs, validate_frame
 
     key = f"{date.isoformat()}|{surface.name}"
-    stage = stage_partition(surface.format, landing_root / surface.name / date.isoformat())
-    norm = normalize_partition(stage, surface, date)
+    context = load_features().context if context is None else context
+    stage = stage_partition(surface.format, landing_root / surface.name / date.isoformat(), list(context))
+    norm = normalize_partition(stage, surface, date, context)
     frames = {"events": norm.events, "user_activity": norm.user_activity, "events_quarantine": norm.quarantine}
     suites: dict[str, SuiteResult] = {}
 
@@ -76,7 +79,7 @@ def ingest_partition(
             build_docs(list(suites.values()), docs_dir)
             raise SuiteFailed(key, suites)
     part = {"date": date, "surface": surface.name}
-    schemas = {"events": EVENTS_SCHEMA, "user_activity": USER_ACTIVITY_SCHEMA, "events_quarantine": QUARANTINE_SCHEMA}
+    schemas = {"events": events_schema(context), "user_activity": USER_ACTIVITY_SCHEMA, "events_quarantine": QUARANTINE_SCHEMA}
     # Three independent commits; delta-rs releases the GIL, so write them side by side, and meanwhile run
     # the non-blocking quarantine suite and render the run's Data Docs (pure Python) on this thread.
     with ThreadPoolExecutor(max_workers=len(frames)) as pool:

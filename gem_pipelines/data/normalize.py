@@ -18,11 +18,11 @@ from gem_model.config import Surface
 from gem_pipelines.data.formats import (
     CREATIVE_FORMATS,
     DEVICES,
-    EVENTS_SCHEMA,
     OBJECTIVES,
     ORGANIC_ACTIONS,
     QUARANTINE_SCHEMA,
     USER_ACTIVITY_SCHEMA,
+    events_schema,
 )
 from gem_pipelines.data.parsers import TS_UNIT
 
@@ -109,8 +109,13 @@ def _within_window(col: str, start: str) -> pl.Expr:
     return (pl.col(col) >= pl.col(start)) & (pl.col(col) <= pl.col(start) + LABEL_WINDOW)
 
 
-def normalize_partition(stage: pl.DataFrame, surface: Surface, date: dt.date) -> NormalizedPartition:
-    """Apply the row-level rules to one partition's staging frame."""
+def normalize_partition(
+    stage: pl.DataFrame, surface: Surface, date: dt.date, context: dict[str, str] | None = None
+) -> NormalizedPartition:
+    """Apply the row-level rules to one partition's staging frame. `context`: the dataset's own log
+    columns by kind (features.yaml `context: true`); a dense one that is not a number is bad_type."""
+    context = context or {}
+    dense = [c for c, kind in context.items() if kind == "dense"]
     unit = TS_UNIT[surface.format]
     day_start = dt.datetime.combine(date, dt.time(), tzinfo=dt.UTC)
     day_end = day_start + dt.timedelta(days=1)
@@ -123,6 +128,7 @@ def normalize_partition(stage: pl.DataFrame, surface: Surface, date: dt.date) ->
         bid_t=pl.col("bid").cast(pl.Float64, strict=False),
         tenure_t=pl.col("user_tenure_days").cast(pl.Float64, strict=False),
         **{f"{c}_t": _flag(c) for c in ("click", "conversion")},
+        **{f"context.{c}_t": pl.col(f"context.{c}").cast(pl.Float64, strict=False) for c in dense},
     )
     kind = pl.col("kind")
     imp, org, lab = kind == "impression", kind == "organic", kind.is_in(["click", "conversion"])
@@ -149,6 +155,7 @@ def normalize_partition(stage: pl.DataFrame, surface: Surface, date: dt.date) ->
         ("bad_type", imp & pl.any_horizontal(
             _bad("user_id", "user_id_t"), _bad("ad_id", "ad_id_t"), _bad("advertiser_id", "advertiser_id_t"),
             pl.col("position_t", "bid_t", "ts_t").is_null(), _bad("user_tenure_days", "tenure_t"), bad_label,
+            *(_bad(f"context.{c}", f"context.{c}_t") for c in dense),
         )),
         ("bad_type", org & (_bad("user_id", "user_id_t") | _bad("item_id", "item_id_t") | pl.col("ts_t").is_null())),
         ("bad_type", lab & pl.col("ts_t").is_null()),
@@ -229,7 +236,8 @@ def normalize_partition(stage: pl.DataFrame, surface: Surface, date: dt.date) ->
         click_ts=pl.when(pl.col("click_t") == 1).then(pl.col("click_ts_t")),
         conversion="conversion_t",
         conversion_ts=pl.when(pl.col("conversion_t") == 1).then(pl.col("conversion_ts_t")),
-    ).cast(EVENTS_SCHEMA)  # type: ignore[arg-type]
+        **{c: pl.col(f"context.{c}_t" if kind == "dense" else f"context.{c}") for c, kind in context.items()},
+    ).cast(events_schema(context))  # type: ignore[arg-type]
 
     organic = (
         typed.filter(ok & org)

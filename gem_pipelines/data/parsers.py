@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Sequence
 from functools import reduce
 from pathlib import Path
 
@@ -78,13 +79,15 @@ def _json_lines(path: Path, dtype: pl.Struct) -> pl.DataFrame:
     ).drop("valid", "decode_failed")
 
 
-def _finish(df: pl.DataFrame) -> pl.DataFrame:
-    """Add missing staging fields as null text and order the columns."""
-    missing = [pl.lit(None, dtype=pl.String).alias(f) for f in FIELDS if f not in df.columns]
+def _finish(df: pl.DataFrame, context: Sequence[str] = ()) -> pl.DataFrame:
+    """Add missing staging fields as null text and order the columns (the context fields last, each as
+    `context.<name>`: no clash with a staging field)."""
+    fields = (*FIELDS, *(f"context.{name}" for name in context))
+    missing = [pl.lit(None, dtype=pl.String).alias(f) for f in fields if f not in df.columns]
     df = df.with_columns(missing)
-    empty_to_null = [pl.when(pl.col(f).str.strip_chars() == "").then(None).otherwise(pl.col(f)).alias(f) for f in FIELDS]
+    empty_to_null = [pl.when(pl.col(f).str.strip_chars() == "").then(None).otherwise(pl.col(f)).alias(f) for f in fields]
     return df.with_columns(empty_to_null).select(
-        "source_file", "line_no", "raw", "kind", "parse_reason", *FIELDS
+        "source_file", "line_no", "raw", "kind", "parse_reason", *fields
     )
 
 
@@ -93,14 +96,15 @@ def _json_struct(tree: dict[str, object]) -> pl.Struct:
     return pl.Struct({k: _json_struct(v) if isinstance(v, dict) else pl.String for k, v in tree.items()})  # type: ignore[arg-type]
 
 
-def _stage_json(raw_format: str, directory: Path) -> pl.DataFrame:
-    fields = {**RECORD_FIELDS[raw_format]["impression"], **RECORD_FIELDS[raw_format]["organic"]}
+def _stage_json(raw_format: str, directory: Path, context: Sequence[str] = ()) -> pl.DataFrame:
+    fields = {**RECORD_FIELDS[raw_format]["impression"], **RECORD_FIELDS[raw_format]["organic"],
+              **{f"context.{name}": ("context", name) for name in context}}
     df = _json_lines(directory / LANDING_FILES[raw_format][0], _json_struct(path_tree(fields)))
     columns = {name: reduce(lambda e, key: e.struct.field(key), path, pl.col("rec")) for name, path in fields.items()}
     kind = columns.pop("kind")
     if raw_format == "jsonl_nested":  # its impressions are records of kind "ad"
         kind = pl.when(kind == "ad").then(pl.lit("impression")).otherwise(kind)
-    return _finish(df.with_columns(kind=kind, **columns).drop("rec"))
+    return _finish(df.with_columns(kind=kind, **columns).drop("rec"), context)
 
 
 def _csv_file(path: Path, fields: dict[str, tuple[str, ...]], kind: str) -> pl.DataFrame:
@@ -165,15 +169,18 @@ def _parquet_file(path: Path, fields: dict[str, tuple[str, ...]], kind: str) -> 
     return _finish(staged)
 
 
-def stage_partition(raw_format: str, directory: Path) -> pl.DataFrame:
-    """Every raw record of one partition directory as a staging frame."""
+def stage_partition(raw_format: str, directory: Path, context: Sequence[str] = ()) -> pl.DataFrame:
+    """Every raw record of one partition directory as a staging frame; `context`: the dataset's own log
+    columns (features.yaml `context: true`), which only the jsonl_nested landing of an import carries."""
+    if context and raw_format != "jsonl_nested":
+        raise ValueError(f"context columns {list(context)}: only the jsonl_nested landing carries them, not {raw_format}")
     if not directory.is_dir():
         raise ContainerError(f"{directory}: no landing directory for this partition")
     for name in LANDING_FILES[raw_format]:
         if not (directory / name).is_file():
             raise ContainerError(f"{directory / name}: expected raw file of format {raw_format} is missing")
     if raw_format in ("jsonl_nested", "event_stream"):
-        return _stage_json(raw_format, directory)
+        return _stage_json(raw_format, directory, context)
     read = _csv_file if raw_format == "csv_ms" else _parquet_file
     kinds = ("impression", "organic")  # the order of the format's files
     return pl.concat(

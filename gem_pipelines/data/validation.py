@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gem_model.config import ASSETS_DIR, ConfigError, load_surfaces, spec_path, validate_name
+from gem_model.config import ASSETS_DIR, ConfigError, load_features, load_surfaces, spec_path, validate_name
 from gem_model.store.paths import reports_dir
 
 if TYPE_CHECKING:
@@ -99,6 +99,17 @@ def load_suite_spec(table: str) -> dict[str, Any]:
     for i, e in enumerate(exps):
         if not (isinstance(e, dict) and isinstance(e.get("type"), str) and isinstance(e.get("kwargs"), dict)):
             raise ConfigError(f"{path}: field 'expectations[{i}]' needs a string 'type' and an object 'kwargs'")
+    return with_context_columns(table, spec)
+
+
+def with_context_columns(table: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A dataset's own log columns (features.yaml `context: true`) follow the unified schema's in `events` and
+    `training_examples`: an ordered column list there names them last, so no suite is edited per dataset."""
+    context = list(load_features().context) if table in ("events", "training_examples") else []
+    for e in spec["expectations"]:
+        columns = e["kwargs"].get("column_list")
+        if context and e["type"] == "expect_table_columns_to_match_ordered_list" and isinstance(columns, list):
+            e["kwargs"]["column_list"] = [*columns, *(c for c in context if c not in columns)]
     return spec
 
 

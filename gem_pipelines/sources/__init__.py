@@ -11,7 +11,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gem_model.config import SIM, SOURCES_DIR, dataset_name, load_calendar, load_surfaces
+from gem_model.config import (
+    ASSETS_DIR,
+    SIM,
+    SOURCES_DIR,
+    ConfigError,
+    dataset_name,
+    load_calendar,
+    load_features,
+    load_surfaces,
+)
 from gem_model.store.paths import gem_home
 from gem_pipelines.sources.accounting import write_accounting
 from gem_pipelines.sources.aliccp import read_tianchi
@@ -40,11 +49,23 @@ def _fingerprint(name: str, cfg: SourceConfig, src: Path) -> dict[str, object]:
     return {"specs": specs, "files": files, "source_dir": str(src)}
 
 
+def check_context(name: str, cfg: SourceConfig) -> None:
+    """source.yaml `context` names exactly the features.yaml features marked `context: true` (their kind)."""
+    own = SOURCES_DIR / name / "features.yaml"
+    path = own if own.is_file() else ASSETS_DIR / "features.yaml"
+    declared = set(load_features(path).context)
+    if set(cfg.context) != declared:
+        raise ConfigError(
+            f"{name}: source.yaml `context` maps {sorted(cfg.context)} but {path} marks {sorted(declared)} `context: true`: "
+            "each context column needs both (where the log holds it, and its kind as a dense or sparse feature)")
+
+
 def run_importer(name: str, home: Path, src: Path, cfg: SourceConfig | None = None) -> ImportResult:
     """Import dataset `name` from `src` into <home>/landing. A timed dataset (source.yaml `time`) takes
     its window from its data (the importer writes imports/<name>/calendar.yaml); the others read
     their calendar.yaml."""
     cfg = cfg or load_source(name)
+    check_context(name, cfg)
     surfaces = load_surfaces(SOURCES_DIR / name / "surfaces.yaml")
     calendar = None if cfg.time else load_calendar(SOURCES_DIR / name / "calendar.yaml")
     if cfg.importer == "spec":

@@ -26,6 +26,7 @@ from gem_model.config import (
     REPO_ROOT,
     SOURCES_DIR,
     CalendarConfig,
+    Name,
     SurfacesConfig,
     _load,
     _Strict,
@@ -33,7 +34,7 @@ from gem_model.config import (
     validate_name,
 )
 from gem_model.store.atomic import atomic_path, write_json, write_text
-from gem_pipelines.sources.layout import Columns, Fields, PlainName, Read, SideTable, Time
+from gem_pipelines.sources.layout import ColumnRef, Columns, Fields, PlainName, Read, SideTable, Time
 
 FEED = "feed.jsonl"  # every imported surface uses the jsonl_nested format
 PURCHASE_WITHOUT_CLICK = "purchase_without_click"  # the import's note: rows the rule applied to
@@ -84,6 +85,9 @@ class SourceConfig(_Strict):
     time: Time | None = None  # None: no time in the data (the seeded day rule of docs/real_data.md)
     side_tables: tuple[SideTable, ...] = ()
     fields: Fields = Fields()
+    # the log's own columns the model reads (each declared in the dataset's features.yaml with `context: true`,
+    # which gives its kind): features.yaml name -> the column of the log or of a side table
+    context: dict[Name, ColumnRef] = {}
     # quarantine: a later exact copy of a line (same text) is the same impression logged twice, filed
     # as duplicate_record; keep: every line is its own impression
     duplicates: Literal["keep", "quarantine"] = "keep"
@@ -285,8 +289,10 @@ def _iso(seconds: pl.Expr) -> pl.Expr:
 def impression_lines(rows: pl.DataFrame) -> pl.Series:
     """jsonl_nested `ad` records of mapped rows; a record of kind `unmapped_surface` holding the line for
     a row of an undeclared surface (unknown_enum); the raw line of a row that could not be parsed.
-    Optional columns: unmapped, and the spec's fields tenure_days, position, bid (null: the constant)."""
+    Optional columns: unmapped, the spec's fields tenure_days, position, bid (null: the constant), and its
+    context columns `context.<name>` (text), written as the record's `context` object."""
     c = pl.col
+    context = [k for k in rows.columns if k.startswith("context.")]
 
     def field(name: str, constant: str) -> pl.Expr:  # a spec's field where it has one, else the constant
         return c(name).fill_null(pl.lit(constant)) if name in rows.columns else pl.lit(constant)
@@ -302,6 +308,7 @@ def impression_lines(rows: pl.DataFrame) -> pl.Series:
                   pl.lit(CREATIVE_FORMAT).alias("creative_format"), field("bid", BID).alias("bid")).alias("ad"),
         pl.struct(field("position", POSITION).alias("position")).alias("slot"),
         pl.struct(c("click"), click_ts.alias("click_ts"), c("conversion"), conv_ts.alias("conversion_ts")).alias("engagement"),
+        *([pl.struct(c(k).alias(k.removeprefix("context."))for k in context).alias("context")] if context else []),
     ).struct.json_encode()
     unmapped = pl.struct(pl.lit("unmapped_surface").alias("kind"), c("raw")).struct.json_encode()
     is_unmapped = c("unmapped") if "unmapped" in rows.columns else pl.lit(False)

@@ -124,7 +124,8 @@ def _read_log(src: Path, cfg: SourceConfig) -> pl.DataFrame:
     if cfg.time:
         need += [cfg.time.column, cfg.time.day.column if cfg.time.day else None]
     # the fields' columns: the log's where it has them, else a side table's
-    refs = [as_column(f.advertiser_id).column if f.advertiser_id else None, f.user_tenure_days, f.position, f.bid]
+    refs = [as_column(f.advertiser_id).column if f.advertiser_id else None, f.user_tenure_days, f.position, f.bid,
+            *(as_column(r).column for r in cfg.context.values())]
     rows = pl.concat([read_table(p, cfg.read, [x for x in need if x], [r for r in refs if r]).with_columns(role=pl.lit(role))
                       for role, p in source_files(cfg, src)], how="vertical")
     for t, df in sides:
@@ -212,6 +213,7 @@ def read_spec(src: Path, cfg: SourceConfig, calendar: CalendarConfig | None) -> 
         position=_ref(rows, f.position, "fields.position"),
         bid=_ref(rows, f.bid, "fields.bid"),
         request_id=request_ids(),
+        **{f"context.{name}": _ref(rows, ref, f"context.{name}") for name, ref in cfg.context.items()},
     )
     rows, notes = apply_purchase_rule(rows, cfg)
     if cfg.duplicates == "quarantine":

@@ -12,9 +12,11 @@ import polars as pl
 import pytest
 import yaml
 
-from gem_model.config import ConfigError, Surface, SurfacesConfig, _load, load_calendar
+from gem_model.config import ConfigError, FeaturesConfig, Surface, SurfacesConfig, _load, load_calendar
+from gem_model.store.schemas import events_schema
 from gem_pipelines.data.normalize import normalize_partition
 from gem_pipelines.data.parsers import stage_partition
+from gem_pipelines.sources import check_context
 from gem_pipelines.sources.common import SourceConfig
 from gem_pipelines.sources.spec import import_spec
 from tests.sources.helpers import account
@@ -66,12 +68,15 @@ def _write(src: Path) -> dict[int, str]:
     (src / "events_march.tsv.gz").write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
     (src / "events_notes.txt").write_text("not matched by the glob\n")
     items = sorted({int(ln.split("\t")[1]) for ln in lines[1:] if ln.split("\t")[1] != "999"})
-    pl.DataFrame({"news_id": [str(i) for i in items], "publisher": [str(7000 + i % 3) for i in items]}).write_parquet(
-        src / "items.parquet")
+    pl.DataFrame({
+        "news_id": [str(i) for i in items], "publisher": [str(7000 + i % 3) for i in items],
+        "genre": ["sport" if i % 2 else "politics" for i in items],  # context columns (test_context_columns)
+        "words": ["many" if i == 153 else str(i * 2) for i in items],
+    }).write_parquet(src / "items.parquet")
     return bad
 
 
-def _import(tmp_path: Path, spec: dict) -> tuple[Path, dict, pl.DataFrame]:
+def _import(tmp_path: Path, spec: dict, context: dict[str, str] | None = None) -> tuple[Path, dict, pl.DataFrame]:
     """Import by the spec alone, then the unchanged parsers and row rules on every partition."""
     path = tmp_path / "source.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -82,8 +87,8 @@ def _import(tmp_path: Path, spec: dict) -> tuple[Path, dict, pl.DataFrame]:
     parts = {}
     for day in calendar.dates():
         for s in SURFACES.surfaces:
-            stage = stage_partition(s.format, home / "landing" / s.name / day.isoformat())
-            parts[(day, s.name)] = normalize_partition(stage, s, day)
+            stage = stage_partition(s.format, home / "landing" / s.name / day.isoformat(), list(context or ()))
+            parts[(day, s.name)] = normalize_partition(stage, s, day, context)
     return home, {"result": result, "calendar": calendar, "parts": parts}, account("fixture", home, parts)
 
 
@@ -128,3 +133,43 @@ def test_a_spec_refuses_unknown_keys_naming_the_file_and_key(tmp_path: Path) -> 
     path.write_text(yaml.safe_dump({**SPEC, "files": {"all": ["../events_*.tsv.gz"]}}))
     with pytest.raises(ConfigError, match="files"):
         _load(SourceConfig, path)
+
+
+def test_context_columns_land_typed_and_a_bad_dense_value_is_quarantined(tmp_path: Path) -> None:
+    """source.yaml `context` lands a side table's columns in `events` after the unified schema: a
+    categorical one as text, a dense one as a number; a dense value that is no number is bad_type."""
+    _write(tmp_path / "src")
+    spec = {**SPEC, "context": {"genre": "genre", "word_count": "words"}}
+    context = {"genre": "categorical", "word_count": "dense"}
+    _, out, table = _import(tmp_path, spec, context)
+    assert table["imported"].item() == 19 and table["quarantined"].item() == 8  # item 153's row is bad_type now
+    events = pl.concat([p.events for p in out["parts"].values()])
+    assert dict(events.schema) == events_schema(context) and list(events.columns[-2:]) == ["genre", "word_count"]
+    first = events.filter(pl.col("request_id") == "events_march.tsv:2").row(0, named=True)
+    assert (first["ad_id"], first["genre"], first["word_count"]) == (110, "politics", 220.0)
+    q = pl.concat([p.quarantine for p in out["parts"].values()])
+    assert q.filter(pl.col("raw").str.contains('"word_count":"many"'))["reason"].to_list() == ["bad_type"]
+    # without the context the same landing still ingests (item 153's row too): the extra object is not read
+    plain = normalize_partition(stage_partition("jsonl_nested", tmp_path / "home" / "landing" / "slot_b" / "2024-03-05"),
+                                SURFACES.get("slot_b"), dt.date(2024, 3, 5))
+    assert "genre" not in plain.events.columns and 153 in plain.events["ad_id"].to_list()
+    assert plain.reasons == {"out_of_range_ts": 1}  # the March 6 row, as without context
+
+
+def test_a_context_column_needs_its_feature_and_a_legal_name(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unified schema"):
+        FeaturesConfig.model_validate({**_features(), "dense": [{"name": "bid", "context": True}]})
+    with pytest.raises(ValueError, match="must match"):
+        FeaturesConfig.model_validate({**_features(), "dense": [{"name": "Words", "context": True}]})
+    ok = FeaturesConfig.model_validate({**_features(), "dense": [{"name": "word_count", "transform": "log1p", "context": True}],
+                                        "sparse": [{"name": "genre", "table": "genre", "buckets": 16, "context": True}]})
+    assert ok.context == {"word_count": "dense", "genre": "categorical"}
+    with pytest.raises(ValueError, match="only the jsonl_nested landing"):
+        stage_partition("csv_ms", tmp_path, ["genre"])
+    cfg = SourceConfig.model_validate({**SPEC, "context": {"genre": "genre"}})
+    with pytest.raises(ConfigError, match=r"maps \['genre'\] but .*features\.yaml marks \[\]"):
+        check_context("douban", cfg)  # Douban's features.yaml declares no context column
+
+
+def _features() -> dict:
+    return {"dense": [], "sparse": [], "history": {"max_len": 4, "lookback_days": 1, "columns": []}}
