@@ -16,16 +16,19 @@ from gem_model.config import FeaturesConfig, env, load_calendar, load_features
 
 def variant_features(features: FeaturesConfig, overrides: dict[str, Any]) -> FeaturesConfig | None:
     """features.yaml as a variant of the search sees it: other table sizes for some hashed features
-    (`buckets`: {feature: rows}), some dense features left out (`drop_dense`: [names]) or added
-    (`add_dense`: [{name, transform}], columns training_examples already has, such as the counters);
-    None: as is."""
+    (`buckets`: {feature: rows}), some dense or sparse features left out (`drop_dense`, `drop_sparse`:
+    [names]) or dense ones added (`add_dense`: [{name, transform}], columns training_examples already
+    has, such as the counters); None: as is."""
     buckets, drop = overrides.get("buckets") or {}, set(overrides.get("drop_dense") or ())
-    add = list(overrides.get("add_dense") or ())
-    if not buckets and not drop and not add:
+    add, drop_sparse = list(overrides.get("add_dense") or ()), set(overrides.get("drop_sparse") or ())
+    if not buckets and not drop and not add and not drop_sparse:
         return None
     raw = features.model_dump()
     if unknown := drop - {f["name"] for f in raw["dense"]}:
         raise ValueError(f"drop_dense: {sorted(unknown)} are not dense features of features.yaml")
+    if unknown := drop_sparse - {f["name"] for f in raw["sparse"]}:
+        raise ValueError(f"drop_sparse: {sorted(unknown)} are not sparse features of features.yaml")
+    raw["sparse"] = [f for f in raw["sparse"] if f["name"] not in drop_sparse]
     if twice := {f["name"] for f in add} & {f["name"] for f in raw["dense"] if f["name"] not in drop}:
         raise ValueError(f"add_dense: {sorted(twice)} are dense features of features.yaml already")
     raw["dense"] = [f for f in raw["dense"] if f["name"] not in drop] + add
@@ -40,7 +43,8 @@ def score_variant(
     window: tuple[str, str] | None = None, valid: str | None = None, lake: str | None = None,
     extra_train: dict[str, Any] | None = None, name: str = "validate", keep: str | None = None,
 ) -> dict[str, Any]:
-    """Train the preset + `overrides` ({"model", "train", "buckets", "drop_dense", "add_dense"}) on
+    """Train the preset + `overrides` ({"model", "train", "buckets", "drop_dense", "drop_sparse",
+    "add_dense"}) on
     the calendar's teacher window (or `window`), validating on E-1 (or `valid`) every `eval_every`
     steps with early stopping. Returns the best E-1 score (click NE weighted by positives), its step,
     the score by step and the best checkpoint's E-1 click NE per surface."""

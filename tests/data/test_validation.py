@@ -474,3 +474,22 @@ def test_gx_still_calls_what_gx_memo_wraps(clean_frames, docs_dir):
     gx_memo.hits.clear()
     V.validate_frame("events", clean_frames["events"], partition_key="p", build=False, docs_dir=docs_dir)
     assert set(gx_memo.hits) == gx_memo.WRAPPED, gx_memo.hits
+
+
+def test_a_datasets_context_columns_close_the_ordered_column_list(monkeypatch, docs_dir):
+    """features.yaml `context: true` columns follow the unified schema's: the events suite expects them last,
+    so a partition that lacks one, or carries it elsewhere, fails the blocking suite."""
+    from gem_model.config import FeaturesConfig
+
+    features = FeaturesConfig.model_validate({
+        "dense": [{"name": "word_count", "context": True}],
+        "sparse": [{"name": "genre", "table": "genre", "buckets": 8, "context": True}],
+        "history": {"max_len": 4, "lookback_days": 1, "columns": []},
+    })
+    monkeypatch.setattr(V, "load_features", lambda: features)
+    frame = events_frame(200).with_columns(word_count=pl.lit(3.0), genre=pl.lit("sport"))
+    assert V.validate_frame("events", frame, partition_key="ctx", docs_dir=docs_dir).success
+    for bad in (frame.drop("genre"), frame.select("genre", *frame.columns[:-1])):
+        result = V.validate_frame("events", bad, partition_key="ctx_bad", docs_dir=docs_dir)
+        assert not result.success
+        assert [f["expectation"] for f in result.failed_expectations] == ["expect_table_columns_to_match_ordered_list"]

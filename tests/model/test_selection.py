@@ -55,6 +55,10 @@ def test_variant_features_resizes_tables_and_leaves_dense_features_out() -> None
     assert [f.name for f in base.dense] == dense  # the loaded config is not mutated
     with pytest.raises(ValueError, match="not dense features"):
         variant_features(base, {"drop_dense": ["no_such_feature"]})
+    no_device = variant_features(base, {"drop_sparse": ["device"]})
+    assert no_device is not None and [f.name for f in no_device.sparse] == [f.name for f in base.sparse if f.name != "device"]
+    with pytest.raises(ValueError, match="not sparse features"):
+        variant_features(base, {"drop_sparse": ["bid"]})
     added = variant_features(base, {"drop_dense": dense[-1:], "add_dense": [{"name": dense[-1], "transform": "none"}]})
     assert added is not None and [f.name for f in added.dense] == dense
     with pytest.raises(ValueError, match="already"):

@@ -46,7 +46,9 @@ def _assets(dest: Path) -> Path:
             e["kwargs"].update(min_value=0.0, max_value=1.0)
     (kr / "expectations" / "events.json").write_text(json.dumps(suite))
     shared, own = (yaml.safe_load(f.read_text()) for f in (dest / "features.yaml", kr / "features.yaml"))
-    shared.update(dense=own["dense"], counters=own["counters"])  # the shared (smaller) id tables
+    # the shared (smaller) id tables, and KuaiRand's context features (its side tables' columns)
+    shared.update(dense=own["dense"], counters=own["counters"],
+                  sparse=shared["sparse"] + [f for f in own["sparse"] if f.get("context")])
     (kr / "features.yaml").write_text(yaml.safe_dump(shared))
     tiny = dest / "models" / "tiny.yaml"
     preset = yaml.safe_load(tiny.read_text())
@@ -75,6 +77,12 @@ def test_kuairand_slice_runs_the_whole_graph(tmp_path: Path) -> None:
     events = pl.read_delta(str(home / "lake" / "events"))
     assert set(events["surface"]) == {"tab_1", "tab_0", "tab_4", "tab_6", "tab_2"}
     assert events["conversion"].is_not_null().all()  # long_view in the conversion slot
+    # the side tables' context columns, typed, after the unified schema in events and training_examples
+    examples = pl.read_delta(str(home / "lake" / "training_examples"))
+    for df in (events, examples):
+        assert df.schema["follow_user_num"] == pl.Float64 and df.schema["video_type"] == pl.String
+        assert df["video_type"].null_count() < df.height and df["follow_user_num"].null_count() < df.height
+    assert events.columns[-10:] == examples.columns[-10:] and "music_type" in events.columns[-10:]
 
     # two domains of several tabs each: the hierarchical path runs (domain models and their students)
     report = json.loads((home / "reports" / "real_data_report.json").read_text())
