@@ -296,13 +296,10 @@ class FeaturesConfig(_Strict):
 
     @model_validator(mode="after")
     def _context_names(self) -> FeaturesConfig:
-        from gem_model.store.schemas import TRAINING_EXAMPLES_SCHEMA
-
+        # (a name of the unified schema is refused where the columns land: gem_model.store.schemas.context_schema)
         names = [f.name for f in (*self.dense, *self.sparse) if f.context]
         for name in names:
             validate_name(name, "context feature")
-            if name in TRAINING_EXAMPLES_SCHEMA:
-                raise ValueError(f"{name}: a context feature names a column of the unified schema; drop `context: true`")
         if twice := sorted({n for n in names if names.count(n) > 1}):
             raise ValueError(f"{twice}: declared as context by a dense and a sparse feature")
         return self

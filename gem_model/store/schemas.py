@@ -115,6 +115,8 @@ TRAINING_EXAMPLES_SCHEMA: dict[str, pl.DataType] = {
 
 def context_schema(context: dict[str, str]) -> dict[str, pl.DataType]:
     """A dataset's own log columns (features.yaml `context: true`) as they land: dense Float64, categorical text."""
+    if taken := sorted(set(context) & set(TRAINING_EXAMPLES_SCHEMA)):
+        raise ValueError(f"features.yaml: context features {taken} name columns of the unified schema; drop `context: true`")
     return {name: pl.Float64() if kind == "dense" else pl.String() for name, kind in context.items()}
 
 

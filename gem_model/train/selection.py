@@ -43,9 +43,8 @@ def score_variant(
     window: tuple[str, str] | None = None, valid: str | None = None, lake: str | None = None,
     extra_train: dict[str, Any] | None = None, name: str = "validate", keep: str | None = None,
 ) -> dict[str, Any]:
-    """Train the preset + `overrides` ({"model", "train", "buckets", "drop_dense", "drop_sparse",
-    "add_dense"}) on
-    the calendar's teacher window (or `window`), validating on E-1 (or `valid`) every `eval_every`
+    """Train the preset + `overrides` ({"model", "train", "buckets", "drop_dense", "drop_sparse", "add_dense"})
+    on the calendar's teacher window (or `window`), validating on E-1 (or `valid`) every `eval_every`
     steps with early stopping. Returns the best E-1 score (click NE weighted by positives), its step,
     the score by step and the best checkpoint's E-1 click NE per surface."""
     from gem_model.train.loop import train

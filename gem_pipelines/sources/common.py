@@ -308,7 +308,7 @@ def impression_lines(rows: pl.DataFrame) -> pl.Series:
                   pl.lit(CREATIVE_FORMAT).alias("creative_format"), field("bid", BID).alias("bid")).alias("ad"),
         pl.struct(field("position", POSITION).alias("position")).alias("slot"),
         pl.struct(c("click"), click_ts.alias("click_ts"), c("conversion"), conv_ts.alias("conversion_ts")).alias("engagement"),
-        *([pl.struct(c(k).alias(k.removeprefix("context."))for k in context).alias("context")] if context else []),
+        *([pl.struct(c(k).alias(k.removeprefix("context.")) for k in context).alias("context")] if context else []),
     ).struct.json_encode()
     unmapped = pl.struct(pl.lit("unmapped_surface").alias("kind"), c("raw")).struct.json_encode()
     is_unmapped = c("unmapped") if "unmapped" in rows.columns else pl.lit(False)

@@ -157,8 +157,9 @@ def test_context_columns_land_typed_and_a_bad_dense_value_is_quarantined(tmp_pat
 
 
 def test_a_context_column_needs_its_feature_and_a_legal_name(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="unified schema"):
-        FeaturesConfig.model_validate({**_features(), "dense": [{"name": "bid", "context": True}]})
+    clash = FeaturesConfig.model_validate({**_features(), "dense": [{"name": "bid", "context": True}]})
+    with pytest.raises(ValueError, match=r"\['bid'\] name columns of the unified schema"):
+        events_schema(clash.context)
     with pytest.raises(ValueError, match="must match"):
         FeaturesConfig.model_validate({**_features(), "dense": [{"name": "Words", "context": True}]})
     ok = FeaturesConfig.model_validate({**_features(), "dense": [{"name": "word_count", "transform": "log1p", "context": True}],
