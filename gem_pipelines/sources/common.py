@@ -111,6 +111,8 @@ class SourceConfig(_Strict):
     def _spec(self) -> SourceConfig:
         if self.importer == "spec" and self.columns is None:
             raise ValueError("columns: the generic importer (importer: spec) needs the log's columns")
+        if self.context and self.importer != "spec":
+            raise ValueError(f"context: only the generic importer (importer: spec) lands context columns, not {self.importer}")
         if self.time is not None and set(self.files) != {"all"}:
             raise ValueError("files: timed data lists its files under `all` (the time decides each row's day)")
         return self

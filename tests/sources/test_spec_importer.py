@@ -167,6 +167,8 @@ def test_a_context_column_needs_its_feature_and_a_legal_name(tmp_path: Path) -> 
     assert ok.context == {"word_count": "dense", "genre": "categorical"}
     with pytest.raises(ValueError, match="only the jsonl_nested landing"):
         stage_partition("csv_ms", tmp_path, ["genre"])
+    with pytest.raises(ValueError, match="only the generic importer"):
+        SourceConfig.model_validate({**SPEC, "importer": "taobao", "context": {"genre": "genre"}})
     cfg = SourceConfig.model_validate({**SPEC, "context": {"genre": "genre"}})
     with pytest.raises(ConfigError, match=r"maps \['genre'\] but .*features\.yaml marks \[\]"):
         check_context("douban", cfg)  # Douban's features.yaml declares no context column
