@@ -55,9 +55,10 @@ def check_context(name: str, cfg: SourceConfig) -> None:
     path = own if own.is_file() else ASSETS_DIR / "features.yaml"
     declared = set(load_features(path).context)
     if set(cfg.context) != declared:
+        where = "" if own.is_file() else f" (a dataset's context features go in its own {own}, a copy of {path})"
         raise ConfigError(
             f"{name}: source.yaml `context` maps {sorted(cfg.context)} but {path} marks {sorted(declared)} `context: true`: "
-            "each context column needs both (where the log holds it, and its kind as a dense or sparse feature)")
+            f"each context column needs both (where the log holds it, and its kind as a dense or sparse feature){where}")
 
 
 def run_importer(name: str, home: Path, src: Path, cfg: SourceConfig | None = None) -> ImportResult:

@@ -172,6 +172,8 @@ def test_a_context_column_needs_its_feature_and_a_legal_name(tmp_path: Path) -> 
     cfg = SourceConfig.model_validate({**SPEC, "context": {"genre": "genre"}})
     with pytest.raises(ConfigError, match=r"maps \['genre'\] but .*features\.yaml marks \[\]"):
         check_context("douban", cfg)  # Douban's features.yaml declares no context column
+    with pytest.raises(ConfigError, match=r"go in its own .*sources/mind/features\.yaml, a copy of"):
+        check_context("mind", cfg)  # MIND reads the shared features.yaml: the error says where to declare them
 
 
 def _features() -> dict:
