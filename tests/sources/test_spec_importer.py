@@ -1,6 +1,7 @@
 """A layout no built-in dataset has, imported by a spec alone: a gzipped TSV with epoch seconds in a
-non-UTC timezone, prefixed user ids, an item side table in Parquet, and rows broken the ways real
-logs break. Every row is imported or quarantined with its reason; the window comes from the data."""
+non-UTC timezone, prefixed user ids, an item side table in Parquet (whose columns may become context
+features), and rows broken the ways real logs break. Every row is imported or quarantined with its reason;
+the window comes from the data."""
 
 from __future__ import annotations
 
