@@ -55,13 +55,11 @@ def ingest_partition(
     docs_dir: Path | None = None,
     lake_root: str | None = None,
     validate: bool = True,
-    context: dict[str, str] | None = None,
 ) -> IngestResult:
-    """`context`: the log's own columns by kind; None: those of the dataset's features.yaml."""
     from gem_pipelines.data.validation import build_docs, validate_frame
 
     key = f"{date.isoformat()}|{surface.name}"
-    context = load_features().context if context is None else context
+    context = load_features().context  # the log's own columns, as the suites read them (validation.py)
     stage = stage_partition(surface.format, landing_root / surface.name / date.isoformat(), list(context))
     norm = normalize_partition(stage, surface, date, context)
     frames = {"events": norm.events, "user_activity": norm.user_activity, "events_quarantine": norm.quarantine}
