@@ -41,6 +41,9 @@ class GEMConfig:
     summary_dim: int = 64  # the pooled representation the heads (and distillation) read
     head_hidden: int = 128  # width of the MLP that produces the summary
     dropout: float = 0.0
+    # a deep head shared by every surface beside each surface's own (added, STAR-style): a surface with few clicks
+    # reads what the others taught the head, not only its own few gradients
+    shared_head: bool = False
     emb_dropout: float = 0.0  # dropout on embedding tokens (memorisation lives in the id tables)
     target_attention: bool = True  # DIN-style candidate-vs-history tokens for tables shared with history
     ta_hidden: int = 32  # width of the DIN activation unit

@@ -128,8 +128,10 @@ class GEM(nn.Module):
         # -- heads: one per (surface, task), keyed by surface name (a warm start with one more
         # surface keeps the others' heads) --------------------------------------------------------
         n_s, n_t = len(cfg.surfaces), len(TASKS)
-        self.head_w = nn.ParameterDict({s: nn.Parameter(torch.randn(n_t, cfg.summary_dim) * 0.01)  # deep starts quiet
+        own = 0.0 if cfg.shared_head else 0.01  # with a shared head, each surface's own starts at it (zero)
+        self.head_w = nn.ParameterDict({s: nn.Parameter(torch.randn(n_t, cfg.summary_dim) * own)  # deep starts quiet
                                         for s in cfg.surfaces})
+        self.head_w_shared = nn.Parameter(torch.randn(n_t, cfg.summary_dim) * 0.01) if cfg.shared_head else None
         self.head_b = nn.ParameterDict({s: nn.Parameter(torch.full((n_t,), -3.0)) for s in cfg.surfaces})
         wide0 = torch.zeros(n_t, n_wide)
         n_dense = len(cfg.dense_features)
@@ -245,6 +247,8 @@ class GEM(nn.Module):
                                   for p in (self.head_w, self.wide, self.head_b))
         with torch.autocast(h.device.type, enabled=False):  # heads in fp32, whatever the autocast dtype
             deep = torch.einsum("bd,btd->bt", h.float(), head_w.float())
+            if self.head_w_shared is not None:
+                deep = deep + h.float() @ self.head_w_shared.float().T
             wide = torch.einsum("bk,btk->bt", wide_in.float(), wide_w.float())
             for j, (_, table) in enumerate(self.cfg.sparse_features):
                 wide = wide + self.wide_tables[table](sparse[:, j]).float()

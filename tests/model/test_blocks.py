@@ -119,6 +119,32 @@ def test_model_forward_backward_and_summary():
     assert set(parts) == {"click", "conversion"}
 
 
+def test_shared_head_learns_from_every_surface_and_starts_each_own_head_at_it():
+    cfg = tiny_model_config(shared_head=True)
+    model = GEM(cfg)
+    assert all(float(w.abs().sum()) == 0 for w in model.head_w.values())  # each surface starts at the shared head
+    batch = make_batch(cfg, [3, 2, 4, 1])
+    feed = cfg.surfaces.index("feed")
+    batch.surface_idx[:] = feed
+    h = model.summary_embedding(batch)
+    with torch.no_grad():
+        model.head_w["feed"].normal_()
+    inp = model.embed(batch)
+    logits = model.head_logits(h, batch.surface_idx, inp.wide, batch.sparse, inp.cross)
+    shared = model.head_w_shared.detach().clone()
+    with torch.no_grad():
+        model.head_w_shared.zero_()
+    without = model.head_logits(h, batch.surface_idx, inp.wide, batch.sparse, inp.cross)
+    # the deep logit is the surface's own head plus the shared one
+    torch.testing.assert_close(logits - without, (h @ shared.T).detach())
+    model = GEM(cfg)
+    model.loss(model(batch), batch)[0].backward()  # rows of one surface
+    assert model.head_w_shared.grad is not None and model.head_w_shared.grad.abs().sum() > 0
+    others = [s for s in cfg.surfaces if s != "feed"]
+    assert all(model.head_w[s].grad is None or float(model.head_w[s].grad.abs().sum()) == 0 for s in others)
+    assert "head_w_shared" not in dict(GEM(tiny_model_config()).named_parameters())  # off by default
+
+
 def test_conversion_loss_is_masked():
     cfg = tiny_model_config()
     model = GEM(cfg)
