@@ -44,6 +44,9 @@ class GEMConfig:
     # a deep head shared by every surface beside each surface's own (added, STAR-style): a surface with few clicks
     # reads what the others taught the head, not only its own few gradients
     shared_head: bool = False
+    # the same for the wide path: one linear map of the dense inputs every surface adds to its own (starting at zero,
+    # so a fitted start of the own ones, train.dense_prior, is kept)
+    shared_wide: bool = False
     emb_dropout: float = 0.0  # dropout on embedding tokens (memorisation lives in the id tables)
     target_attention: bool = True  # DIN-style candidate-vs-history tokens for tables shared with history
     ta_hidden: int = 32  # width of the DIN activation unit
