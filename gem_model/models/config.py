@@ -14,7 +14,8 @@ SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
 # that carry them at that value still load
 RETIRED: dict[str, Any] = {"cooc_weight": 0.0, "cooc_pairs": None, "cooc_temperature": None, "cooc_clicks": False,
                            "exposure_weight": 0.0, "exposure_temperature": None, "topic_log_share": False,
-                           "history_click_share": False, "click_action_row": None}
+                           "history_click_share": False, "click_action_row": None,
+                           "shared_wide": False}
 
 
 # filled by `GEMConfig.from_specs` from features.yaml and surfaces.yaml: never a preset's model key
@@ -44,9 +45,6 @@ class GEMConfig:
     # a deep head shared by every surface beside each surface's own (added, STAR-style): a surface with few clicks
     # reads what the others taught the head, not only its own few gradients
     shared_head: bool = False
-    # the same for the wide path: one linear map of the dense inputs every surface adds to its own (starting at zero,
-    # so a fitted start of the own ones, train.dense_prior, is kept)
-    shared_wide: bool = False
     emb_dropout: float = 0.0  # dropout on embedding tokens (memorisation lives in the id tables)
     target_attention: bool = True  # DIN-style candidate-vs-history tokens for tables shared with history
     ta_hidden: int = 32  # width of the DIN activation unit

@@ -139,7 +139,6 @@ class GEM(nn.Module):
         wide0[:, n_dense:n_dense + n_stats * len(cfg.target_pairs) + cfg.n_topic_stats] = STAT_INIT
         self.wide = nn.ParameterDict({s: nn.Parameter(wide0.clone())  # a linear path, as in Wide & Deep
                                       for s in cfg.surfaces})
-        self.wide_shared = nn.Parameter(torch.zeros(n_t, n_wide)) if cfg.shared_wide else None
         # ... and a per-id logit offset per task for every sparse feature (a logistic regression on ids)
         wide_tables = {t: cfg.tables[t] for _, t in cfg.sparse_features}
         if cfg.wide_cross_rows and cfg.target_pairs:  # ... and per (history item, candidate) pair
@@ -251,8 +250,6 @@ class GEM(nn.Module):
             if self.head_w_shared is not None:
                 deep = deep + h.float() @ self.head_w_shared.float().T
             wide = torch.einsum("bk,btk->bt", wide_in.float(), wide_w.float())
-            if self.wide_shared is not None:
-                wide = wide + wide_in.float() @ self.wide_shared.float().T
             for j, (_, table) in enumerate(self.cfg.sparse_features):
                 wide = wide + self.wide_tables[table](sparse[:, j]).float()
             if cross is not None:
