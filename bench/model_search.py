@@ -11,7 +11,8 @@ and searches the `tiny` preset there.
 
 Trains the foundation model (every surface, the calendar's teacher window, `--seed`, 0 by default) once per
 variant of the preset's `train`/`model` settings, with validation on E-1 every `eval_every` steps and
-early stopping, and reports the best E-1 click NE per surface and its step. The evaluation day E is
+early stopping, and reports the best E-1 click NE per surface and its step (and over every surface but the one
+with the most positives: `smaller surfaces`). The evaluation day E is
 never read here (data.eval is unset). Appends the table to bench/MODEL_SEARCH.md.
 
 A real dataset's lake (`GEM_DATA=douban GEM_HOME=.gem/douban`, built by `make demo DATA=douban` or
