@@ -179,6 +179,17 @@ def read_oracle(
     return lf.select("request_id", "surface", "p_click", "p_conversion").collect()
 
 
+def smaller_surfaces(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """The rows (each with "positives") of every surface with positives but the one with the most: where one
+    surface's clicks dominate a pooled score (KuaiRand's tab 1), what a model does on the others. None with
+    fewer than three such surfaces (the "rest" would be one surface's own row)."""
+    kept = [r for r in rows if r["positives"] > 0]
+    if len(kept) < 3:
+        return None
+    largest = max(kept, key=lambda r: r["positives"])
+    return [r for r in kept if r is not largest]
+
+
 def mean_ne(rows: list[dict[str, Any]], task: str | None = "click") -> float:
     vals = [r["ne"] for r in rows if (task is None or r["task"] == task) and math.isfinite(r["ne"])]
     return float(np.mean(vals)) if vals else float("nan")

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from gem_model.config import FeaturesConfig, env, load_calendar, load_features
+from gem_model.eval.metrics import smaller_surfaces
 
 
 def variant_features(features: FeaturesConfig, overrides: dict[str, Any]) -> FeaturesConfig | None:
@@ -70,14 +71,10 @@ def score_variant(
 
 
 def smaller_surfaces_ne(rows: list[dict[str, Any]]) -> float | None:
-    """Click NE of every surface but the one with the most positives, weighted by positives: what a model
-    does where one surface's clicks dominate the score (KuaiRand's tab 1: 7,697 of E-1's positives); None with
-    fewer than three surfaces (the "rest" would be one surface's own figure)."""
-    kept = [r for r in rows if r["positives"] > 0]
-    if len(kept) < 3:
+    """Click NE of gem_model.eval.metrics.smaller_surfaces' rows, weighted by positives (KuaiRand's tab 1 has
+    7,697 of E-1's positives); None where that gives none."""
+    if (rest := smaller_surfaces(rows)) is None:
         return None
-    largest = max(kept, key=lambda r: r["positives"])
-    rest = [r for r in kept if r is not largest]
     return sum(r["ne"] * r["positives"] for r in rest) / sum(r["positives"] for r in rest)
 
 

@@ -32,6 +32,7 @@ from gem_model.eval.metrics import (
     normalized_entropy,
     paired_difference,
     predict,
+    smaller_surfaces,
 )
 from gem_model.models.registry import list_versions, load_model, read_accepted
 from gem_model.store.atomic import write_json
@@ -255,10 +256,7 @@ def seeds_report(dataset: str, versions: dict[int, str], *, n_boot: int = 1000,
         row["foundation_minus_single"] = paired_difference(
             mean_boot["foundation"], mean_boot["single_surface"], row["foundation"]["ne"] - row["single_surface"]["ne"])
         doc["rows"].append(row)
-    rows = [r for r in doc["rows"] if r["positives"] > 0]
-    if len(rows) >= 3:  # with two surfaces the "small" pool would be one surface's own row
-        largest = max(rows, key=lambda r: r["positives"])["surface"]
-        small = [r for r in rows if r["surface"] != largest]
+    if (small := smaller_surfaces(doc["rows"])) is not None:
         doc["pooled"] = pooled_difference({r["surface"]: diffs[r["surface"]] for r in small},
                                           {r["surface"]: r["foundation_minus_single"]["diff"] for r in small},
                                           {r["surface"]: r["positives"] for r in small})

@@ -38,7 +38,8 @@ def test_score_variant_selects_on_the_validation_day_only(lake, monkeypatch) -> 
     assert r["score"] == min(sc for _, sc in r["valid_history"]) and math.isfinite(r["score"])
     assert r["best_step"] in (2, 4) and r["steps"] == 4
     assert r["ne"] and all(math.isfinite(v) for v in r["ne"].values())
-    assert r["smaller"] is None or math.isfinite(r["smaller"])
+    # four surfaces: the smaller ones' NE is a positives-weighted mean of some of the per-surface figures
+    assert len(r["ne"]) == 4 and min(r["ne"].values()) <= r["smaller"] <= max(r["ne"].values())
     row = table_row("tiny_users", over, r)
     assert row.startswith("| tiny_users | ") and f"{r['score']:.4f}" in row
 
@@ -99,9 +100,11 @@ def test_served_row_is_the_validation_day_as_teacher_predictions_serves_it(lake,
 
 
 def test_smaller_surfaces_ne_leaves_the_largest_out_and_weighs_by_positives() -> None:
+    from gem_model.eval.metrics import smaller_surfaces
     from gem_model.train.selection import smaller_surfaces_ne
 
     rows = [{"surface": "big", "ne": 0.5, "positives": 900}, {"surface": "a", "ne": 0.9, "positives": 30},
             {"surface": "b", "ne": 0.8, "positives": 10}, {"surface": "none", "ne": 2.0, "positives": 0}]
     assert smaller_surfaces_ne(rows) == pytest.approx((0.9 * 30 + 0.8 * 10) / 40)
     assert smaller_surfaces_ne(rows[:2]) is None  # the rest would be one surface's own figure
+    assert [r["surface"] for r in smaller_surfaces(rows)] == ["a", "b"]  # no positives: not a surface of the pool
