@@ -96,9 +96,6 @@ class TrainConfig(_Strict):
     item_svd: ItemSvd | None = None
     dense_prior: DensePrior | None = None
     head_bias: Literal["fixed", "base_rate"] = "fixed"  # base_rate: logit of each head's training-window rate
-    # zero: embedding rows no training row reads start at 0, so an id first met when serving reads as no evidence
-    # rather than as a random learnt one (gem_model.train.unseen_rows; cold starts only)
-    unseen_rows: Literal["random", "zero"] = "random"
     fail_at_step: int | None = None  # tests: raise after this step (after its checkpoint, if any)
     dump_rank_weights: bool = False  # tests: write rank<r>.pt with each rank's final weights
     calibrate: bool = DEFAULT_CALIBRATION["enabled"]  # Platt map per (surface, task) fitted after selection

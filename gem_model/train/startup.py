@@ -6,7 +6,6 @@
     train.wide_prior   per-id wide offsets from an L2 logistic regression (fresh weights only)
     train.item_svd     item table from the window's PPMI-SVD; a warm start folds the new ids into the old basis
                        (skipped when resuming: the checkpoint holds it)
-    train.unseen_rows  zero: embedding rows no training row reads start at 0 (fresh weights only)
 
 Every fit writes into the unwrapped model; a resumed run then loads its checkpoint over them.
 """
@@ -24,7 +23,6 @@ from gem_model.data.normalization import base_rates, dense_stats
 from gem_model.models.gem import GEM
 from gem_model.train.item_svd import start_item_table
 from gem_model.train.streams import RunStreams
-from gem_model.train.unseen_rows import zero_unseen_rows
 from gem_model.train.wide_prior import set_dense_prior, set_wide_prior
 
 
@@ -60,7 +58,3 @@ def apply_startup_fits(core: GEM, train: dict[str, Any], streams: RunStreams, *,
             raise ValueError("train.item_svd needs replicated embedding tables")
         info = start_item_table(core, streams.window(), int(svd["dim"]), int(svd["max_rows"]), warm=warm)
         say(f"item table from PPMI-SVD: {info}")
-    if train["unseen_rows"] == "zero" and not warm and not resuming:
-        if sharded:
-            raise ValueError("train.unseen_rows: zero needs replicated embedding tables")
-        say(f"embedding rows no training row reads, zeroed: {zero_unseen_rows(core, streams.window())}")
