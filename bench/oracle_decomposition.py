@@ -14,7 +14,13 @@ then scores E, so every row is a model that knows the rest exactly:
 - no propensity / no interest / neither: the true logit without those terms;
 - interest from history topics: "no interest" plus the log share of the candidate's topic among the
   topics of the user's organic items of the 7 days before (every item's true topic known): what the
-  history can say about the interest when the topics are known perfectly.
+  history can say about the interest when the topics are known perfectly;
+- blind to the own quality of ads launched that day (a world with churn): the true logit less the own
+  quality draw of every ad launched on the scored day (its advertiser's quality, objective and format stay),
+  with a flag for those ads: no log says more of a new ad before its own clicks come in.
+
+A third table gives each variant's share of the oracle's gap on the rows of the ads launched on E (a
+world with churn): which missing piece holds a model down on the new ads.
 
 A second table gives the oracle's own click NE and calibration (sum of true probabilities / clicks)
 per surface on each day of the calendar: how far one day's click count alone moves a perfect
@@ -39,6 +45,7 @@ from gem_model.eval.metrics import normalized_entropy  # noqa: E402
 from gem_pipelines.data import simulator as sim  # noqa: E402
 
 LOOKBACK = 7
+NEW_BLIND = "blind to the own quality of ads launched that day"
 PRIOR = 0.5  # add-one-half smoothing of the topic counts
 
 
@@ -77,6 +84,7 @@ def _day(cfg, surfaces, date: dt.date) -> dict[str, np.ndarray]:
             "click": imp["click"].to_numpy().astype(np.float64), "logit": _logit(imp["p_click"].to_numpy()),
             "propensity": sim.user_propensity(cfg, users),
             "interest": sim._GAMMA * sim.interest_affinity(cfg, date, users, ads),
+            **dict(zip(("own_quality", "born"), sim.ad_own_quality(cfg, ads, date), strict=True)),
         })
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
@@ -116,19 +124,44 @@ def main() -> None:
         "no interest + history topics": lambda d: np.column_stack([d["logit"] - d["interest"], d["history_topic"]]),
         "neither + history topics": lambda d: np.column_stack([d["logit"] - d["interest"] - d["propensity"],
                                                                d["history_topic"]]),
+        NEW_BLIND: lambda d: np.column_stack([d["logit"] - d["own_quality"] * d["born"], d["born"]]),
     }
     print(f"simulator: {cfg.impressions_per_day} impressions/day, E-1 = {days['E-1']}, E = {days['E']}; "
           f"click NE on E per surface (each map fitted on E-1)\n")
     print("| variant | " + " | ".join(surfaces.names) + " |")
     print("|---|" + "---|" * len(surfaces.names))
+    scored: dict[str, dict[str, np.ndarray]] = {}
     for name, feats in variants.items():
         cells = []
         for s in surfaces.names:
             tr, ev = ({k: v[d["surface"] == s] for k, v in d.items()} for d in (data["E-1"], data["E"]))
             p = 1 / (1 + np.exp(-ev["logit"])) if feats is None else _apply(fit_logistic(feats(tr), tr["click"]), feats(ev))
+            scored.setdefault(name, {})[s] = p
             cells.append(f"{normalized_entropy(ev['click'], p):.4f}")
         print(f"| {name} | " + " | ".join(cells) + " |")
+    new_ads_ceiling(data["E"], scored, surfaces.names)
     oracle_by_day(cfg, surfaces)
+
+
+def new_ads_ceiling(ev: dict[str, np.ndarray], scored: dict[str, dict[str, np.ndarray]], names: list[str]) -> None:
+    """Each variant's share of the oracle's gap (base rate to oracle, as day_report's `gap_closed`) on the rows
+    of the ads launched on E, per surface and pooled, and on every row pooled: what each missing piece costs
+    on the new ads, beside what it costs everywhere."""
+    if not ev["born"].any():
+        print("\nno ad was launched on E (a world without churn): no table of the new ads")
+        return
+    order = np.concatenate([np.flatnonzero(ev["surface"] == s) for s in names])
+    y, born, surf = ev["click"][order], ev["born"][order], ev["surface"][order]
+    oracle = np.concatenate([scored["oracle"][s] for s in names])
+    groups = [(s, born & (surf == s)) for s in names] + [("all", born), ("every row, all", np.ones(len(y), bool))]
+    print("\nthe share of the oracle's gap each variant closes on E's rows of the ads launched on E (clicks in "
+          "brackets), and on every row\n")
+    print("| variant | " + " | ".join(f"{g} ({int(y[m].sum()):,})" for g, m in groups) + " |")
+    print("|---|" + "---|" * len(groups))
+    for name, per_surface in scored.items():
+        p = np.concatenate([per_surface[s] for s in names])
+        cells = [(1 - normalized_entropy(y[m], p[m])) / (1 - normalized_entropy(y[m], oracle[m])) for _, m in groups]
+        print(f"| {name} | " + " | ".join(f"{c:.1%}" for c in cells) + " |")
 
 
 def oracle_by_day(cfg, surfaces) -> None:

@@ -432,6 +432,19 @@ def window_topics(
     return ads, topics_of(cfg, ads), items, topics_of(cfg, items)
 
 
+def ad_own_quality(cfg: SimulatorConfig, ad_ids: np.ndarray, date: dt.date) -> tuple[np.ndarray, np.ndarray]:
+    """(each ad's own quality draw: its logit offset less its advertiser's quality and its objective's and
+    format's effects; whether it was launched on `date`), for diagnostics: what no log says of an ad on its
+    first day but its own clicks of that day."""
+    slot, gen = _slots(ad_ids, cfg.n_ads + cfg.n_organic_items)
+    a = _ad_attrs(cfg, slot, gen)
+    own = a["quality"] - _get_world(cfg).adv_quality[a["advertiser"]] - _OBJ_EFF[a["objective"]] - _FMT_EFF[a["format"]]
+    born = np.zeros(len(slot), dtype=bool)
+    if cfg.churn.ads > 0 and (new := gen != 0).any():
+        born[new] = _birth_day(cfg.seed, _ADS, cfg.n_ads, cfg.churn.ads, slot[new], gen[new]) == _day_index(date)
+    return own, born
+
+
 def user_propensity(cfg: SimulatorConfig, user_ids: np.ndarray) -> np.ndarray:
     """The users' click propensity (a logit offset), for diagnostics."""
     return _user_attrs(cfg, *_slots(user_ids, cfg.n_users))["propensity"]

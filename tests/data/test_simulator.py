@@ -505,6 +505,19 @@ def test_churn_renews_its_share_every_day(default):
     )
 
 
+def test_an_ads_own_quality_and_launch_day_for_diagnostics(default):
+    """ad_own_quality: launched on a day exactly when the ad is alive that day and not the day before; the own
+    draw is what the ad's quality holds beyond its advertiser, objective and format (sd 0.5, centred)."""
+    ids = np.unique(np.concatenate([active_catalogue(default, d).ad_ids for d in DAYS]))
+    day = DAYS[3]
+    own, born = sim.ad_own_quality(default, ids, day)
+    launched = np.isin(ids, active_catalogue(default, day).ad_ids) & ~np.isin(ids, active_catalogue(default, DAYS[2]).ad_ids)
+    assert launched.any() and np.array_equal(born, launched)
+    assert abs(own.mean()) < 0.1 and own.std() == pytest.approx(0.5, rel=0.15)
+    _, none_born = sim.ad_own_quality(default.model_copy(update={"churn": type(default.churn)()}), ids[:50], day)
+    assert not none_born.any()  # a static world launches nothing
+
+
 def test_new_ads_and_users_are_whole(default, surfaces):
     """A new ad keeps its advertiser, objective, creative and topic for life, is targeted by topic like
     the old ones, and is priced like them; a new user arrives with no tenure; any day simulates alone."""
