@@ -54,9 +54,8 @@ from gem_model.train.selection import TABLE_HEAD, score_variant, table_row, vari
 # The counters every training_examples carries (gem_pipelines/data/counters.py), as the real datasets' features.yaml
 # lists them: the ad's and the user's click rates on earlier days, which reach ads born after the window.
 # EIGHT: the ones before `ad_other_*` (what the searches below named), so their variants stay as run.
-EIGHT = [n for n in COUNTER_COLUMNS if not n.startswith(("ad_other_", "advertiser"))]
+EIGHT = [n for n in COUNTER_COLUMNS if not n.startswith("ad_other_")]
 AD_OTHER = [n for n in COUNTER_COLUMNS if n.startswith("ad_other_")]
-ADVERTISER = [n for n in COUNTER_COLUMNS if n.startswith("advertiser")]  # on the row's surface and on the others
 TODAY = list(TODAY_COUNTER_COLUMNS)
 
 
@@ -166,13 +165,8 @@ VARIANTS: dict[str, dict] = {
     **{f"kr_today{sfx}": {"add_dense": dense(cols),
                           "train": {"dense_prior": {"features": [*EIGHT, *AD_OTHER, *cols, "bid"], "l2": 1.0, "pool_l2": 300}}}
        for sfx, cols in (("", TODAY), ("_all", [c for c in TODAY if c.startswith("ad_all_today")]))},
-    # issues 23 and 24: the ad's advertiser (KuaiRand's video author) on the row's surface and on the others: a
-    # video with few impressions, or an ad born today, is known by its advertiser's other ads
-    "advertiser": {"add_dense": dense(ADVERTISER)},
-    **{f"kr_advertiser{sfx}": {"add_dense": dense(cols),
-                               "train": {"dense_prior": {"features": [*EIGHT, *AD_OTHER, *cols, "bid"], "l2": 1.0,
-                                                         "pool_l2": 300}}}
-       for sfx, cols in (("", ADVERTISER), ("_own", [c for c in ADVERTISER if not c.startswith("advertiser_other")]))},
+    # the ad's advertiser on the row's surface and the others (`advertiser`, `kr_advertiser*`, MODEL_SEARCH.md 31) were
+    # removed with their counter columns
 }
 
 

@@ -78,11 +78,11 @@ HISTORY_COLUMNS: dict[str, pl.DataType] = {
 
 # Counter features (gem_pipelines/data/counters.py) over the earlier days of the history lookback window:
 # impressions and click log-odds shrunk to (and relative to) the surface's rate, of the row's ad and user on
-# its surface, of the user on every surface (user_all) and on every other surface (user_other), of the ad
-# on every other surface (ad_other), and of the ad's advertiser on the row's surface and on the others.
+# its surface, of the user on every surface (user_all) and on every other surface (user_other), and of the ad
+# on every other surface (ad_other).
 COUNTER_COLUMNS: dict[str, pl.DataType] = {
     f"{who}_{what}_before": pl.Float64()
-    for who in ("ad", "user", "user_all", "user_other", "ad_other", "advertiser", "advertiser_other")
+    for who in ("ad", "user", "user_all", "user_other", "ad_other")
     for what in ("impressions", "click_logit")
 }
 
@@ -104,8 +104,6 @@ CROSS_SURFACE_COUNTERS: dict[str, str | None] = {
     "user_other_click_logit_before": None,
     "ad_other_impressions_before": None,
     "ad_other_click_logit_before": None,
-    "advertiser_other_impressions_before": None,
-    "advertiser_other_click_logit_before": None,
     "ad_all_today_impressions_before": "ad_today_impressions_before",
     "ad_all_today_click_logit_before": "ad_today_click_logit_before",
 }

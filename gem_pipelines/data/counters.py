@@ -22,10 +22,6 @@ apart from what the row's own surface already says (`user_all_*` holds both). `a
 same for the ad: where one item is served on several surfaces (KuaiRand's videos in five tabs), a
 small surface learns of a new ad from the big one.
 
-`advertiser_*` and `advertiser_other_*` are the ad's advertiser (KuaiRand's video author) on the row's surface and
-on the others, marginal rates shrunk like the cross-surface ones: an ad born today, or seen a few times, is known
-by its advertiser's other ads.
-
 With `moments` the ad's and the user's counters on a surface shrink by their own strength, estimated from the
 same earlier days (`moment_strengths`: the spread of the ids' click rates beyond their binomial noise, as an
 empirical-Bayes beta prior): where a surface's items barely differ (KuaiRand's tab 0) a few impressions
@@ -46,10 +42,9 @@ import polars as pl
 
 from gem_model.store.schemas import COUNTER_COLUMNS, TODAY_COUNTER_COLUMNS
 
-_KEYS = {"ad": ["surface", "ad_id"], "user": ["surface", "user_id"], "user_all": ["user_id"],
-         "advertiser": ["surface", "advertiser_id"]}
+_KEYS = {"ad": ["surface", "ad_id"], "user": ["surface", "user_id"], "user_all": ["user_id"]}
 _TODAY = {"ad_today": ["surface", "ad_id"], "ad_all_today": ["ad_id"]}
-_OTHER = {"user": "user_id", "ad": "ad_id", "advertiser": "advertiser_id"}  # {who}_other_*: every surface but the row's
+_OTHER = {"user": "user_id", "ad": "ad_id"}  # {who}_other_*: on every surface but the row's
 _EPS = 1e-3  # a surface with no clicks (or no non-clicks) yet still gives finite log-odds
 _MAX_STRENGTH = 1000.0  # a surface whose ids' spread is all binomial noise: shrink (almost) fully
 _MOMENT_KINDS = {"ad": "ad_id", "user": "user_id"}
@@ -122,14 +117,13 @@ def attach_counters(
     day: pl.DataFrame, past: pl.DataFrame, date: dt.date, prior_strength: float, joint_passes: int = 0,
     moments: bool = False,
 ) -> pl.DataFrame:
-    """`day` + COUNTER_COLUMNS from `past` (date, surface, ad_id, user_id, advertiser_id, click, click_ts of earlier
-    days), and
+    """`day` + COUNTER_COLUMNS from `past` (date, surface, ad_id, user_id, click, click_ts of earlier days), and
     TODAY_COUNTER_COLUMNS from `day` itself (its ts, click, click_ts), against the same surface rates."""
     if past.height and past["date"].max() >= date:  # type: ignore[operator]
         raise ValueError(f"counters for {date} were given impressions of {date} or later")
     midnight = dt.datetime.combine(date, dt.time(), tzinfo=dt.UTC)
     known = past.select(
-        "surface", "ad_id", "user_id", "advertiser_id",
+        "surface", "ad_id", "user_id",
         clicked=((pl.col("click") == 1) & (pl.col("click_ts") < midnight)).fill_null(False).cast(pl.Float64),
     )  # fmt: skip
     prior = known.group_by("surface").agg(p0=pl.col("clicked").mean().clip(_EPS, 1 - _EPS))
@@ -141,7 +135,7 @@ def attach_counters(
     # p0 of a key: its surface's rate; across surfaces, the mean of its impressions' surface rates
     sums = {name: known.group_by(keys).agg(n=pl.len().cast(pl.Float64), c=pl.col("clicked").sum(), p=pl.col("p0").mean(),
                                            a=pl.col(f"a_{name}").first() if name in _MOMENT_KINDS else pl.lit(a))
-            for name, keys in {**_KEYS, "ad_all": ["ad_id"], "advertiser_all": ["advertiser_id"]}.items()}
+            for name, keys in {**_KEYS, "ad_all": ["ad_id"]}.items()}
     for name, keys in _KEYS.items():
         counts = sums[name]
         shrunk = (pl.col("c") + pl.col("a") * pl.col("p")) / (pl.col("n") + pl.col("a"))

@@ -85,7 +85,7 @@ def build_training_examples(date: dt.date, features: FeaturesConfig, *, root: st
     past = (
         lake.scan("events", root=root)
         .filter(pl.col("date").is_in(window[1:]))
-        .select("date", "surface", "ad_id", "user_id", "advertiser_id", "click", "click_ts")
+        .select("date", "surface", "ad_id", "user_id", "click", "click_ts")
         .collect()
     )
     joined = attach_history(events.sort("ts", "request_id"), activity, history.max_len)

@@ -18,20 +18,13 @@ def at(day: dt.date, hour: int) -> dt.datetime:
     return dt.datetime.combine(day, dt.time(hour), tzinfo=dt.UTC)
 
 
-ADVERTISER = {7: 1, 8: 1}  # ads 7 and 8 are one advertiser's; any other ad is its own advertiser's (its id + 100)
-
-
-def _advertiser(df: pl.DataFrame) -> pl.DataFrame:
-    return df.with_columns(advertiser_id=pl.col("ad_id").replace_strict(ADVERTISER, default=pl.col("ad_id") + 100))
-
-
 def rows(spec: list[tuple[dt.date, str, int, int, int, dt.datetime | None]]) -> pl.DataFrame:
     """(date, surface, ad_id, user_id, click, click_ts) rows, shown (`ts`) at 08:00 of their day."""
-    return _advertiser(pl.DataFrame(
+    return pl.DataFrame(
         spec, orient="row",
         schema={"date": pl.Date, "surface": pl.String, "ad_id": pl.Int64, "user_id": pl.Int64,
                 "click": pl.Int8, "click_ts": pl.Datetime("us", "UTC")},
-    ).with_columns(ts=pl.col("date").cast(pl.Datetime("us")).dt.replace_time_zone("UTC") + dt.timedelta(hours=8)))  # fmt: skip
+    ).with_columns(ts=pl.col("date").cast(pl.Datetime("us")).dt.replace_time_zone("UTC") + dt.timedelta(hours=8))  # fmt: skip
 
 
 def logit(p: float) -> float:
@@ -82,17 +75,6 @@ def test_counters_are_the_shrunk_click_log_odds_of_earlier_days_relative_to_the_
     assert feed["ad_other_click_logit_before"] == pytest.approx(feed["user_other_click_logit_before"])
     assert reels["user_impressions_before"] == 1.0
     assert reels["user_click_logit_before"] == pytest.approx(logit((1 + 2 * p_reels) / 3) - logit(p_reels))
-    # the advertiser of ads 7 and 8 on feed: all four feed impressions, two clicked; the rate is the feed's own
-    assert feed["advertiser_impressions_before"] == 4.0
-    assert feed["advertiser_click_logit_before"] == pytest.approx(0.0)
-    # ad 8 never on reels, but its advertiser was, with ad 7: one impression, clicked
-    assert reels["advertiser_impressions_before"] == 1.0
-    assert reels["advertiser_click_logit_before"] == pytest.approx(reels["user_click_logit_before"])
-    # ... and on every surface but reels: the four feed impressions of its two ads
-    assert reels["advertiser_other_impressions_before"] == 4.0
-    assert reels["advertiser_other_click_logit_before"] == pytest.approx(0.0)
-    assert feed["advertiser_other_impressions_before"] == 1.0
-    assert feed["advertiser_other_click_logit_before"] == pytest.approx(feed["ad_other_click_logit_before"])
 
 
 def test_no_label_of_the_day_itself_reaches_its_counters() -> None:
@@ -105,11 +87,11 @@ def test_no_label_of_the_day_itself_reaches_its_counters() -> None:
 
 def _day(spec: list[tuple[int, str, int, int, int | None]]) -> pl.DataFrame:
     """Rows of D: (hour shown, surface, ad_id, click, hour the click arrived or None)."""
-    return _advertiser(pl.DataFrame(
+    return pl.DataFrame(
         [(D, s, ad, 1, c, at(D, h), at(D, ch) if ch is not None else None) for h, s, ad, c, ch in spec], orient="row",
         schema={"date": pl.Date, "surface": pl.String, "ad_id": pl.Int64, "user_id": pl.Int64, "click": pl.Int8,
                 "ts": pl.Datetime("us", "UTC"), "click_ts": pl.Datetime("us", "UTC")},
-    ))  # fmt: skip
+    )  # fmt: skip
 
 
 def test_same_day_counters_read_only_what_had_happened_before_the_impression() -> None:
