@@ -19,10 +19,10 @@ then scores E, so every row is a model that knows the rest exactly:
   quality draw of every ad launched on the scored day (its advertiser's quality, objective and format stay),
   with a flag for those ads: no log says more of a new ad before its own clicks come in.
 
-A third table gives each variant's share of the oracle's gap on the rows of the ads launched on E (a
+A second table gives each variant's share of the oracle's gap on the rows of the ads launched on E (a
 world with churn): which missing piece holds a model down on the new ads.
 
-A second table gives the oracle's own click NE and calibration (sum of true probabilities / clicks)
+A third table gives the oracle's own click NE and calibration (sum of true probabilities / clicks)
 per surface on each day of the calendar: how far one day's click count alone moves a perfect
 model's calibration (the goal of issue 9 asks 0.95-1.05 on E of every model).
 
