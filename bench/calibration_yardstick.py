@@ -29,12 +29,12 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-import yaml
 
 # bench/kernels.py would shadow the kernels package
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gem_model.config import ASSETS_DIR, load_simulator  # noqa: E402
 from gem_model.eval.metrics import normalized_entropy  # noqa: E402
 from gem_model.models.calibration import DEFAULT_CALIBRATION, fit_calibrator  # noqa: E402
 from gem_pipelines.metadata import md_grid  # noqa: E402
@@ -45,8 +45,8 @@ GOAL = 20  # of 28 cells (issue 24)
 
 def eval_world_rows() -> dict[str, int]:
     """Rows a day per surface of the evaluation world: impressions a day times the surface's traffic share."""
-    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "assets" / "simulator_eval.yaml").read_text())
-    return {s: round(cfg["impressions_per_day"] * share) for s, share in cfg["traffic_share"].items()}
+    cfg = load_simulator(ASSETS_DIR / "simulator_eval.yaml")
+    return {s: round(cfg.impressions_per_day * share) for s, share in (cfg.traffic_share or {}).items()}
 
 
 def _fit_rows(surface: np.ndarray, y: np.ndarray, p: np.ndarray) -> pl.DataFrame:
