@@ -82,10 +82,9 @@ def _slices(config: dict[str, Any] | None) -> int:
     return k
 
 
-def with_item_svd(config: dict[str, Any], **serving: Any) -> dict[str, Any]:
-    """A train config as if its model had been trained with these `train.item_svd` serving options (benches
-    compare them: serve_slices, fold_click_weight)."""
-    return {**config, "train": {**config["train"], "item_svd": {**config["train"]["item_svd"], **serving}}}
+def with_serve_slices(config: dict[str, Any], k: int) -> dict[str, Any]:
+    """A train config as if its model had been trained with `train.item_svd.serve_slices` k (benches compare K)."""
+    return {**config, "train": {**config["train"], "item_svd": {**config["train"]["item_svd"], "serve_slices": k}}}
 
 
 def slice_filter(hours: tuple[int, int]) -> pl.Expr | None:
@@ -115,15 +114,13 @@ def serving_fold_in(model: torch.nn.Module, config: dict[str, Any] | None, day: 
     table = model.tables[cfg.sparse_features[cfg.target_pairs[0][0]][1]].weight
     saved = [(t, t.detach().clone()) for t in (table, model.item_topic)]
     max_rows = int(_item_svd(config).get("max_rows", MAX_ROWS))
-    click_weight = float(_item_svd(config).get("fold_click_weight", 0.0))
     cache = {} if cache is None else cache
 
     def hours_of(d: dt.date, first: int, last: int) -> Cooc:
         where = slice_filter((first, last))
-        stream = ExampleStream(d, d, list(cfg.surfaces), batch_size=batch_size, uri=uri, shuffle=False,
-                               drop_last=False, max_len=cfg.seq_len, where=where)
-        late = clicks_after(d, first, last, uri) if click_weight else frozenset()
-        return Cooc.of(Bags.read(model, stream, click_weight, late), max_rows)
+        return Cooc.of(Bags.read(model, ExampleStream(d, d, list(cfg.surfaces), batch_size=batch_size, uri=uri,
+                                                      shuffle=False, drop_last=False, max_len=cfg.seq_len,
+                                                      where=where)), max_rows)
 
     def before(d: dt.date, hours: int) -> Cooc:
         """The counts of `d`'s rows before `hours`: the longest counted stretch of it that ends no later,
@@ -148,17 +145,6 @@ def serving_fold_in(model: torch.nn.Module, config: dict[str, Any] | None, day: 
         with torch.no_grad():
             for t, before_fold in saved:
                 t.copy_(before_fold)
-
-
-def clicks_after(day: dt.date, first: int, last: int, uri: str | None) -> frozenset[str]:
-    """The request ids of `day`'s hours [first, last) clicked at or after the stretch's end (in the clock of
-    `hour_of_day`, read off each row's own time): clicks not known yet where the stretch is folded."""
-    uri = uri or table_uri("training_examples")
-    end = pl.col("ts").dt.truncate("1h") + pl.duration(hours=last - pl.col(HOUR))
-    lf = pl.scan_delta(uri, storage_options=storage_options(uri)).filter(
-        (pl.col("date") == day) & (pl.col("click") == 1) & (pl.col("click_ts") >= end))
-    where = slice_filter((first, last))
-    return frozenset((lf if where is None else lf.filter(where)).select("request_id").collect()["request_id"])
 
 
 def fold_status(config: dict[str, Any], days: list[dt.date], uri: str | None = None) -> pl.DataFrame:

@@ -44,8 +44,6 @@ class ItemSvd(_Strict):
     # in slices of the day, each with the day's earlier hours too (a divisor of 24; 1: none of the day)
     serve_fold_in: bool = True
     serve_slices: int = Field(default=4, ge=1, le=24)
-    # a clicked row's bag counts 1 + this in the serving fold-in's co-occurrence (clicks known by then only)
-    fold_click_weight: float = Field(default=0.0, ge=0)
 
     @field_validator("serve_slices")
     @classmethod

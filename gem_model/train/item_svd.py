@@ -58,53 +58,38 @@ def _item_weight(model: GEM, dim: int) -> torch.Tensor:
 @dataclass(frozen=True)
 class Bags:
     """The bags of some rows (one per row: its history items and its candidate), as (bag, table row) pairs:
-    what the fits read of the rows, kept so that several fits over overlapping days read each day once.
-    weights: each bag's weight in the counts (None: 1 each); `read` weighs a clicked row's bag 1 + click_weight."""
+    what the fits read of the rows, kept so that several fits over overlapping days read each day once."""
 
     rows: torch.Tensor  # int32 [pairs]: the bag of each pair
     items: torch.Tensor  # int32 [pairs]: the table row of each pair
     n: int  # bags
-    weights: torch.Tensor | None = None  # float32 [n]
 
     @staticmethod
     def empty() -> Bags:
         return Bags(torch.zeros(0, dtype=torch.int32), torch.zeros(0, dtype=torch.int32), 0)
 
     @staticmethod
-    def read(model: GEM, batches: Iterable[Batch], click_weight: float = 0.0,
-             clicks_unknown: frozenset[str] = frozenset()) -> Bags:
-        """clicks_unknown: request ids whose click is not known yet where the bags are read (weighed 1)."""
+    def read(model: GEM, batches: Iterable[Batch]) -> Bags:
         j, col = model.cfg.target_pairs[0]
         rows: list[torch.Tensor] = []
         items: list[torch.Tensor] = []
-        weights: list[torch.Tensor] = []
         n = 0
         for batch in batches:
             hist = batch.history[col].cpu()
             ads = batch.sparse[:, j].cpu()
             rows += [segment_ids(batch.offsets.long().cpu(), len(hist)) + n, torch.arange(len(ads)) + n]
             items += [hist, ads]
-            clicked = (batch.labels[:, 0] * batch.label_mask[:, 0]).float().cpu()
-            if clicks_unknown:
-                clicked *= torch.tensor([r not in clicks_unknown for r in batch.request_ids], dtype=torch.float32)
-            weights.append(1.0 + click_weight * clicked)
             n += len(ads)
-        if not rows:
-            return Bags.empty()
-        return Bags(torch.cat(rows).int(), torch.cat(items).int(), n, torch.cat(weights) if click_weight else None)
+        return Bags(torch.cat(rows).int(), torch.cat(items).int(), n) if rows else Bags.empty()
 
     @staticmethod
     def cat(parts: Iterable[Bags]) -> Bags:
-        parts = list(parts)
-        if not parts:
-            return Bags.empty()
-        weighted = any(b.weights is not None for b in parts)
-        weights = [b.weights if b.weights is not None else torch.ones(b.n) for b in parts]
-        offsets = [0]
+        rows, items, n = [], [], 0
         for b in parts:
-            offsets.append(offsets[-1] + b.n)
-        return Bags(torch.cat([b.rows + o for b, o in zip(parts, offsets[:-1], strict=True)]), torch.cat([b.items for b in parts]),
-                    offsets[-1], torch.cat(weights) if weighted else None)
+            rows.append(b.rows + n)
+            items.append(b.items)
+            n += b.n
+        return Bags(torch.cat(rows), torch.cat(items), n) if rows else Bags.empty()
 
 
 @dataclass(frozen=True)
@@ -129,7 +114,7 @@ class Cooc:
         occurrences = torch.bincount(compact, minlength=len(seen))
         rows, kept, compact = _top_rows(rows[keep], seen, compact, occurrences, max_rows)
         occurrences = occurrences[torch.isin(seen, kept)] if len(kept) < len(seen) else occurrences
-        return Cooc(kept, occurrences, _pair_counts(rows, compact, len(kept), bags.n, bags.weights), bags.n)
+        return Cooc(kept, occurrences, _pair_counts(rows, compact, len(kept), bags.n), bags.n)
 
     @staticmethod
     def sum(parts: Iterable[Cooc]) -> Cooc:
@@ -168,21 +153,16 @@ def _top_rows(rows: torch.Tensor, seen: torch.Tensor, compact: torch.Tensor, occ
     return rows[compact >= 0], seen[top], compact[compact >= 0]
 
 
-def _pair_counts(rows: torch.Tensor, compact: torch.Tensor, n_seen: int, bags: int,
-                 weights: torch.Tensor | None = None) -> torch.Tensor:
-    """[n_seen, n_seen] bags shared by each pair of (compact) rows (summed bag weights where given), zero
-    diagonal; a row counts once per bag."""
+def _pair_counts(rows: torch.Tensor, compact: torch.Tensor, n_seen: int, bags: int) -> torch.Tensor:
+    """[n_seen, n_seen] bags shared by each pair of (compact) rows, zero diagonal; a row counts once per bag."""
     if n_seen == 0:
         return torch.zeros(0, 0)
     pairs = torch.unique(rows * n_seen + compact)  # each item once per bag
-    index = torch.stack([pairs // n_seen, pairs % n_seen])
-    h = torch.sparse_coo_tensor(index, torch.ones(len(pairs)), (bags, n_seen), is_coalesced=True,
-                                check_invariants=True)
-    hw = h if weights is None else torch.sparse_coo_tensor(index, weights.float()[index[0]], (bags, n_seen),
-                                                           is_coalesced=True, check_invariants=True)
+    h = torch.sparse_coo_tensor(torch.stack([pairs // n_seen, pairs % n_seen]), torch.ones(len(pairs)),
+                                (bags, n_seen), is_coalesced=True, check_invariants=True)
     with warnings.catch_warnings():  # sparse x sparse goes through CSR, which torch calls beta
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        counts = torch.sparse.mm(hw.t().coalesce(), h).to_dense()
+        counts = torch.sparse.mm(h.t().coalesce(), h).to_dense()
     counts.fill_diagonal_(0.0)
     return counts
 
@@ -195,22 +175,21 @@ def _cooccurrence(model: GEM, batches: Iterable[Batch] | Bags | Cooc, max_rows: 
     bags = batches if isinstance(batches, Bags) else Bags.read(model, batches)
     if bags.n == 0:
         return torch.zeros(0, dtype=torch.long), torch.zeros(0, 0), 0
-    seen, counts = bag_counts(bags.rows.long(), bags.items.long(), bags.n, max_rows, bags.weights)
+    seen, counts = bag_counts(bags.rows.long(), bags.items.long(), bags.n, max_rows)
     return seen, counts, bags.n
 
 
-def bag_counts(rows: torch.Tensor, items: torch.Tensor, bags: int, max_rows: int,
-               weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def bag_counts(rows: torch.Tensor, items: torch.Tensor, bags: int, max_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(seen table rows [n], co-occurrence counts [n, n], zero diagonal) of bags given as (bag index,
-    table row) pairs (each bag counted with its weight where given); row 0 (null / unknown) is left out,
-    and only the `max_rows` rows met in the most bags are kept (the count matrix is dense)."""
+    table row) pairs; row 0 (null / unknown) is left out, and only the `max_rows` rows met in the
+    most bags are kept (the count matrix is dense)."""
     keep = items != 0  # row 0: null / unknown id
     rows, items = rows[keep], items[keep]
     if len(items) == 0:
         return torch.zeros(0, dtype=torch.long), torch.zeros(0, 0)
     seen, compact = torch.unique(items, return_inverse=True)
     rows, seen, compact = _top_rows(rows, seen, compact, torch.bincount(compact, minlength=len(seen)), max_rows)
-    return seen, _pair_counts(rows, compact, len(seen), bags, weights)
+    return seen, _pair_counts(rows, compact, len(seen), bags)
 
 
 @torch.no_grad()

@@ -185,38 +185,3 @@ def test_counts_of_parts_summed_are_the_counts_of_their_bags_pooled():
     alone = Cooc.of(parts[0], max_rows=10)
     assert torch.equal(alone.seen, bag_counts(parts[0].rows.long(), parts[0].items.long(), parts[0].n, 10)[0])
     assert Cooc.sum([]).n == 0 and len(Cooc.of(Bags.empty()).seen) == 0
-
-
-def test_a_clicked_rows_bag_weighs_as_that_many_copies_of_it_and_an_unknown_click_as_none():
-    """fold_click_weight: a clicked row's bag counts 1 + w times, so the counts equal those of the bags with each
-    clicked one repeated; a click not known yet where the bags are read (clicks_unknown) weighs as no click."""
-    cfg = config_from_assets("tiny")
-    model = build_model(cfg)
-    g = torch.Generator().manual_seed(4)
-    batch = _exposure_batch(cfg, g, rows=48)
-    batch.labels[:, 0] = (torch.rand(48, generator=g) < 0.3).float()
-    batch.label_mask[:, 0] = True
-    clicked = batch.labels[:, 0].bool()
-    weighted = Cooc.of(Bags.read(model, [batch], click_weight=2.0))
-    repeated = Cooc.of(Bags.read(model, [batch] + [_rows(batch, clicked)] * 2))
-    assert torch.equal(weighted.seen, repeated.seen) and torch.allclose(weighted.counts, repeated.counts)
-    assert not torch.allclose(weighted.counts, Cooc.of(Bags.read(model, [batch])).counts)  # the clicks did weigh
-    unknown = frozenset(r for r, c in zip(batch.request_ids, clicked.tolist(), strict=True) if c)
-    none_known = Cooc.of(Bags.read(model, [batch], click_weight=2.0, clicks_unknown=unknown))
-    assert torch.allclose(none_known.counts, Cooc.of(Bags.read(model, [batch])).counts)
-    # weights survive Bags.cat beside unweighted parts
-    cat = Bags.cat([Bags.read(model, [batch], click_weight=2.0), Bags.read(model, [batch])])
-    both = Cooc.sum([weighted, Cooc.of(Bags.read(model, [batch]))])
-    assert torch.allclose(Cooc.of(cat).counts, both.counts)
-
-
-def _rows(batch, keep: torch.Tensor):
-    """The rows `keep` of a batch, histories included."""
-    idx = keep.nonzero().flatten()
-    lengths = batch.offsets[1:] - batch.offsets[:-1]
-    flat = torch.cat([torch.arange(batch.offsets[i], batch.offsets[i + 1]) for i in idx.tolist()])
-    offsets = torch.cat([torch.zeros(1, dtype=batch.offsets.dtype), lengths[idx].cumsum(0)])
-    return dataclasses.replace(batch, dense=batch.dense[idx], sparse=batch.sparse[idx], offsets=offsets,
-                               history={k: v[flat] for k, v in batch.history.items()}, surface_idx=batch.surface_idx[idx],
-                               labels=batch.labels[idx], label_mask=batch.label_mask[idx],
-                               request_ids=[batch.request_ids[i] for i in idx.tolist()], max_len=None)

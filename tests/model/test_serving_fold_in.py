@@ -10,13 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from gem_model.distill.serving_fold_in import (
-    SHIFT_MIN_POSITIVES,
-    clicks_after,
-    fold_status,
-    status_shifts,
-    with_shifts,
-)
+from gem_model.distill.serving_fold_in import SHIFT_MIN_POSITIVES, fold_status, status_shifts, with_shifts
 
 
 def test_status_shifts_bring_each_status_to_its_click_rate_and_leave_thin_ones_alone():
@@ -72,23 +66,3 @@ def test_fold_status_in_slices_counts_the_hours_of_the_day_served_before_the_row
         "b": "known", "c": "unseen", "d": "unseen", "e": "unseen", "f": "unseen"}
     with pytest.raises(ValueError, match="divide 24"):
         fold_status({**config, "train": {"item_svd": {"serve_slices": 5}}}, [d[2]], uri)
-
-
-def test_a_click_logged_after_the_hours_folded_is_not_known_to_them(tmp_path):
-    """fold_click_weight weighs only the clicks known where a stretch of hours is folded: a row of hour 5
-    clicked at 6:02 is clicked for the fold of the whole day, not for the fold of hours 0-5; the clock is
-    the row's own (hour_of_day against its ts), so an app-local day 8 hours ahead of UTC reads the same."""
-    day = dt.date(2026, 11, 3)
-    for offset in (0, 8):
-        def at(h: int, m: int, offset: int = offset) -> dt.datetime:
-            return dt.datetime(2026, 11, 3, h, m, tzinfo=dt.UTC) - dt.timedelta(hours=offset)
-
-        ex = pl.DataFrame({
-            "request_id": ["early", "late", "none", "night"], "date": [day] * 4, "hour_of_day": [2, 5, 5, 23],
-            "click": [1, 1, 0, 1], "ts": [at(2, 0), at(5, 58), at(5, 30), at(23, 59)],
-            "click_ts": [at(2, 1), at(6, 2), None, at(23, 59) + dt.timedelta(minutes=3)]})
-        uri = str(tmp_path / f"examples_{offset}")
-        ex.write_delta(uri)
-        assert clicks_after(day, 0, 6, uri) == {"late"}
-        assert clicks_after(day, 0, 24, uri) == {"night"}
-        assert clicks_after(day, 6, 24, uri) == {"night"}
