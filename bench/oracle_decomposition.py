@@ -1,6 +1,6 @@
 """Where the oracle's edge lives: click NE on E of the oracle with one latent factor taken away.
 
-    PYTHONPATH=. GEM_SIMULATOR=eval python bench/oracle_decomposition.py   # the world of `make eval`
+    PYTHONPATH=. GEM_SIMULATOR=eval python bench/oracle_decomposition.py [--lookbacks 1 2]   # the world of `make eval`
 
 The simulator's click logit is a sum of terms (gem_pipelines/data/simulator.py): ad and advertiser
 quality, position, device, hour (all visible to a model through ids and features), the user's
@@ -14,7 +14,8 @@ then scores E, so every row is a model that knows the rest exactly:
 - no propensity / no interest / neither: the true logit without those terms;
 - interest from history topics: "no interest" plus the log share of the candidate's topic among the
   topics of the user's organic items of the 7 days before (every item's true topic known): what the
-  history can say about the interest when the topics are known perfectly;
+  history can say about the interest when the topics are known perfectly (with --lookbacks, also on fewer
+  days: how much of it a shorter history keeps);
 - blind to the own quality of ads launched that day (a world with churn): the true logit less the own
   quality draw of every ad launched on the scored day (its advertiser's quality, objective and format stay),
   with a flag for those ads: no log says more of a new ad before its own clicks come in.
@@ -32,6 +33,7 @@ corrupted records); nothing is trained, E is only scored.
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import sys
 from pathlib import Path
@@ -89,12 +91,12 @@ def _day(cfg, surfaces, date: dt.date) -> dict[str, np.ndarray]:
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
-def _topic_counts(cfg, surfaces, date: dt.date, users: np.ndarray) -> np.ndarray:
-    """(len(users), topics): how many organic items of each topic each user touched in the LOOKBACK
+def _topic_counts(cfg, surfaces, date: dt.date, users: np.ndarray, lookback: int = LOOKBACK) -> np.ndarray:
+    """(len(users), topics): how many organic items of each topic each user touched in the `lookback`
     days before `date`, on every surface (ids churn: rows follow `users`)."""
     uids = np.unique(users)
     counts = np.zeros((len(uids), cfg.n_topics))
-    for back in range(1, LOOKBACK + 1):
+    for back in range(1, lookback + 1):
         for s in surfaces.names:
             _, org = sim.simulate_day_frames(cfg, surfaces, s, date - dt.timedelta(days=back))
             ids = org["user_id"].to_numpy()
@@ -105,16 +107,24 @@ def _topic_counts(cfg, surfaces, date: dt.date, users: np.ndarray) -> np.ndarray
     return counts[np.searchsorted(uids, users)]
 
 
-def main() -> None:
+def _log_share(cfg, counts: np.ndarray, topic: np.ndarray) -> np.ndarray:
+    return np.log((counts[np.arange(len(counts)), topic] + PRIOR) / (counts.sum(1) + PRIOR * cfg.n_topics))
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--lookbacks", type=int, nargs="*", default=[],
+                   help="also the history-topics variants on these many days before the scored one (default 7 only)")
+    a = p.parse_args(argv)
     cfg, surfaces = load_simulator(), load_surfaces()
     roles = load_calendar().roles()
     days = {"E-1": roles.validation, "E": roles.evaluation}
     data = {}
     for role, date in days.items():
         d = _day(cfg, surfaces, date)
-        c = _topic_counts(cfg, surfaces, date, d["user"])
-        share = (c[np.arange(len(c)), d["ad_topic"]] + PRIOR) / (c.sum(1) + PRIOR * cfg.n_topics)
-        d["history_topic"] = np.log(share)
+        d["history_topic"] = _log_share(cfg, _topic_counts(cfg, surfaces, date, d["user"]), d["ad_topic"])
+        for n in a.lookbacks:
+            d[f"history_topic_{n}"] = _log_share(cfg, _topic_counts(cfg, surfaces, date, d["user"], n), d["ad_topic"])
         data[role] = d
     variants = {
         "oracle": None,
@@ -125,6 +135,8 @@ def main() -> None:
         "neither + history topics": lambda d: np.column_stack([d["logit"] - d["interest"] - d["propensity"],
                                                                d["history_topic"]]),
         NEW_BLIND: lambda d: np.column_stack([d["logit"] - d["own_quality"] * d["born"], d["born"]]),
+        **{f"no interest + history topics, {n} day(s)": (
+            lambda d, n=n: np.column_stack([d["logit"] - d["interest"], d[f"history_topic_{n}"]])) for n in a.lookbacks},
     }
     print(f"simulator: {cfg.impressions_per_day} impressions/day, E-1 = {days['E-1']}, E = {days['E']}; "
           f"click NE on E per surface (each map fitted on E-1)\n")
