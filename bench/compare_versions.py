@@ -4,6 +4,7 @@ Nothing is trained: each version dir holds its predictions on E (eval_prediction
 training), so the two must have been trained with the same calendar.
 
     GEM_SIMULATOR=eval GEM_HOME=<home with the lake> python bench/compare_versions.py --a <dir> [<dir> ...] --b <dir> [...]
+        [--day D]
 
 Prints a markdown table per pair (a seed of each), then, with several pairs, the mean +- sd over the pairs;
 never pass/fail. `a` is the candidate, `b` the reference: diff = NE(a) - NE(b).
@@ -12,6 +13,7 @@ never pass/fail. `a` is the candidate, `b` the reference: diff = NE(a) - NE(b).
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import sys
 from pathlib import Path
 
@@ -26,9 +28,10 @@ from gem_model.eval.ad_age import AGE_BUCKETS, ALL, EVAL_PREDICTIONS, ad_ages, r
 from gem_model.eval.metrics import bootstrap_ne, normalized_entropy, paired_difference, read_oracle  # noqa: E402
 
 
-def compare(a_dir: str, b_dir: str, n_boot: int) -> list[dict]:
-    """Rows {surface, age, n, clicks, a, b, oracle, diff, lo, hi} of one pair, printed as a table."""
-    day = load_calendar().roles().evaluation
+def compare(a_dir: str, b_dir: str, n_boot: int, day: dt.date | None = None) -> list[dict]:
+    """Rows {surface, age, n, clicks, a, b, oracle, diff, lo, hi} of one pair, printed as a table (day: the
+    day the predictions are of, default E)."""
+    day = day or load_calendar().roles().evaluation
     cols = ["request_id", "surface", "click", "p_click"]
     pa, pb = (pl.read_parquet(Path(d) / EVAL_PREDICTIONS).select(cols) for d in (a_dir, b_dir))
     df = pa.join(pb.select("request_id", p_b="p_click"), on="request_id", how="inner")
@@ -38,7 +41,7 @@ def compare(a_dir: str, b_dir: str, n_boot: int) -> list[dict]:
     oracle = read_oracle([day], missing_ok=True)
     if oracle is not None:
         df = df.join(oracle.select("request_id", p_o="p_click").unique("request_id"), on="request_id", how="left")
-    print(f"\nE = {day}; a = {Path(a_dir).name}, b = {Path(b_dir).name}; diff = NE(a) - NE(b), 95% paired interval\n")
+    print(f"\nday {day}; a = {Path(a_dir).name}, b = {Path(b_dir).name}; diff = NE(a) - NE(b), 95% paired interval\n")
     print("| surface | ad age | impressions | clicks | NE a | NE b | oracle NE | diff [95%] |\n|---|---|---|---|---|---|---|---|")
     out = []
     for surface in [*sorted(df["surface"].unique().to_list()), ALL]:
@@ -65,10 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--a", nargs="+", required=True, help="the candidate's version dirs, one a seed")
     p.add_argument("--b", nargs="+", required=True, help="the reference's version dirs, in the same seed order")
     p.add_argument("--n-boot", type=int, default=1000)
+    p.add_argument("--day", type=dt.date.fromisoformat, default=None,
+                   help="the day the predictions are of (default E; e.g. E-1 served by bench/serving_fold_in.py --save)")
     a = p.parse_args(argv)
     if len(a.a) != len(a.b):
         raise SystemExit("--a and --b need as many version dirs each (one pair a seed)")
-    pairs = [compare(x, y, a.n_boot) for x, y in zip(a.a, a.b, strict=True)]
+    pairs = [compare(x, y, a.n_boot, a.day) for x, y in zip(a.a, a.b, strict=True)]
     if len(pairs) < 2:
         return 0
     print(f"\nMean +- sd over {len(pairs)} pairs; 'below 0': pairs whose interval of the difference lies below 0\n")

@@ -13,7 +13,7 @@ SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
 # options removed with their code, at their "off" value (None: any value was inert): older checkpoints
 # that carry them at that value still load
 RETIRED: dict[str, Any] = {"cooc_weight": 0.0, "cooc_pairs": None, "cooc_temperature": None, "cooc_clicks": False,
-                           "exposure_weight": 0.0, "exposure_temperature": None, "topic_log_share": False,
+                           "exposure_weight": 0.0, "exposure_temperature": None,
                            "history_click_share": False, "click_action_row": None,
                            "shared_wide": False}
 
@@ -56,6 +56,9 @@ class GEMConfig:
     # buffer): mean and max cos(candidate, item) over the history keep the window's co-occurrence structure
     # whatever the click gradient does to the trained embeddings
     topic_dim: int = 0
+    # a third topic statistic, log((sum of max(cos, 0) + 0.5) / (length + 1)): the interest enters the click
+    # logit as the log of the topic's share of the history, which the mean cos (the share) reads linearly
+    topic_log_share: bool = False
     attention: str = "jagged"  # jagged (kernels.jagged_attention) | padded (SDPA over a padded batch)
     max_hist_len: int | None = None  # None: features.yaml history.max_len (never longer)
 
@@ -100,7 +103,7 @@ class GEMConfig:
 
     @property
     def n_topic_stats(self) -> int:
-        return 2 if self.topic_dim and self.target_pairs else 0
+        return 2 + int(self.topic_log_share) if self.topic_dim and self.target_pairs else 0
 
     @property
     def n_seq_summary(self) -> int:

@@ -114,6 +114,8 @@ class GEM(nn.Module):
         if cfg.n_topic_stats:  # frozen topic vectors of the shared item table (gem_model.train.item_svd writes them)
             rows = cfg.tables[cfg.sparse_features[cfg.target_pairs[0][0]][1]]
             self.register_buffer("item_topic", torch.zeros(rows, cfg.topic_dim))
+        if cfg.topic_log_share:  # what a candidate without a topic vector reads (gem_model.train.item_svd)
+            self.register_buffer("topic_stat_mean", torch.zeros(cfg.n_topic_stats))
         self.emb_drop = nn.Dropout(cfg.emb_dropout)
         self.time = TimeGapEncoding(cfg.time_buckets, d)
         self.seq_ln = nn.LayerNorm(d)
@@ -137,6 +139,8 @@ class GEM(nn.Module):
         n_dense = len(cfg.dense_features)
         # the match statistics (and the topic statistics) start switched on
         wide0[:, n_dense:n_dense + n_stats * len(cfg.target_pairs) + cfg.n_topic_stats] = STAT_INIT
+        if cfg.topic_log_share:  # a log share (about -3) at STAT_INIT would move every start logit by ~-1.5
+            wide0[:, n_wide - 1] = 0.0
         self.wide = nn.ParameterDict({s: nn.Parameter(wide0.clone())  # a linear path, as in Wide & Deep
                                       for s in cfg.surfaces})
         # ... and a per-id logit offset per task for every sparse feature (a logistic regression on ids)
@@ -202,15 +206,23 @@ class GEM(nn.Module):
 
     def topic_stats(self, batch: Batch, seg_h: torch.Tensor, bsz: int) -> torch.Tensor:
         """[B, 2]: mean and max over the history of cos(topic(candidate), topic(item)) on the
-        frozen topic vectors (0 for an empty history or an id without one)."""
+        frozen topic vectors (0 for an empty history or an id without one); [B, 3] with
+        `topic_log_share`: and log((sum of max(cos, 0) + 0.5) / (length + 1)), and then a candidate
+        without a topic vector reads the window's mean of each (`topic_stat_mean`), not "no interest":
+        a log share of no match is the most negative value it takes, while the ad is only unplaced."""
         j, col = self.cfg.target_pairs[0]
         t = F.normalize(self.item_topic, dim=-1)
-        cos = (t[batch.sparse[seg_h, j].long()] * t[batch.history[col].long()]).sum(-1)
-        sums = segment_sum(torch.stack([torch.ones_like(cos), cos], 1), seg_h, bsz)
+        candidate = batch.sparse[:, j].long()
+        cos = (t[candidate[seg_h]] * t[batch.history[col].long()]).sum(-1)
+        sums = segment_sum(torch.stack([torch.ones_like(cos), cos, cos.clamp_min(0.0)], 1), seg_h, bsz)
         lengths = sums[:, 0]
         mean = sums[:, 1] / lengths.clamp_min(1.0)
         best = torch.where(lengths > 0, segment_max(cos, seg_h, bsz, floor=-1.0), 0.0)
-        return torch.stack([mean, best], dim=1)
+        if not self.cfg.topic_log_share:
+            return torch.stack([mean, best], dim=1)
+        stats = torch.stack([mean, best, torch.log((sums[:, 2] + 0.5) / (lengths + 1.0))], dim=1)
+        placed = self.item_topic[candidate].abs().sum(-1) > 0
+        return torch.where(placed[:, None], stats, self.topic_stat_mean.to(stats.dtype))
 
     def cross_logit(self, batch: Batch, seg_h: torch.Tensor, hist_len: torch.Tensor) -> torch.Tensor:
         """[B, n_tasks]: sum over the history of w[item] + w[item x candidate], 1/sqrt(length) each

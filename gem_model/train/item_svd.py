@@ -21,6 +21,7 @@ students) made the demo world's warm start worse than the old model on E-1 befor
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -274,6 +275,24 @@ def fold_in_rows(p: torch.Tensor, have: torch.Tensor, vectors: list[tuple[torch.
         have[todo] = True
         folded[todo] = True
     return folded
+
+
+@torch.no_grad()
+def set_topic_stat_mean(model: GEM, batches: Iterable[Batch], max_batches: int = 16) -> int:
+    """`model.topic_log_share`: the mean of each topic statistic over the rows of `batches` (the window's first
+    `max_batches`) whose candidate has a topic vector, written to `topic_stat_mean` (what a candidate without
+    one reads). Returns the rows averaged."""
+    j, _ = model.cfg.target_pairs[0]
+    total, n = torch.zeros(model.cfg.n_topic_stats, dtype=torch.float64), 0
+    for batch in itertools.islice(batches, max_batches):
+        batch = batch.to(model.item_topic.device)
+        lengths = batch.offsets[1:] - batch.offsets[:-1]
+        seg = torch.repeat_interleave(torch.arange(len(lengths), device=lengths.device), lengths)
+        placed = model.item_topic[batch.sparse[:, j].long()].abs().sum(-1) > 0
+        total += model.topic_stats(batch, seg, len(lengths))[placed].double().sum(0).cpu()
+        n += int(placed.sum())
+    model.topic_stat_mean.copy_((total / max(n, 1)).to(model.topic_stat_mean.dtype))
+    return n
 
 
 def start_item_table(model: GEM, batches: Iterable[Batch], dim: int, max_rows: int = MAX_ROWS, *,

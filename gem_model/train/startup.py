@@ -21,7 +21,7 @@ import torch
 from gem_model.data.batch import TASKS
 from gem_model.data.normalization import base_rates, dense_stats
 from gem_model.models.gem import GEM
-from gem_model.train.item_svd import start_item_table
+from gem_model.train.item_svd import set_topic_stat_mean, start_item_table
 from gem_model.train.streams import RunStreams
 from gem_model.train.wide_prior import set_dense_prior, set_wide_prior
 
@@ -58,3 +58,6 @@ def apply_startup_fits(core: GEM, train: dict[str, Any], streams: RunStreams, *,
             raise ValueError("train.item_svd needs replicated embedding tables")
         info = start_item_table(core, streams.window(), int(svd["dim"]), int(svd["max_rows"]), warm=warm)
         say(f"item table from PPMI-SVD: {info}")
+        if core.cfg.topic_log_share:
+            say(f"topic statistics' mean (a candidate without a topic vector reads it) over "
+                f"{set_topic_stat_mean(core, streams.window())} rows: {core.topic_stat_mean.tolist()}")

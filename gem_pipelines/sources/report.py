@@ -11,6 +11,7 @@ Written to reports/real_data_report.json and .md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -34,6 +35,7 @@ from gem_model.eval.metrics import (
     predict,
     smaller_surfaces,
 )
+from gem_model.models.config import GEMConfig
 from gem_model.models.registry import list_versions, load_model, read_accepted
 from gem_model.store.atomic import write_json
 from gem_model.store.paths import models_dir, reports_dir, storage_options, table_uri
@@ -304,6 +306,17 @@ def _same_setting(preset: Any, trained: Any) -> bool:
     return preset == trained
 
 
+MODEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GEMConfig) if f.default is not dataclasses.MISSING}
+
+
+def runs_preset(spec: dict[str, Any], trained: dict[str, Any], seed: int) -> bool:
+    """Whether a run's config.json is this seed run with the preset's model and train values; a model option
+    the run's config does not name ran at its default (it may predate the option)."""
+    blocks = {"model": {**MODEL_DEFAULTS, **trained["model"]}, "train": trained["train"]}
+    return trained.get("seed") == seed and all(_same_setting(val, blocks[k].get(key)) for k in ("model", "train")
+                                               for key, val in spec[k].items())
+
+
 def trained_version(seed: int, preset: str) -> str | None:
     """A foundation version already trained with this seed and the preset's current hyperparameters
     (the demo's, or an earlier --seeds run), with every baseline's predictions on E: the ACCEPTED one
@@ -314,9 +327,7 @@ def trained_version(seed: int, preset: str) -> str | None:
         path = models_dir(FOUNDATION) / v / "config.json"
         if not path.is_file():
             continue
-        cfg = json.loads(path.read_text())
-        same = cfg.get("seed") == seed and all(_same_setting(val, cfg[k].get(key)) for k in ("model", "train")
-                                                for key, val in spec[k].items())
+        same = runs_preset(spec, json.loads(path.read_text()), seed)
         bdirs = [models_dir(BASELINE, s) / v for s in load_surfaces().names]
         if same and (models_dir(FOUNDATION) / v / PREDICTIONS).is_file() and all(_own_surface_baseline(b) for b in bdirs):
             return v

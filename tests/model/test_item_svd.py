@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 
 from gem_model.models.gem import build_model
 from gem_model.models.synthetic_batches import config_from_assets, synthetic_batch
-from gem_model.train.item_svd import MAX_ROWS, Bags, Cooc, bag_counts, ppmi, set_item_svd
+from gem_model.train.item_svd import MAX_ROWS, Bags, Cooc, bag_counts, ppmi, set_item_svd, set_topic_stat_mean
 
 N_TOPICS, PER_TOPIC = 4, 12
 FIRST_AD = 1 + N_TOPICS * PER_TOPIC
@@ -131,6 +132,28 @@ def test_topic_statistics_read_the_frozen_svd_vectors():
     loss.backward()
     opt.step()
     assert torch.equal(model.item_topic, topic)
+
+    # model.topic_log_share: a third statistic, the log of the history's smoothed same-topic share, which
+    # moves most between zero, one and two items of the topic, where the mean barely does
+    logged = build_model(dataclasses.replace(cfg, topic_log_share=True))
+    logged.item_topic.copy_(topic)
+    three = logged.topic_stats(b, seg, 16)
+    assert three.shape == (16, 3) and torch.allclose(three[:, :2], stats, atol=1e-6)
+    for r in range(16):
+        mine = cos[seg == r]
+        assert torch.allclose(three[r, 2], torch.log((mine.clamp_min(0).sum() + 0.5) / (len(mine) + 1)), atol=1e-5)
+    assert float(three[own, 2].min()) > float(three[~own, 2].max())
+    empty = torch.tensor([], dtype=torch.long)
+    assert torch.allclose(logged.topic_stats(dataclasses.replace(b, history={**b.history, col: empty}),
+                                             empty, 16)[:, 2], torch.full((16,), float(np.log(0.5))))
+    # a candidate without a topic vector (an ad born after the window, not folded in) reads the window's mean of
+    # each statistic, which set_topic_stat_mean measures, not the log share of no match at all
+    assert set_topic_stat_mean(logged, [b]) == 16
+    assert torch.allclose(logged.topic_stat_mean, three.mean(0), atol=1e-5)
+    unplaced = b.sparse.clone()
+    unplaced[:3, j] = FIRST_AD + N_TOPICS + 1  # a row of the table no fit wrote
+    got = logged.topic_stats(dataclasses.replace(b, sparse=unplaced), seg, 16)
+    assert torch.allclose(got[:3], logged.topic_stat_mean.expand(3, 3)) and torch.allclose(got[3:], three[3:])
 
 
 def test_item_svd_dim_must_match_the_topic_buffer():

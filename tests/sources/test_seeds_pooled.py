@@ -47,3 +47,16 @@ def test_a_trained_run_matches_its_preset_despite_filled_in_defaults() -> None:
     assert not _same_setting({"dim": 32}, {"dim": 16, "max_rows": 8192})
     assert not _same_setting({"dim": 32}, None)
     assert _same_setting(0.0001, 0.0001) and not _same_setting(0.0001, 0.001)
+
+
+def test_a_run_from_before_a_model_option_ran_its_default() -> None:
+    """A preset may name an option at its default (KuaiRand's topic_log_share false, under the simulated worlds'
+    true) that the config of a run from before the option does not carry: that run still runs the preset."""
+    from gem_pipelines.sources.report import runs_preset
+
+    old_run = {"seed": 1, "model": {"topic_dim": 32}, "train": {"lr": 0.001, "item_svd": {"dim": 32, "max_rows": 8192}}}
+    spec = {"model": {"topic_dim": 32, "topic_log_share": False}, "train": {"lr": 0.001, "item_svd": {"dim": 32}}}
+    assert runs_preset(spec, old_run, seed=1)
+    assert not runs_preset(spec, old_run, seed=0)
+    assert not runs_preset({**spec, "model": {"topic_dim": 32, "topic_log_share": True}}, old_run, seed=1)
+    assert not runs_preset({**spec, "train": {"lr": 0.01}}, old_run, seed=1)
