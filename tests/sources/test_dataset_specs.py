@@ -26,7 +26,7 @@ def test_dataset_preset_layers_on_the_named_preset(monkeypatch: pytest.MonkeyPat
     assert load_preset("small") == {"model": plain["model"], "train": plain["train"]}
     monkeypatch.setenv("GEM_DATA", "douban")
     got = load_preset("small")
-    assert got["model"] == plain["model"]
+    assert got["model"] == {**plain["model"], **own["model"]} != plain["model"]  # key by key, the rest kept
     assert got["train"] == {**plain["train"], **own["train"]} != plain["train"]
     assert load_preset("tiny") == load_preset(ASSETS_DIR / "models" / "tiny.yaml")  # no douban tiny.yaml
 
