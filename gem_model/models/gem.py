@@ -114,7 +114,7 @@ class GEM(nn.Module):
         if cfg.n_topic_stats:  # frozen topic vectors of the shared item table (gem_model.train.item_svd writes them)
             rows = cfg.tables[cfg.sparse_features[cfg.target_pairs[0][0]][1]]
             self.register_buffer("item_topic", torch.zeros(rows, cfg.topic_dim))
-        if cfg.topic_log_share:  # what a candidate without a topic vector reads (gem_model.train.item_svd)
+        if cfg.topic_log_share and cfg.n_topic_stats:  # what a candidate without a topic vector reads (item_svd)
             self.register_buffer("topic_stat_mean", torch.zeros(cfg.n_topic_stats))
         self.emb_drop = nn.Dropout(cfg.emb_dropout)
         self.time = TimeGapEncoding(cfg.time_buckets, d)
@@ -139,7 +139,7 @@ class GEM(nn.Module):
         n_dense = len(cfg.dense_features)
         # the match statistics (and the topic statistics) start switched on
         wide0[:, n_dense:n_dense + n_stats * len(cfg.target_pairs) + cfg.n_topic_stats] = STAT_INIT
-        if cfg.topic_log_share:  # a log share (about -3) at STAT_INIT would move every start logit by ~-1.5
+        if cfg.topic_log_share and cfg.n_topic_stats:  # a log share (~-3) at STAT_INIT: every start logit ~-1.5
             wide0[:, n_wide - 1] = 0.0
         self.wide = nn.ParameterDict({s: nn.Parameter(wide0.clone())  # a linear path, as in Wide & Deep
                                       for s in cfg.surfaces})

@@ -58,6 +58,6 @@ def apply_startup_fits(core: GEM, train: dict[str, Any], streams: RunStreams, *,
             raise ValueError("train.item_svd needs replicated embedding tables")
         info = start_item_table(core, streams.window(), int(svd["dim"]), int(svd["max_rows"]), warm=warm)
         say(f"item table from PPMI-SVD: {info}")
-        if core.cfg.topic_log_share:
+        if core.cfg.topic_log_share and core.cfg.n_topic_stats:
             say(f"topic statistics' mean (a candidate without a topic vector reads it) over "
                 f"{set_topic_stat_mean(core, streams.window())} rows: {core.topic_stat_mean.tolist()}")

@@ -154,6 +154,10 @@ def test_topic_statistics_read_the_frozen_svd_vectors():
     unplaced[:3, j] = FIRST_AD + N_TOPICS + 1  # a row of the table no fit wrote
     got = logged.topic_stats(dataclasses.replace(b, sparse=unplaced), seg, 16)
     assert torch.allclose(got[:3], logged.topic_stat_mean.expand(3, 3)) and torch.allclose(got[3:], three[3:])
+    # without topic vectors the option is inert: no statistic, and the wide path's last input keeps its start
+    plain = build_model(dataclasses.replace(cfg, topic_dim=0, topic_log_share=True))
+    assert plain.cfg.n_topic_stats == 0 and "topic_stat_mean" not in plain.state_dict()
+    assert torch.equal(plain.wide[cfg.surfaces[0]], build_model(dataclasses.replace(cfg, topic_dim=0)).wide[cfg.surfaces[0]])
 
 
 def test_item_svd_dim_must_match_the_topic_buffer():
