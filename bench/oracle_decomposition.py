@@ -91,12 +91,14 @@ def _day(cfg, surfaces, date: dt.date) -> dict[str, np.ndarray]:
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
-def _topic_counts(cfg, surfaces, date: dt.date, users: np.ndarray, lookback: int = LOOKBACK) -> np.ndarray:
-    """(len(users), topics): how many organic items of each topic each user touched in the `lookback`
-    days before `date`, on every surface (ids churn: rows follow `users`)."""
+def _topic_counts(cfg, surfaces, date: dt.date, users: np.ndarray, lookback: int = LOOKBACK) -> list[np.ndarray]:
+    """[day before `date`, the day before it, ...] (`lookback` of them) of (len(users), topics): how many organic
+    items of each topic each user touched that day, on every surface (ids churn: rows follow `users`); the first n
+    summed are the counts of an n-day history."""
     uids = np.unique(users)
-    counts = np.zeros((len(uids), cfg.n_topics))
+    by_day = []
     for back in range(1, lookback + 1):
+        counts = np.zeros((len(uids), cfg.n_topics))
         for s in surfaces.names:
             _, org = sim.simulate_day_frames(cfg, surfaces, s, date - dt.timedelta(days=back))
             ids = org["user_id"].to_numpy()
@@ -104,7 +106,8 @@ def _topic_counts(cfg, surfaces, date: dt.date, users: np.ndarray, lookback: int
             keep = uids[pos] == ids
             topic = sim.topics_of(cfg, org["item_id"].to_numpy()[keep])
             np.add.at(counts, (pos[keep], topic), 1.0)
-    return counts[np.searchsorted(uids, users)]
+        by_day.append(counts[np.searchsorted(uids, users)])
+    return by_day
 
 
 def _log_share(cfg, counts: np.ndarray, topic: np.ndarray) -> np.ndarray:
@@ -122,9 +125,10 @@ def main(argv: list[str] | None = None) -> None:
     data = {}
     for role, date in days.items():
         d = _day(cfg, surfaces, date)
-        d["history_topic"] = _log_share(cfg, _topic_counts(cfg, surfaces, date, d["user"]), d["ad_topic"])
+        by_day = _topic_counts(cfg, surfaces, date, d["user"], max([LOOKBACK, *a.lookbacks]))  # each day simulated once
+        d["history_topic"] = _log_share(cfg, sum(by_day[:LOOKBACK]), d["ad_topic"])
         for n in a.lookbacks:
-            d[f"history_topic_{n}"] = _log_share(cfg, _topic_counts(cfg, surfaces, date, d["user"], n), d["ad_topic"])
+            d[f"history_topic_{n}"] = _log_share(cfg, sum(by_day[:n]), d["ad_topic"])
         data[role] = d
     variants = {
         "oracle": None,

@@ -221,8 +221,11 @@ class GEM(nn.Module):
         if not self.cfg.topic_log_share:
             return torch.stack([mean, best], dim=1)
         stats = torch.stack([mean, best, torch.log((sums[:, 2] + 0.5) / (lengths + 1.0))], dim=1)
-        placed = self.item_topic[candidate].abs().sum(-1) > 0
-        return torch.where(placed[:, None], stats, self.topic_stat_mean.to(stats.dtype))
+        return torch.where(self.has_topic(candidate)[:, None], stats, self.topic_stat_mean.to(stats.dtype))
+
+    def has_topic(self, ids: torch.Tensor) -> torch.Tensor:
+        """[B] bool: the rows of the shared item table that carry a topic vector (fitted or folded in)."""
+        return self.item_topic[ids.long()].abs().sum(-1) > 0
 
     def cross_logit(self, batch: Batch, seg_h: torch.Tensor, hist_len: torch.Tensor) -> torch.Tensor:
         """[B, n_tasks]: sum over the history of w[item] + w[item x candidate], 1/sqrt(length) each

@@ -286,10 +286,9 @@ def set_topic_stat_mean(model: GEM, batches: Iterable[Batch], max_batches: int =
     total, n = torch.zeros(model.cfg.n_topic_stats, dtype=torch.float64), 0
     for batch in itertools.islice(batches, max_batches):
         batch = batch.to(model.item_topic.device)
-        lengths = batch.offsets[1:] - batch.offsets[:-1]
-        seg = torch.repeat_interleave(torch.arange(len(lengths), device=lengths.device), lengths)
-        placed = model.item_topic[batch.sparse[:, j].long()].abs().sum(-1) > 0
-        total += model.topic_stats(batch, seg, len(lengths))[placed].double().sum(0).cpu()
+        seg = segment_ids(batch.offsets, len(batch.history[model.cfg.target_pairs[0][1]]))
+        placed = model.has_topic(batch.sparse[:, j])
+        total += model.topic_stats(batch, seg, len(batch))[placed].double().sum(0).cpu()
         n += int(placed.sum())
     model.topic_stat_mean.copy_((total / max(n, 1)).to(model.topic_stat_mean.dtype))
     return n
