@@ -86,14 +86,29 @@ def _set_rng_state(s: dict[str, torch.Tensor]) -> None:
         torch.cuda.set_rng_state(s["cuda"])
 
 
+def _widened(old: torch.Tensor, own: torch.Tensor) -> bool:
+    """`own` is `old` with more inputs: a matrix whose last dimension (a linear map's inputs: the dense
+    input layer, the wide path) grew, the others equal."""
+    return (old.dim() == own.dim() >= 2 and old.shape[:-1] == own.shape[:-1]
+            and old.shape[-1] < own.shape[-1])
+
+
 def warm_start(model: torch.nn.Module, source: str | Path) -> tuple[dict[str, int], list[str] | None]:
-    """Copy every tensor of a checkpoint whose name and shape match; returns counts and the window it
-    trained on (None where it records none)."""
+    """Copy every tensor of a checkpoint whose name and shape match; one with more inputs than the
+    checkpoint's (a model option that adds a statistic, appended last) gets the old columns and zeros
+    for the new ones, so the model starts computing what the old one did. Returns counts and the window
+    it trained on (None where it records none)."""
     ck = torch.load(resolve_checkpoint(source), map_location="cpu", weights_only=True)
     own = model.state_dict()
     loaded = {k: v for k, v in ck["model"].items() if k in own and own[k].shape == v.shape}
+    widened = {k: v for k, v in ck["model"].items() if k in own and _widened(v, own[k])}
+    for k, v in widened.items():
+        wide = torch.zeros_like(own[k])
+        wide[..., :v.shape[-1]] = v
+        loaded[k] = wide
     model.load_state_dict(loaded, strict=False)
-    return {"loaded": len(loaded), "skipped": len(own) - len(loaded)}, ((ck.get("config") or {}).get("data") or {}).get("train")
+    counts = {"loaded": len(loaded) - len(widened), "widened": len(widened), "skipped": len(own) - len(loaded)}
+    return counts, ((ck.get("config") or {}).get("data") or {}).get("train")
 
 
 def new_days(window: list[str], trained_on: list[str] | None) -> list[str]:

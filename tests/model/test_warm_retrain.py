@@ -300,3 +300,32 @@ def test_a_served_day_shifts_each_fold_status_by_what_the_maps_days_left(gem_hom
     new, old = both.filter(pl.col("ad_id") > 50000), both.filter(pl.col("ad_id") < 50000)
     assert np.allclose(odds(new["s"].to_numpy()), np.e * odds(new["p_click"].to_numpy()), rtol=1e-4)
     assert np.allclose(old["s"].to_numpy(), old["p_click"].to_numpy(), rtol=1e-6)
+
+
+def test_a_warm_start_into_a_model_with_one_more_statistic_starts_as_the_old_model(tmp_path):
+    """An option that appends an input (model.topic_log_share) widens the dense input layer and the wide
+    path: the warm start copies their old columns and zeros the new one, so the retrain starts from the
+    old model's predictions instead of a restarted input layer (and a gate that refuses it)."""
+    from gem_model.train.loop import warm_start
+
+    torch.manual_seed(0)
+    cfg = dataclasses.replace(config_from_assets("tiny"), topic_dim=8)
+    old = build_model(cfg)
+    g = torch.Generator().manual_seed(5)
+    set_item_svd(old, [_batch(cfg, g, FIRST_AD) for _ in range(4)], dim=8)
+    with torch.no_grad():
+        for w in old.wide.values():  # trained wide weights, not the start
+            w.normal_()
+    torch.save({"model": old.state_dict()}, tmp_path / "checkpoint.pt")
+
+    torch.manual_seed(1)
+    new = build_model(dataclasses.replace(cfg, topic_log_share=True))
+    counts, window = warm_start(new, tmp_path)
+    assert counts == {"loaded": len(old.state_dict()) - 1 - len(cfg.surfaces), "widened": 1 + len(cfg.surfaces),
+                      "skipped": 1} and window is None  # skipped: topic_stat_mean, which the old model lacks
+    assert torch.equal(new.dense[0].weight[:, :-1], old.dense[0].weight) and not new.dense[0].weight[:, -1].any()
+    b = _batch(cfg, g, FIRST_AD, rows=16)
+    old.eval(), new.eval()
+    with torch.no_grad():
+        assert torch.allclose(new(b), old(b), atol=1e-5)
+        assert new.topic_stats(b, torch.repeat_interleave(torch.arange(16), b.offsets[1:] - b.offsets[:-1]), 16)[:, 2].std() > 0
