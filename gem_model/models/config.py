@@ -106,6 +106,14 @@ class GEMConfig:
         return 2 + int(self.topic_log_share) if self.topic_dim and self.target_pairs else 0
 
     @property
+    def wide_inputs(self) -> list[str]:
+        """The names of the dense input layer's and the wide path's columns, in order: the dense features, each
+        target pair's match statistics (gem_model.models.target_attention), the topic statistics."""
+        match = ["count_log", "count_share", "mean", "max", "raw_mean", "same"][:6 if self.exact_match else 5]
+        topic = ["topic_mean", "topic_max", "topic_log_share"][:self.n_topic_stats]
+        return [*self.dense_features, *(f"{col}:{m}" for _, col in self.target_pairs for m in match), *topic]
+
+    @property
     def n_seq_summary(self) -> int:
         return self.n_cls + self.n_pma + self.n_recent + len(self.target_pairs)
 

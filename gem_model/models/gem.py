@@ -106,7 +106,7 @@ class GEM(nn.Module):
         # -- inputs ---------------------------------------------------------------------------
         self.tables = nn.ModuleDict({t: nn.Embedding(rows, d) for t, rows in cfg.tables.items()})
         n_stats = N_STATS if cfg.exact_match else N_STATS - 1
-        n_wide = len(cfg.dense_features) + n_stats * len(cfg.target_pairs) + cfg.n_topic_stats
+        n_wide = len(cfg.wide_inputs)  # dense features, n_stats per target pair, topic statistics
         self.dense = MLP(n_wide, 2 * d, d)
         # training-window statistics (gem_model.data.normalization), saved with the weights
         self.register_buffer("dense_mean", torch.zeros(len(cfg.dense_features)))
@@ -222,6 +222,10 @@ class GEM(nn.Module):
             return torch.stack([mean, best], dim=1)
         stats = torch.stack([mean, best, torch.log((sums[:, 2] + 0.5) / (lengths + 1.0))], dim=1)
         return torch.where(self.has_topic(candidate)[:, None], stats, self.topic_stat_mean.to(stats.dtype))
+
+    def wide_input_keys(self) -> list[str]:
+        """The state-dict entries whose last dimension is `cfg.wide_inputs` (a warm start maps it by name)."""
+        return ["dense.0.weight", *(f"wide.{s}" for s in self.cfg.surfaces)]
 
     def has_topic(self, ids: torch.Tensor) -> torch.Tensor:
         """[B] bool: the rows of the shared item table that carry a topic vector (fitted or folded in)."""

@@ -86,28 +86,35 @@ def _set_rng_state(s: dict[str, torch.Tensor]) -> None:
         torch.cuda.set_rng_state(s["cuda"])
 
 
-def _widened(old: torch.Tensor, own: torch.Tensor) -> bool:
-    """`own` is `old` with more inputs: a matrix whose last dimension (a linear map's inputs: the dense
-    input layer, the wide path) grew, the others equal."""
-    return (old.dim() == own.dim() >= 2 and old.shape[:-1] == own.shape[:-1]
-            and old.shape[-1] < own.shape[-1])
+def _by_name(old: torch.Tensor, own: torch.Tensor, old_in: list[str], own_in: list[str]) -> torch.Tensor | None:
+    """`old`'s columns (named `old_in`) moved to where `own_in` has them, zeros for the names it lacks; None
+    where the shapes say these are not those columns."""
+    if old.shape[:-1] != own.shape[:-1] or (old.shape[-1], own.shape[-1]) != (len(old_in), len(own_in)):
+        return None
+    out = torch.zeros_like(own)
+    pairs = [(k, old_in.index(name)) for k, name in enumerate(own_in) if name in old_in]
+    if pairs:
+        to, fro = zip(*pairs, strict=True)
+        out[..., list(to)] = old[..., list(fro)].to(own.dtype)
+    return out
 
 
 def warm_start(model: torch.nn.Module, source: str | Path) -> tuple[dict[str, int], list[str] | None]:
-    """Copy every tensor of a checkpoint whose name and shape match; one with more inputs than the
-    checkpoint's (a model option that adds a statistic, appended last) gets the old columns and zeros
-    for the new ones, so the model starts computing what the old one did. Returns counts and the window
-    it trained on (None where it records none)."""
+    """Copy every tensor of a checkpoint whose name and shape match. Where the model's dense and wide inputs
+    differ from the checkpoint's (a model option that adds a statistic, a dense feature added), the tensors
+    that read them get the old columns by name and zeros for the new ones, so the model starts computing
+    what the old one did. Returns counts and the window it trained on (None where it records none)."""
     ck = torch.load(resolve_checkpoint(source), map_location="cpu", weights_only=True)
     own = model.state_dict()
     loaded = {k: v for k, v in ck["model"].items() if k in own and own[k].shape == v.shape}
-    widened = {k: v for k, v in ck["model"].items() if k in own and _widened(v, own[k])}
-    for k, v in widened.items():
-        wide = torch.zeros_like(own[k])
-        wide[..., :v.shape[-1]] = v
-        loaded[k] = wide
+    remapped = 0
+    if isinstance(model, GEM) and ck.get("model_config"):
+        old_in, own_in = GEMConfig.from_dict(ck["model_config"]).wide_inputs, model.cfg.wide_inputs
+        for k in model.wide_input_keys() if old_in != own_in else ():
+            if k in ck["model"] and (v := _by_name(ck["model"][k], own[k], old_in, own_in)) is not None:
+                loaded[k], remapped = v, remapped + 1
     model.load_state_dict(loaded, strict=False)
-    counts = {"loaded": len(loaded) - len(widened), "widened": len(widened), "skipped": len(own) - len(loaded)}
+    counts = {"loaded": len(loaded) - remapped, "remapped": remapped, "skipped": len(own) - len(loaded)}
     return counts, ((ck.get("config") or {}).get("data") or {}).get("train")
 
 

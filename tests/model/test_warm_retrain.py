@@ -302,10 +302,10 @@ def test_a_served_day_shifts_each_fold_status_by_what_the_maps_days_left(gem_hom
     assert np.allclose(old["s"].to_numpy(), old["p_click"].to_numpy(), rtol=1e-6)
 
 
-def test_a_warm_start_into_a_model_with_one_more_statistic_starts_as_the_old_model(tmp_path):
-    """An option that appends an input (model.topic_log_share) widens the dense input layer and the wide
-    path: the warm start copies their old columns and zeros the new one, so the retrain starts from the
-    old model's predictions instead of a restarted input layer (and a gate that refuses it)."""
+def test_a_warm_start_into_a_model_with_more_inputs_starts_as_the_old_model(tmp_path):
+    """An option that adds an input (model.topic_log_share, a dense feature) widens the dense input layer and
+    the wide path: the warm start moves their old columns by name and zeros the new ones, so the retrain
+    starts from the old model's predictions instead of a restarted input layer (and a gate that refuses it)."""
     from gem_model.train.loop import warm_start
 
     torch.manual_seed(0)
@@ -316,16 +316,25 @@ def test_a_warm_start_into_a_model_with_one_more_statistic_starts_as_the_old_mod
     with torch.no_grad():
         for w in old.wide.values():  # trained wide weights, not the start
             w.normal_()
-    torch.save({"model": old.state_dict()}, tmp_path / "checkpoint.pt")
+    torch.save({"model": old.state_dict(), "model_config": cfg.to_dict()}, tmp_path / "checkpoint.pt")
+    b = _batch(cfg, g, FIRST_AD, rows=16)
+    old.eval()
+    with torch.no_grad():
+        want = old(b)
 
     torch.manual_seed(1)
-    new = build_model(dataclasses.replace(cfg, topic_log_share=True))
-    counts, window = warm_start(new, tmp_path)
-    assert counts == {"loaded": len(old.state_dict()) - 1 - len(cfg.surfaces), "widened": 1 + len(cfg.surfaces),
+    logged = build_model(dataclasses.replace(cfg, topic_log_share=True))
+    assert logged.cfg.wide_inputs == [*cfg.wide_inputs, "topic_log_share"]
+    counts, window = warm_start(logged, tmp_path)
+    assert counts == {"loaded": len(old.state_dict()) - 1 - len(cfg.surfaces), "remapped": 1 + len(cfg.surfaces),
                       "skipped": 1} and window is None  # skipped: topic_stat_mean, which the old model lacks
-    assert torch.equal(new.dense[0].weight[:, :-1], old.dense[0].weight) and not new.dense[0].weight[:, -1].any()
-    b = _batch(cfg, g, FIRST_AD, rows=16)
-    old.eval(), new.eval()
+    assert torch.equal(logged.dense[0].weight[:, :-1], old.dense[0].weight) and not logged.dense[0].weight[:, -1].any()
+    seg = torch.repeat_interleave(torch.arange(16), b.offsets[1:] - b.offsets[:-1])
+    assert logged.topic_stats(b, seg, 16)[:, 2].std() > 0  # the new input varies: its zero weight is what keeps it out
+    # a dense feature added as well: it lands before the match statistics, which move, each read by name
+    more = build_model(dataclasses.replace(cfg, topic_log_share=True, dense_features=[*cfg.dense_features, "added"]))
+    assert warm_start(more, tmp_path)[0]["remapped"] == 1 + len(cfg.surfaces)
+    extra = dataclasses.replace(b, dense=torch.cat([b.dense, torch.randn(16, 1, generator=g)], dim=1))
+    logged.eval(), more.eval()
     with torch.no_grad():
-        assert torch.allclose(new(b), old(b), atol=1e-5)
-        assert new.topic_stats(b, torch.repeat_interleave(torch.arange(16), b.offsets[1:] - b.offsets[:-1]), 16)[:, 2].std() > 0
+        assert torch.allclose(logged(b), want, atol=1e-5) and torch.allclose(more(extra), want, atol=1e-5)
