@@ -10,6 +10,9 @@ if TYPE_CHECKING:  # gem_model.config needs pydantic: imported lazily, so the mo
     from gem_model.config import FeaturesConfig, SurfacesConfig
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
+# each target pair's match statistics, in the order gem_model.models.target_attention computes them ("same":
+# only with `exact_match`)
+MATCH_STATS = ("count_log", "count_share", "mean", "max", "raw_mean", "same")
 # options removed with their code, at their "off" value (None: any value was inert): older checkpoints
 # that carry them at that value still load
 RETIRED: dict[str, Any] = {"cooc_weight": 0.0, "cooc_pairs": None, "cooc_temperature": None, "cooc_clicks": False,
@@ -109,7 +112,7 @@ class GEMConfig:
     def wide_inputs(self) -> list[str]:
         """The names of the dense input layer's and the wide path's columns, in order: the dense features, each
         target pair's match statistics (gem_model.models.target_attention), the topic statistics."""
-        match = ["count_log", "count_share", "mean", "max", "raw_mean", "same"][:6 if self.exact_match else 5]
+        match = MATCH_STATS if self.exact_match else MATCH_STATS[:-1]
         topic = ["topic_mean", "topic_max", "topic_log_share"][:self.n_topic_stats]
         return [*self.dense_features, *(f"{col}:{m}" for _, col in self.target_pairs for m in match), *topic]
 

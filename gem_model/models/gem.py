@@ -45,7 +45,7 @@ from gem_model.models.layers import (
     segment_max,
     segment_sum,
 )
-from gem_model.models.target_attention import N_STATS, STAT_INIT, DINTargetAttention
+from gem_model.models.target_attention import STAT_INIT, DINTargetAttention
 
 CROSS = "_cross"  # key of the wide cross table (feature tables are named [a-z0-9_]+ without a leading _)
 _GOLDEN = 0x9E3779B1
@@ -105,8 +105,7 @@ class GEM(nn.Module):
         d = cfg.d_model
         # -- inputs ---------------------------------------------------------------------------
         self.tables = nn.ModuleDict({t: nn.Embedding(rows, d) for t, rows in cfg.tables.items()})
-        n_stats = N_STATS if cfg.exact_match else N_STATS - 1
-        n_wide = len(cfg.wide_inputs)  # dense features, n_stats per target pair, topic statistics
+        n_wide = len(cfg.wide_inputs)  # dense features, match statistics per target pair, topic statistics
         self.dense = MLP(n_wide, 2 * d, d)
         # training-window statistics (gem_model.data.normalization), saved with the weights
         self.register_buffer("dense_mean", torch.zeros(len(cfg.dense_features)))
@@ -138,7 +137,7 @@ class GEM(nn.Module):
         wide0 = torch.zeros(n_t, n_wide)
         n_dense = len(cfg.dense_features)
         # the match statistics (and the topic statistics) start switched on
-        wide0[:, n_dense:n_dense + n_stats * len(cfg.target_pairs) + cfg.n_topic_stats] = STAT_INIT
+        wide0[:, n_dense:] = STAT_INIT
         if cfg.topic_log_share and cfg.n_topic_stats:  # a log share (~-3) at STAT_INIT: every start logit ~-1.5
             wide0[:, n_wide - 1] = 0.0
         self.wide = nn.ParameterDict({s: nn.Parameter(wide0.clone())  # a linear path, as in Wide & Deep

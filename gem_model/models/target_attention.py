@@ -16,9 +16,10 @@ import math
 import torch
 from torch import nn
 
+from gem_model.models.config import MATCH_STATS
 from gem_model.models.layers import segment_max, segment_softmax, segment_sum
 
-N_STATS = 6
+N_STATS = len(MATCH_STATS)
 STAT_INIT = 0.5  # initial wide weight of each match statistic
 RAW_SCALE = 10.0  # embeddings start at std 0.05: a raw dot product starts ~100x smaller than a logit
 
