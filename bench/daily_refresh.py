@@ -1,14 +1,18 @@
 """A daily refresh of a stale foundation against the serving-time fold-in: warm-start from a version and
-train on the one day that entered the teacher window since (run_foundation(train_days=...)), then score
-day E as teacher_predictions does, the stale and the refreshed version each without and with the fold-in
-(bench/serving_fold_in.py's score_day). Prints click NE, the share of the oracle gap closed and the
-calibration against the truth, every surface pooled.
+train on the days that entered the teacher window since (run_foundation(train_days=...)), then score day E
+as teacher_predictions does, the stale and the refreshed version each without and with the fold-in
+(bench/serving_fold_in.py's score_day). Prints click NE per surface, on every row and on the ads first seen
+on E, with the paired interval of refreshed - stale as served, the share of the oracle gap closed and the
+calibration against the truth.
 
-    GEM_SIMULATOR=eval GEM_HOME=<a finished week> python bench/daily_refresh.py --day <E> --init <version dir> \\
-        --out-root <a scratch home> [--epochs 1] [--warm-lr-frac 0.1]
+    GEM_SIMULATOR=eval GEM_HOME=<a finished week> python bench/daily_refresh.py --day <E> [<E+1> ...] \
+        --init <version dir> --out-root <a scratch home> [--epochs 1] [--warm-lr-frac 0.1] [--catch-up]
 
-The refreshed version goes under <out-root>/models/ (never the home's ACCEPTED). E's teacher window ends
-at E-3 (assets/calendar.yaml's teacher_lag_days 1): the refresh trains on E-3 alone, selects on E-1.
+The refreshed versions go under <out-root>/models/ (never the home's ACCEPTED). E's teacher window ends
+at E-3 (assets/calendar.yaml's teacher_lag_days 1): the refresh trains on E-3 alone, selects on E-1;
+--catch-up trains on every day after the init's window up to E-3 (what a chain of daily refreshes since the
+init's retrain would have seen). Several days: the chain itself, each day refreshed from the day before's
+refresh and compared with --init (the week's stale teacher), every day's rows pooled.
 """
 
 from __future__ import annotations
@@ -20,11 +24,15 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+import polars as pl
+
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gem_model.config import load_calendar  # noqa: E402
-from gem_model.eval.metrics import normalized_entropy  # noqa: E402
+from gem_model.eval.ad_age import AGE_BUCKETS, ALL  # noqa: E402
+from gem_model.eval.metrics import bootstrap_ne, interval, normalized_entropy  # noqa: E402
 from gem_model.models.registry import load_model  # noqa: E402
 from gem_model.train.foundation import run_foundation  # noqa: E402
 
@@ -33,34 +41,73 @@ serving_bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(serving_bench)
 
 
+def refresh(init: Path, day: dt.date, a: argparse.Namespace) -> Path:
+    """Warm-start from `init` and train on the days of E = `day`'s teacher window not in init's (E-3 alone,
+    or from the day after init's window with --catch-up); the refreshed version's dir."""
+    base = load_calendar()
+    calendar = base.model_copy(update={"days": (day - base.start).days + 1})
+    _, config = load_model(init / "model.pt")
+    new_day = calendar.roles().teacher[1]
+    first = dt.date.fromisoformat(str(config["data"]["train"][-1])) + dt.timedelta(days=1) if a.catch_up else new_day
+    t0 = time.perf_counter()
+    res = run_foundation(config["preset"], calendar=calendar, out_root=a.out_root, init_from=init, baselines=False,
+                         train_days=(first.isoformat(), new_day.isoformat()), device="cpu",
+                         overrides={"train": {"epochs": a.epochs, "warm_lr_frac": a.warm_lr_frac}})
+    print(f"refreshed {init.name} on {first}..{new_day} -> {res['version']} (best step {res['best_step']}, "
+          f"{time.perf_counter() - t0:.0f} s)")
+    return Path(res["version_dir"])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--day", required=True, help="E, the day scored")
+    p.add_argument("--day", required=True, nargs="+",
+                   help="E, the day scored; several consecutive days: a chain, each day's refresh warm-started from "
+                        "the one before (its first from --init), the stale version --init on every day")
     p.add_argument("--init", required=True, type=Path, help="the stale foundation version's dir")
     p.add_argument("--out-root", required=True, type=Path, help="where the refreshed version is written")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--warm-lr-frac", type=float, default=0.1)
-    p.add_argument("--serve-slices", type=int, default=4, help="train.item_svd.serve_slices of both versions")
+    p.add_argument("--catch-up", action="store_true", help="train from the day after the init's window to E-3")
+    p.add_argument("--serve-slices", type=int, default=None, help="train.item_svd.serve_slices of both versions (default: their own)")
+    p.add_argument("--n-boot", type=int, default=500)
     a = p.parse_args(argv)
-    day = dt.date.fromisoformat(a.day)
-    base = load_calendar()
-    calendar = base.model_copy(update={"days": (day - base.start).days + 1})
-    _, config = load_model(a.init / "model.pt")
-    new_day = (calendar.roles().teacher[1]).isoformat()
-    t0 = time.perf_counter()
-    res = run_foundation(config["preset"], calendar=calendar, out_root=a.out_root, init_from=a.init, baselines=False,
-                         train_days=(new_day, new_day), device="cpu",
-                         overrides={"train": {"epochs": a.epochs, "warm_lr_frac": a.warm_lr_frac}})
-    print(f"refreshed {a.init.name} on {new_day} -> {res['version']} (best step {res['best_step']}, "
-          f"{time.perf_counter() - t0:.0f} s)")
-    print("\n| version | fold-in | NE | gap closed | calibration |\n|---|---|---|---|---|")
-    for name, vdir in (("stale", a.init), ("refreshed", Path(res["version_dir"]))):
-        df, _ = serving_bench.score_day(day, vdir, a.serve_slices)
-        y, o = df["click"].to_numpy(), df["oracle_p"].to_numpy()
-        floor = normalized_entropy(y, o)
-        for col, label in (("base", "none"), ("folded", "as served")):
-            ne = normalized_entropy(y, df[col].to_numpy())
-            print(f"| {name} | {label} | {ne:.4f} | {(1 - ne) / (1 - floor):.3f} | {df[col].mean() / o.mean():.3f} |")
+    days = sorted(dt.date.fromisoformat(d) for d in a.day)
+    if any((b - c).days != 1 for c, b in zip(days, days[1:], strict=False)):
+        raise SystemExit(f"--day: a chain is of consecutive days, got {[str(d) for d in days]}")
+    frames, init = [], a.init
+    for day in days:
+        init = refresh(init, day, a)
+        a.catch_up = True  # the next day's refresh trains on the one day after this one's window
+        served = {name: serving_bench.score_day(day, vdir, a.serve_slices)[0] for name, vdir in (("stale", a.init), ("refreshed", init))}
+        frames.append(served["stale"].select("request_id", "surface", "click", "oracle_p", "ad_age",
+                                             pl.col("base").alias("stale_none"), pl.col("folded").alias("stale"))
+                      .join(served["refreshed"].select("request_id", pl.col("base").alias("refreshed_none"),
+                                                       pl.col("folded").alias("refreshed")), on="request_id"))
+    df = pl.concat(frames)
+    print(f"\nclick NE, {len(days)} day(s) pooled ({days[0]}..{days[-1]}); as served (the fold-in) unless `none`; "
+          "diff = refreshed - stale [95% paired interval]; gap = share of the oracle gap closed; cal = mean p / mean "
+          "oracle p\n")
+    print("| surface | ad age | rows | clicks | NE stale | NE refreshed | diff [95%] | gap stale | gap refreshed | "
+          "NE stale, none | NE refreshed, none | cal stale | cal refreshed |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    cols = ("stale", "refreshed", "stale_none", "refreshed_none")
+    for surface in [*sorted(df["surface"].unique().to_list()), ALL]:
+        s = df if surface == ALL else df.filter(pl.col("surface") == surface)
+        for age in (AGE_BUCKETS[0], ALL):  # ads first seen on the day, and every row
+            b = s if age == ALL else s.filter(pl.col("ad_age") == age)
+            y = b["click"].to_numpy().astype(np.float64)
+            if y.sum() == 0:
+                continue
+            boot = bootstrap_ne(y, {k: b[k].to_numpy() for k in ("stale", "refreshed")}, n_boot=a.n_boot, seed=0, chunk=10)
+            lo, hi = interval(boot["refreshed"] - boot["stale"])
+            ne = {k: normalized_entropy(y, b[k].to_numpy()) for k in cols}
+            o = normalized_entropy(y, b["oracle_p"].to_numpy())
+            gap = {k: (1 - ne[k]) / (1 - o) for k in cols}
+            cal = {k: float(b[k].mean() / b["oracle_p"].mean()) for k in ("stale", "refreshed")}
+            print(f"| {surface} | {age} | {len(y)} | {int(y.sum())} | {ne['stale']:.4f} | {ne['refreshed']:.4f} | "
+                  f"{ne['refreshed'] - ne['stale']:+.4f} [{lo:+.4f}, {hi:+.4f}] | {gap['stale']:.3f} | "
+                  f"{gap['refreshed']:.3f} | {ne['stale_none']:.4f} | {ne['refreshed_none']:.4f} | {cal['stale']:.3f} | "
+                  f"{cal['refreshed']:.3f} |")
     return 0
 
 
