@@ -41,14 +41,14 @@ serving_bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(serving_bench)
 
 
-def refresh(init: Path, day: dt.date, a: argparse.Namespace) -> Path:
-    """Warm-start from `init` and train on the days of E = `day`'s teacher window not in init's (E-3 alone,
-    or from the day after init's window with --catch-up); the refreshed version's dir."""
+def refresh(init: Path, day: dt.date, a: argparse.Namespace, catch_up: bool) -> Path:
+    """Warm-start from `init` and train on E = `day`'s last teacher day E-3 (`catch_up`: every day after init's
+    window up to E-3); the refreshed version's dir."""
     base = load_calendar()
     calendar = base.model_copy(update={"days": (day - base.start).days + 1})
     _, config = load_model(init / "model.pt")
     new_day = calendar.roles().teacher[1]
-    first = dt.date.fromisoformat(str(config["data"]["train"][-1])) + dt.timedelta(days=1) if a.catch_up else new_day
+    first = dt.date.fromisoformat(str(config["data"]["train"][-1])) + dt.timedelta(days=1) if catch_up else new_day
     t0 = time.perf_counter()
     res = run_foundation(config["preset"], calendar=calendar, out_root=a.out_root, init_from=init, baselines=False,
                          train_days=(first.isoformat(), new_day.isoformat()), device="cpu",
@@ -76,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--day: a chain is of consecutive days, got {[str(d) for d in days]}")
     frames, init = [], a.init
     for day in days:
-        init = refresh(init, day, a)
-        a.catch_up = True  # the next day's refresh trains on the one day after this one's window
+        # after the first, a refresh trains on the one day after the window of the one before
+        init = refresh(init, day, a, catch_up=a.catch_up or day != days[0])
         served = {name: serving_bench.score_day(day, vdir, a.serve_slices)[0] for name, vdir in (("stale", a.init), ("refreshed", init))}
         frames.append(served["stale"].select("request_id", "surface", "click", "oracle_p", "ad_age",
                                              pl.col("base").alias("stale_none"), pl.col("folded").alias("stale"))
