@@ -24,7 +24,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
@@ -32,7 +31,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gem_model.config import load_calendar  # noqa: E402
 from gem_model.eval.ad_age import AGE_BUCKETS, ALL  # noqa: E402
-from gem_model.eval.metrics import bootstrap_ne, interval, normalized_entropy  # noqa: E402
 from gem_model.models.registry import load_model  # noqa: E402
 from gem_model.train.foundation import run_foundation  # noqa: E402
 
@@ -90,21 +88,15 @@ def main(argv: list[str] | None = None) -> int:
     print("| surface | ad age | rows | clicks | NE stale | NE refreshed | diff [95%] | gap stale | gap refreshed | "
           "NE stale, none | NE refreshed, none | cal stale | cal refreshed |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    cols = ("stale", "refreshed", "stale_none", "refreshed_none")
     for surface in [*sorted(df["surface"].unique().to_list()), ALL]:
         s = df if surface == ALL else df.filter(pl.col("surface") == surface)
         for age in (AGE_BUCKETS[0], ALL):  # ads first seen on the day, and every row
             b = s if age == ALL else s.filter(pl.col("ad_age") == age)
-            y = b["click"].to_numpy().astype(np.float64)
-            if y.sum() == 0:
+            if b["click"].sum() == 0:
                 continue
-            boot = bootstrap_ne(y, {k: b[k].to_numpy() for k in ("stale", "refreshed")}, n_boot=a.n_boot, seed=0, chunk=10)
-            lo, hi = interval(boot["refreshed"] - boot["stale"])
-            ne = {k: normalized_entropy(y, b[k].to_numpy()) for k in cols}
-            o = normalized_entropy(y, b["oracle_p"].to_numpy())
-            gap = {k: (1 - ne[k]) / (1 - o) for k in cols}
-            cal = {k: float(b[k].mean() / b["oracle_p"].mean()) for k in ("stale", "refreshed")}
-            print(f"| {surface} | {age} | {len(y)} | {int(y.sum())} | {ne['stale']:.4f} | {ne['refreshed']:.4f} | "
+            r = serving_bench.paired_stats(b, "refreshed", "stale", a.n_boot, others=("stale_none", "refreshed_none"))
+            ne, gap, cal, lo, hi = r["ne"], r["gap"], r["cal"], r["lo"], r["hi"]
+            print(f"| {surface} | {age} | {b.height} | {int(b['click'].sum())} | {ne['stale']:.4f} | {ne['refreshed']:.4f} | "
                   f"{ne['refreshed'] - ne['stale']:+.4f} [{lo:+.4f}, {hi:+.4f}] | {gap['stale']:.3f} | "
                   f"{gap['refreshed']:.3f} | {ne['stale_none']:.4f} | {ne['refreshed_none']:.4f} | {cal['stale']:.3f} | "
                   f"{cal['refreshed']:.3f} |")

@@ -63,6 +63,21 @@ def score_day(day: dt.date, model_dir: Path | None, slices: int | None = None,
     return df, f"{day}: {path.name} (window ..{cfg['data']['train'][-1]})"
 
 
+def paired_stats(b: pl.DataFrame, a: str, ref: str, n_boot: int, others: tuple[str, ...] = (),
+                 oracle: bool = True) -> dict:
+    """On rows `b` (click, oracle_p and prediction columns): each column's NE, share of the oracle gap closed
+    and calibration against the truth (nan without `oracle`), the oracle's NE, and the paired 95% interval
+    (lo, hi) of NE(a) - NE(ref) over `n_boot` resamples of the rows."""
+    y = b["click"].to_numpy().astype(np.float64)
+    boot = bootstrap_ne(y, {k: b[k].to_numpy() for k in (a, ref)}, n_boot=n_boot, seed=0, chunk=10)
+    lo, hi = interval(boot[a] - boot[ref])
+    ne = {k: normalized_entropy(y, b[k].to_numpy()) for k in (a, ref, *others)}
+    o = normalized_entropy(y, b["oracle_p"].to_numpy()) if oracle else float("nan")
+    return {"ne": ne, "lo": lo, "hi": hi, "oracle_ne": o,
+            "gap": {k: (1 - v) / (1 - o) if oracle else float("nan") for k, v in ne.items()},
+            "cal": {k: float(b[k].mean() / b["oracle_p"].mean()) if oracle else float("nan") for k in ne}}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--days", required=True, nargs="+", help="the days D to score (choose on E-1)")
@@ -96,18 +111,13 @@ def main(argv: list[str] | None = None) -> int:
         s = df if surface == ALL else df.filter(pl.col("surface") == surface)
         for age in (*AGE_BUCKETS, ALL):
             b = s if age == ALL else s.filter(pl.col("ad_age") == age)
-            y = b["click"].to_numpy().astype(np.float64)
-            if len(y) == 0 or y.sum() == 0:
+            if b.height == 0 or b["click"].sum() == 0:
                 continue
-            boot = bootstrap_ne(y, {k: b[k].to_numpy() for k in ("base", "folded")}, n_boot=a.n_boot, seed=0, chunk=10)
-            lo, hi = interval(boot["folded"] - boot["base"])
-            ne = {k: normalized_entropy(y, b[k].to_numpy()) for k in ("base", "folded")}
-            o = normalized_entropy(y, b["oracle_p"].to_numpy()) if oracle else float("nan")
-            gap = {k: (1 - v) / (1 - o) if oracle else float("nan") for k, v in ne.items()}
-            cal = {k: float(b[k].mean() / b["oracle_p"].mean()) if oracle else float("nan") for k in ne}
-            print(f"| {surface} | {age} | {len(y)} | {int(y.sum())} | {ne['base']:.4f} | {ne['folded']:.4f} | "
-                  f"{ne['folded'] - ne['base']:+.4f} [{lo:+.4f}, {hi:+.4f}] | {o:.4f} | {gap['base']:.3f} | "
-                  f"{gap['folded']:.3f} | {cal['base']:.3f} | {cal['folded']:.3f} |")
+            r = paired_stats(b, "folded", "base", a.n_boot, oracle=oracle)
+            ne, gap, cal = r["ne"], r["gap"], r["cal"]
+            print(f"| {surface} | {age} | {b.height} | {int(b['click'].sum())} | {ne['base']:.4f} | {ne['folded']:.4f} | "
+                  f"{ne['folded'] - ne['base']:+.4f} [{r['lo']:+.4f}, {r['hi']:+.4f}] | {r['oracle_ne']:.4f} | "
+                  f"{gap['base']:.3f} | {gap['folded']:.3f} | {cal['base']:.3f} | {cal['folded']:.3f} |")
     return 0
 
 
