@@ -6,7 +6,7 @@ day's rows pooled, with paired 95% intervals of the difference, the share of the
 the calibration against the truth (mean prediction / mean oracle probability). Nothing is trained.
 
     GEM_SIMULATOR=eval GEM_HOME=<a finished demo or week> python bench/serving_fold_in.py --days <D> [<D> ...]
-        [--model <version dir>] [--serve-slices K] [--base-folded] [--save <dir>]
+        [--model <version dir>] [--serve-slices K] [--status-map platt|shift] [--base-folded] [--save <dir>]
 
 The model of each day is the foundation version that served it (its `teacher_predictions` rows), or
 --model. Why: with churn most of E's impressions are of ads the teacher never saw (its window ends at
@@ -26,7 +26,7 @@ import polars as pl
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gem_model.distill.serving_fold_in import with_serve_slices  # noqa: E402
+from gem_model.distill.serving_fold_in import with_serve_slices, with_status_kind  # noqa: E402
 from gem_model.distill.teacher import FOUNDATION, predict_teacher, read_teacher_predictions  # noqa: E402
 from gem_model.eval.ad_age import AGE_BUCKETS, ALL, EVAL_PREDICTIONS, ad_ages, read_events  # noqa: E402
 from gem_model.eval.metrics import bootstrap_ne, interval, normalized_entropy, read_oracle  # noqa: E402
@@ -42,13 +42,14 @@ def served_version(day: dt.date) -> str:
 
 
 def score_day(day: dt.date, model_dir: Path | None, slices: int | None = None,
-              base_folded: bool = False) -> tuple[pl.DataFrame, str]:
+              base_folded: bool = False, status_map: str | None = None) -> tuple[pl.DataFrame, str]:
     """request_id, surface, click, base, folded, oracle_p, ad_age of `day`, and what was folded
-    (slices: `train.item_svd.serve_slices` for the folded arm; None: the model's own; base_folded: the base
-    arm folds with the model's own options instead of not at all)."""
+    (slices, status_map: `train.item_svd.serve_slices` and `status_map` for the folded arm; None: the model's
+    own; base_folded: the base arm folds with the model's own options instead of not at all)."""
     path = model_dir or models_dir("foundation_model") / served_version(day)
     model, own = load_model(path / "model.pt")
     cfg = own if slices is None else with_serve_slices(own, slices)
+    cfg = cfg if status_map is None else with_status_kind(cfg, status_map)
     uri = table_uri("training_examples")
     base, folded = (predict_teacher(model, [day], FOUNDATION, path.name, uri=uri, recalibrate=True, fold_in=f)
                     .select("request_id", "surface", pl.col("p_click").alias(name))
@@ -84,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", type=Path, default=None, help="a foundation version dir for every day")
     p.add_argument("--serve-slices", type=int, default=None,
                    help="train.item_svd.serve_slices of the folded arm (default: the model's own)")
+    p.add_argument("--status-map", choices=["platt", "shift"], default=None,
+                   help="train.item_svd.status_map of the folded arm (default: the model's own)")
     p.add_argument("--base-folded", action="store_true",
                    help="the base arm folds with the model's own options (compare serving options, not fold or none)")
     p.add_argument("--n-boot", type=int, default=500)
@@ -93,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     frames = []
     for d in sorted({dt.date.fromisoformat(x) for x in a.days}):
-        df, what = score_day(d, a.model, a.serve_slices, a.base_folded)
+        df, what = score_day(d, a.model, a.serve_slices, a.base_folded, a.status_map)
         frames.append(df)
         print(what)
     df = pl.concat(frames, how="diagonal")

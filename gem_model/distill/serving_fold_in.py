@@ -8,9 +8,10 @@ the window and D get a direction from the aligned PPMI-SVD refit the warm retrai
 The model then rates these kinds of ad differently: `known` (first seen in or before its window),
 `folded` (first seen after it, before D), `folded_today` (first seen on D, in an earlier slice) and
 `unseen` (no exposure logged before the slice of D it is scored in: nothing to fold); one monotone map
-per surface cannot serve them all, so after it a logit shift per status, fitted on the map's
-own days (each scored as it was served), brings each status's mean to its click rate (bench/RESULTS.md,
-"serving-time fold-in").
+per surface cannot serve them all, so after it a Platt map per status (slope and shift on the mapped logit),
+fitted on the map's own days (each scored as it was served), brings each status to its click rate. A
+slope, not only a shift: a folded ad's predictions spread too little around its level (bench/RESULTS.md,
+"serving-time fold-in"; bench/MODEL_SEARCH.md 35).
 
 Slices (`train.item_svd.serve_slices`, K): a day is served in K equal slices of its hours, and slice k
 folds in, besides the days between, the day's own exposures of the hours before it (rows, never labels):
@@ -30,12 +31,12 @@ import polars as pl
 import torch
 
 from gem_model.data.loader import ExampleStream
-from gem_model.models.calibration import fit_shift, logit
+from gem_model.models.calibration import fit_platt, fit_shift, logit
 from gem_model.store.paths import storage_options, table_uri
 from gem_model.train.item_svd import MAX_ROWS, Bags, Cooc, fold_in_item_svd
 
 FOLD_STATUS = ("known", "folded", "unseen", "folded_today")  # folded_today: from the day's earlier slices
-SHIFT_MIN_POSITIVES = 30  # a status with fewer clicks on the fitting days keeps the map as it is
+STATUS_MIN_POSITIVES = 30  # a status with fewer clicks on the fitting days keeps the map as it is
 HOUR = "hour_of_day"
 
 
@@ -167,24 +168,40 @@ def fold_status(config: dict[str, Any], days: list[dt.date], uri: str | None = N
     return rows.join(first, on="ad_id", how="left").select("request_id", status.alias("fold_status")).collect()
 
 
-def status_shifts(rows: pl.DataFrame) -> dict[str, float]:
-    """Per fold status, the logit shift that brings the mean of `rows`' p_click to their click rate
-    (gem_model.models.calibration.fit_shift); rows: click, p_click (mapped), fold_status, the fitting
-    days' labelled impressions as served. No entry for a status with fewer than SHIFT_MIN_POSITIVES clicks."""
+def status_kind(config: dict[str, Any] | None) -> str:
+    """`train.item_svd.status_map` of a model's config: platt (slope and shift) or shift (the slope kept)."""
+    return str(_item_svd(config).get("status_map", "platt"))
+
+
+def with_status_kind(config: dict[str, Any], kind: str) -> dict[str, Any]:
+    """A train config as if its model had been trained with `train.item_svd.status_map` kind (benches compare)."""
+    return {**config, "train": {**config["train"], "item_svd": {**config["train"]["item_svd"], "status_map": kind}}}
+
+
+def status_maps(rows: pl.DataFrame, kind: str = "platt") -> dict[str, tuple[float, float]]:
+    """Per fold status, the map (a, b) on the logit, sigmoid(a * z + b), that minimises the log loss of `rows`'
+    p_click (gem_model.models.calibration.fit_platt; kind shift: a = 1, fit_shift); rows: click, p_click (mapped),
+    fold_status, the fitting days' labelled impressions as served. No entry for a status with fewer than
+    STATUS_MIN_POSITIVES clicks."""
+    if kind not in ("platt", "shift"):
+        raise ValueError(f"train.item_svd.status_map must be platt or shift, not {kind!r}")
     out = {}
     for (status,), g in rows.group_by("fold_status"):
         y = g["click"].cast(pl.Float64).to_numpy()
-        if y.sum() >= SHIFT_MIN_POSITIVES:
-            out[str(status)] = fit_shift(logit(g["p_click"].cast(pl.Float64).to_numpy()), y)
+        if y.sum() >= STATUS_MIN_POSITIVES:
+            z = logit(g["p_click"].cast(pl.Float64).to_numpy())
+            out[str(status)] = fit_platt(z, y) if kind == "platt" else (1.0, fit_shift(z, y))
     return out
 
 
-def with_shifts(df: pl.DataFrame, status: pl.DataFrame, shifts: dict[str, float]) -> pl.DataFrame:
-    """`df` (request_id, p_click, ...) with p_click moved by its row's status shift (none: kept)."""
-    if not shifts:
+def with_status_maps(df: pl.DataFrame, status: pl.DataFrame, maps: dict[str, tuple[float, float]]) -> pl.DataFrame:
+    """`df` (request_id, p_click, ...) with p_click through its row's status map (none: kept)."""
+    if not maps:
         return df
-    shift = status.select("request_id", pl.col("fold_status").replace_strict(shifts, default=0.0,
-                                                                              return_dtype=pl.Float64).alias("_d"))
-    out = df.join(shift, on="request_id", how="left", maintain_order="left").with_columns(pl.col("_d").fill_null(0.0))
-    z = logit(out["p_click"].cast(pl.Float64).to_numpy()) + out["_d"].to_numpy()
+    part = {i: {k: float(v[i]) for k, v in maps.items()} for i in (0, 1)}
+    ab = status.select("request_id", *(pl.col("fold_status").replace_strict(part[i], default=d, return_dtype=pl.Float64)
+                                       .alias(n) for i, d, n in ((0, 1.0, "_a"), (1, 0.0, "_b"))))
+    out = df.join(ab, on="request_id", how="left", maintain_order="left").with_columns(
+        pl.col("_a").fill_null(1.0), pl.col("_b").fill_null(0.0))
+    z = out["_a"].to_numpy() * logit(out["p_click"].cast(pl.Float64).to_numpy()) + out["_b"].to_numpy()
     return out.with_columns(pl.Series("p_click", 1 / (1 + np.exp(-z)), dtype=df.schema["p_click"])).select(df.columns)

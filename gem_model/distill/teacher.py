@@ -22,8 +22,9 @@ from gem_model.distill.serving_fold_in import (
     serve_slices,
     serving_fold_in,
     slice_filter,
-    status_shifts,
-    with_shifts,
+    status_kind,
+    status_maps,
+    with_status_maps,
 )
 from gem_model.eval.metrics import predict
 from gem_model.models.calibration import refit, refit_days
@@ -103,7 +104,7 @@ def predict_teacher(
     second value): each date is scored with the ids born since the model's window folded in first
     (`serving_fold_in`; in `train.item_svd.serve_slices` slices of the day, each with the day's earlier
     hours too), and its map is fitted anew on its fitting days (or the `refit_days`), each scored as it
-    would have been served; then each ad's click prediction moves by the logit shift its fold status
+    would have been served; then each ad's click prediction goes through the map its fold status
     (known / folded / folded_today / unseen) needed on those days (gem_model.distill.serving_fold_in)."""
     if teacher_name != FOUNDATION and not teacher_name.startswith("domain:"):
         raise ValueError(f"teacher must be 'foundation' or 'domain:<name>', not {teacher_name!r}")
@@ -146,7 +147,7 @@ def predict_teacher(
         fit = []
         for f in days or []:  # each fitting day scored as it would be served
             fit.append(served(f))
-        shifts: dict[str, float] = {}
+        maps: dict[str, tuple[float, float]] = {}
         try:
             if fit and (fit_df := pl.concat(fit)).height:
                 model.calibrator = refit(stored, fit_df, days)
@@ -155,12 +156,12 @@ def predict_teacher(
                     status = fold_status(fold_in, [*days, d], uri)
                     rows = fit_df.filter(pl.col("click_mask")).join(status, on="request_id")
                     mapped = model.calibrator.apply_probs(rows["p_click_raw"].to_numpy(), rows["surface"].to_numpy())
-                    shifts = status_shifts(rows.with_columns(pl.Series("p_click", mapped)))
+                    maps = status_maps(rows.with_columns(pl.Series("p_click", mapped)), status_kind(fold_in))
             df = served(d, with_embeddings=True)
         finally:
             model.calibrator = stored
-        if shifts:
-            df = with_shifts(df, status, shifts)
+        if maps:
+            df = with_status_maps(df, status, maps)
         conversion = pl.when(pl.col("surface").is_in(no_conversions)).then(None).otherwise(pl.col("p_conversion"))
         frames.append(df.select(pl.lit(d).alias("date"), "surface", "request_id", pl.lit(teacher_name).alias("teacher"),
                                 pl.lit(str(teacher_version)).alias("teacher_version"), "p_click",

@@ -44,6 +44,8 @@ class ItemSvd(_Strict):
     # in slices of the day, each with the day's earlier hours too (a divisor of 24; 1: none of the day)
     serve_fold_in: bool = True
     serve_slices: int = Field(default=4, ge=1, le=24)
+    # after the surface's map, each fold status's own: platt (slope and shift) or shift (the slope kept)
+    status_map: Literal["platt", "shift"] = "platt"
 
     @field_validator("serve_slices")
     @classmethod

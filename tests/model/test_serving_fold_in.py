@@ -1,5 +1,5 @@
 """gem_model.distill.serving_fold_in: the fold status of an ad read from the logs against the model's
-window, and the per-status logit shift fitted on the map's days (the day's own new ads cannot be folded:
+window, and the per-status map fitted on the map's days (the day's own new ads cannot be folded:
 one map per surface left them at 0.73 of their rate on the evaluation world's week)."""
 
 from __future__ import annotations
@@ -10,30 +10,56 @@ import numpy as np
 import polars as pl
 import pytest
 
-from gem_model.distill.serving_fold_in import SHIFT_MIN_POSITIVES, fold_status, status_shifts, with_shifts
+from gem_model.distill.serving_fold_in import STATUS_MIN_POSITIVES, fold_status, status_maps, with_status_maps
 
 
-def test_status_shifts_bring_each_status_to_its_click_rate_and_leave_thin_ones_alone():
-    rng = np.random.default_rng(0)
-    n = 20000
+def _status_rows(n: int = 20000, seed: int = 0) -> tuple[pl.DataFrame, np.ndarray, np.ndarray]:
+    """Rows of three statuses against their truth: unseen under-predicted, folded over-predicted and with its
+    logits spread half as wide as the truth's (a slope of 2 undoes it), known right."""
+    rng = np.random.default_rng(seed)
     status = rng.choice(["known", "folded", "unseen"], n)
-    truth = np.where(status == "unseen", 0.04, 0.02)
-    y = (rng.random(n) < truth).astype(float)
-    p = np.where(status == "unseen", 0.02, np.where(status == "folded", 0.03, 0.02))  # unseen under, folded over
-    rows = pl.DataFrame({"request_id": [f"r{i}" for i in range(n)], "click": y, "p_click": p, "fold_status": status})
-    shifts = status_shifts(rows)
-    assert shifts["unseen"] > 0.5 and shifts["folded"] < -0.2 and abs(shifts["known"]) < 0.15
-    out = with_shifts(rows.select("request_id", "p_click"), rows.select("request_id", "fold_status"), shifts)
-    assert out.columns == ["request_id", "p_click"] and out.height == n
+    true = rng.normal(-4.0, 1.0, n) + np.where(status == "unseen", 0.7, 0.0)
+    y = (rng.random(n) < 1 / (1 + np.exp(-true))).astype(float)
+    z = np.where(status == "folded", -1.5 + 0.5 * true, np.where(status == "unseen", true - 0.7, true))
+    rows = pl.DataFrame({"request_id": [f"r{i}" for i in range(n)], "click": y, "p_click": 1 / (1 + np.exp(-z)),
+                         "fold_status": status})
+    return rows, status, y
+
+
+def test_status_maps_bring_each_status_to_its_click_rate_and_undo_a_narrow_spread():
+    rows, status, y = _status_rows()
+    maps = status_maps(rows)
+    (a_unseen, b_unseen), (a_folded, _), (a_known, b_known) = maps["unseen"], maps["folded"], maps["known"]
+    assert b_unseen + (a_unseen - 1) * -4.0 > 0.4  # lifted at the typical logit
+    assert 1.6 < a_folded < 2.5 and abs(a_known - 1) < 0.2 and abs(b_known + (a_known - 1) * -4.0) < 0.2
+    out = with_status_maps(rows.select("request_id", "p_click"), rows.select("request_id", "fold_status"), maps)
+    assert out.columns == ["request_id", "p_click"] and out.height == len(y)
     for s in ("known", "folded", "unseen"):
         m = status == s
-        assert out["p_click"].to_numpy()[m].mean() == pytest.approx(y[m].mean(), rel=1e-6)
-    # a status with too few clicks is not fitted; a row without a status keeps its prediction
+        assert out["p_click"].to_numpy()[m].mean() == pytest.approx(y[m].mean(), rel=1e-3)
+    # the slope is what the folded rows needed: a shift alone leaves them worse ranked within the status
+    shifted = with_status_maps(rows.select("request_id", "p_click"), rows.select("request_id", "fold_status"),
+                               status_maps(rows, "shift"))
+    assert all(a == 1.0 for a, _ in status_maps(rows, "shift").values())
+    m = status == "folded"
+
+    def loss(p: np.ndarray) -> float:
+        return float(-np.mean(y[m] * np.log(p[m]) + (1 - y[m]) * np.log(1 - p[m])))
+
+    assert loss(out["p_click"].to_numpy()) < loss(shifted["p_click"].to_numpy())
+    with pytest.raises(ValueError, match="platt or shift"):
+        status_maps(rows, "isotonic")
+
+
+def test_status_maps_leave_thin_statuses_and_rows_without_a_status_alone():
+    rows, _, _ = _status_rows()
     unseen = rows.filter(pl.col("fold_status") == "unseen")
-    few = pl.concat([unseen.filter(pl.col("click") == 0), unseen.filter(pl.col("click") == 1).head(SHIFT_MIN_POSITIVES - 1)])
-    assert set(status_shifts(pl.concat([few, rows.filter(pl.col("fold_status") != "unseen")]))) == {"known", "folded"}
-    kept = with_shifts(rows.select("request_id", "p_click"), rows.head(10).select("request_id", "fold_status"), shifts)
-    assert np.allclose(kept["p_click"].to_numpy()[10:], p[10:])
+    few = pl.concat([unseen.filter(pl.col("click") == 0), unseen.filter(pl.col("click") == 1).head(STATUS_MIN_POSITIVES - 1)])
+    assert set(status_maps(pl.concat([few, rows.filter(pl.col("fold_status") != "unseen")]))) == {"known", "folded"}
+    maps = status_maps(rows)
+    kept = with_status_maps(rows.select("request_id", "p_click"), rows.head(10).select("request_id", "fold_status"), maps)
+    assert np.allclose(kept["p_click"].to_numpy()[10:], rows["p_click"].to_numpy()[10:])
+    assert not np.allclose(kept["p_click"].to_numpy()[:10], rows["p_click"].to_numpy()[:10])
 
 
 def test_fold_status_reads_the_first_day_each_ad_is_logged(tmp_path):

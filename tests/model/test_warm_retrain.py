@@ -262,9 +262,9 @@ def test_a_served_day_folds_in_the_ads_born_since_the_window_and_leaves_the_mode
     assert sliced.height == whole.height > 0 and sliced["p_click"].equals(whole["p_click"])
 
 
-def test_a_served_day_shifts_each_fold_status_by_what_the_maps_days_left(gem_home, tmp_path, monkeypatch):
-    """With a map, the fitting days are scored as served and split by fold status; the day's rows are
-    moved by their status's shift (gem_model.distill.serving_fold_in.status_shifts)."""
+def test_a_served_day_maps_each_fold_status_by_what_the_maps_days_left(gem_home, tmp_path, monkeypatch):
+    """With a map, the fitting days are scored as served and split by fold status; the day's rows go
+    through their status's map (gem_model.distill.serving_fold_in.status_maps)."""
     import polars as pl
 
     import gem_model.distill.teacher as teacher
@@ -282,17 +282,18 @@ def test_a_served_day_shifts_each_fold_status_by_what_the_maps_days_left(gem_hom
     assert model.calibrator.fit_day == days[3].isoformat()
     seen: list[pl.DataFrame] = []
 
-    def spy(rows: pl.DataFrame) -> dict[str, float]:
+    def spy(rows: pl.DataFrame, kind: str) -> dict[str, tuple[float, float]]:
         seen.append(rows)
-        return {"known": 0.0, "folded": 1.0}  # a known shift: the folded ads' odds times e
+        assert kind == "platt"  # the default of a model trained without the option
+        return {"known": (1.0, 0.0), "folded": (1.0, 1.0)}  # a known map: the folded ads' odds times e
 
-    monkeypatch.setattr(teacher, "status_shifts", spy)
+    monkeypatch.setattr(teacher, "status_maps", spy)
     # d6: the map is stale (fitted on d4), re-fitted on d5, which is scored folded up to d4
     shifted = teacher.predict_teacher(model, [days[5]], teacher.FOUNDATION, "v", uri=uri, recalibrate=True, fold_in=config)
     (rows,) = seen
     assert set(rows["fold_status"].unique()) == {"known", "folded"}  # d5's ads: the window's, and d4's new ones
     assert rows.height == pl.read_delta(uri).filter(pl.col("date") == days[4]).height
-    monkeypatch.setattr(teacher, "status_shifts", lambda rows: {})
+    monkeypatch.setattr(teacher, "status_maps", lambda rows, kind: {})
     plain = teacher.predict_teacher(model, [days[5]], teacher.FOUNDATION, "v", uri=uri, recalibrate=True, fold_in=config)
     ads = pl.read_delta(uri).filter(pl.col("date") == days[5]).select("request_id", "ad_id")
     both = plain.join(shifted.select("request_id", pl.col("p_click").alias("s")), on="request_id").join(ads, on="request_id")
