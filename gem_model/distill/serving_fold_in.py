@@ -10,8 +10,8 @@ The model then rates these kinds of ad differently: `known` (first seen in or be
 `unseen` (no exposure logged before the slice of D it is scored in: nothing to fold); one monotone map
 per surface cannot serve them all, so after it a Platt map per status (slope and shift on the mapped logit),
 fitted on the map's own days (each scored as it was served), brings each status to its click rate. A
-slope, not only a shift: a folded ad's predictions spread too little around its level (bench/RESULTS.md,
-"serving-time fold-in"; bench/MODEL_SEARCH.md 35).
+slope, not only a shift: behind the surface's map the folded ads' predictions of a teacher cold on a short window
+spread too little around their level (bench/RESULTS.md, "serving-time fold-in"; bench/MODEL_SEARCH.md 35).
 
 Slices (`train.item_svd.serve_slices`, K): a day is served in K equal slices of its hours, and slice k
 folds in, besides the days between, the day's own exposures of the hours before it (rows, never labels):
@@ -198,9 +198,11 @@ def with_status_maps(df: pl.DataFrame, status: pl.DataFrame, maps: dict[str, tup
     """`df` (request_id, p_click, ...) with p_click through its row's status map (none: kept)."""
     if not maps:
         return df
-    part = {i: {k: float(v[i]) for k, v in maps.items()} for i in (0, 1)}
-    ab = status.select("request_id", *(pl.col("fold_status").replace_strict(part[i], default=d, return_dtype=pl.Float64)
-                                       .alias(n) for i, d, n in ((0, 1.0, "_a"), (1, 0.0, "_b"))))
+    a = {k: float(v[0]) for k, v in maps.items()}
+    b = {k: float(v[1]) for k, v in maps.items()}
+    ab = status.select("request_id",
+                       pl.col("fold_status").replace_strict(a, default=1.0, return_dtype=pl.Float64).alias("_a"),
+                       pl.col("fold_status").replace_strict(b, default=0.0, return_dtype=pl.Float64).alias("_b"))
     out = df.join(ab, on="request_id", how="left", maintain_order="left").with_columns(
         pl.col("_a").fill_null(1.0), pl.col("_b").fill_null(0.0))
     z = out["_a"].to_numpy() * logit(out["p_click"].cast(pl.Float64).to_numpy()) + out["_b"].to_numpy()
