@@ -88,18 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     print("| surface | ad age | rows | clicks | NE stale | NE refreshed | diff [95%] | gap stale | gap refreshed | "
           "NE stale, none | NE refreshed, none | cal stale | cal refreshed |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for surface in [*sorted(df["surface"].unique().to_list()), ALL]:
-        s = df if surface == ALL else df.filter(pl.col("surface") == surface)
-        for age in (AGE_BUCKETS[0], ALL):  # ads first seen on the day, and every row
-            b = s if age == ALL else s.filter(pl.col("ad_age") == age)
-            if b["click"].sum() == 0:
-                continue
-            r = serving_bench.paired_stats(b, "refreshed", "stale", a.n_boot, others=("stale_none", "refreshed_none"))
-            ne, gap, cal, lo, hi = r["ne"], r["gap"], r["cal"], r["lo"], r["hi"]
-            print(f"| {surface} | {age} | {b.height} | {int(b['click'].sum())} | {ne['stale']:.4f} | {ne['refreshed']:.4f} | "
-                  f"{ne['refreshed'] - ne['stale']:+.4f} [{lo:+.4f}, {hi:+.4f}] | {gap['stale']:.3f} | "
-                  f"{gap['refreshed']:.3f} | {ne['stale_none']:.4f} | {ne['refreshed_none']:.4f} | {cal['stale']:.3f} | "
-                  f"{cal['refreshed']:.3f} |")
+    for surface, age, b in serving_bench.surface_age_slices(df, (AGE_BUCKETS[0], ALL)):  # new that day, every row
+        r = serving_bench.paired_stats(b, "refreshed", "stale", a.n_boot, others=("stale_none", "refreshed_none"))
+        ne, gap, cal, lo, hi = r["ne"], r["gap"], r["cal"], r["lo"], r["hi"]
+        print(f"| {surface} | {age} | {b.height} | {int(b['click'].sum())} | {ne['stale']:.4f} | {ne['refreshed']:.4f} | "
+              f"{ne['refreshed'] - ne['stale']:+.4f} [{lo:+.4f}, {hi:+.4f}] | {gap['stale']:.3f} | "
+              f"{gap['refreshed']:.3f} | {ne['stale_none']:.4f} | {ne['refreshed_none']:.4f} | {cal['stale']:.3f} | "
+              f"{cal['refreshed']:.3f} |")
     return 0
 
 

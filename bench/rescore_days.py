@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gem_model.distill.serving_fold_in import with_serve_slices  # noqa: E402
+from gem_model.distill.serving_fold_in import with_serving  # noqa: E402
 from gem_model.distill.teacher import (  # noqa: E402
     FOUNDATION,
     predict_teacher,
@@ -44,7 +44,7 @@ def rescore(day: dt.date, slices: int | None = None) -> str:
         raise SystemExit(f"{day}: {len(versions)} foundation versions in teacher_predictions")
     model, config = load_model(models_dir("foundation_model") / versions[0] / "model.pt")
     if slices is not None:  # as if the model had been trained with this train.item_svd.serve_slices
-        config = with_serve_slices(config, slices)
+        config = with_serving(config, serve_slices=slices)
     t0 = time.perf_counter()
     df = predict_teacher(model, [day], FOUNDATION, versions[0], uri=table_uri("training_examples"), recalibrate=True,
                          fold_in=config)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ import polars as pl
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gem_model.distill.serving_fold_in import with_serve_slices, with_status_kind  # noqa: E402
+from gem_model.distill.serving_fold_in import with_serving  # noqa: E402
 from gem_model.distill.teacher import FOUNDATION, predict_teacher, read_teacher_predictions  # noqa: E402
 from gem_model.eval.ad_age import AGE_BUCKETS, ALL, EVAL_PREDICTIONS, ad_ages, read_events  # noqa: E402
 from gem_model.eval.metrics import bootstrap_ne, interval, normalized_entropy, read_oracle  # noqa: E402
@@ -48,8 +49,8 @@ def score_day(day: dt.date, model_dir: Path | None, slices: int | None = None,
     own; base_folded: the base arm folds with the model's own options instead of not at all)."""
     path = model_dir or models_dir("foundation_model") / served_version(day)
     model, own = load_model(path / "model.pt")
-    cfg = own if slices is None else with_serve_slices(own, slices)
-    cfg = cfg if status_map is None else with_status_kind(cfg, status_map)
+    options = {k: v for k, v in (("serve_slices", slices), ("status_map", status_map)) if v is not None}
+    cfg = with_serving(own, **options)
     uri = table_uri("training_examples")
     base, folded = (predict_teacher(model, [day], FOUNDATION, path.name, uri=uri, recalibrate=True, fold_in=f)
                     .select("request_id", "surface", pl.col("p_click").alias(name))
@@ -62,6 +63,17 @@ def score_day(day: dt.date, model_dir: Path | None, slices: int | None = None,
         df = df.join(oracle.select("request_id", pl.col("p_click").alias("oracle_p")), on="request_id", how="left")
     df = df.join(ad_ages(read_events(day), day), on="request_id", how="left")
     return df, f"{day}: {path.name} (window ..{cfg['data']['train'][-1]})"
+
+
+def surface_age_slices(df: pl.DataFrame, ages: tuple[str, ...]) -> Iterator[tuple[str, str, pl.DataFrame]]:
+    """(surface, age, rows) of `df` per surface and then all surfaces, and per age in `ages` (ALL: every row);
+    slices without a click are left out."""
+    for surface in [*sorted(df["surface"].unique().to_list()), ALL]:
+        s = df if surface == ALL else df.filter(pl.col("surface") == surface)
+        for age in ages:
+            b = s if age == ALL else s.filter(pl.col("ad_age") == age)
+            if b.height and b["click"].sum():
+                yield surface, age, b
 
 
 def paired_stats(b: pl.DataFrame, a: str, ref: str, n_boot: int, others: tuple[str, ...] = (),
@@ -110,17 +122,12 @@ def main(argv: list[str] | None = None) -> int:
     print("| surface | ad age | rows | clicks | NE base | NE folded | diff [95% CI] | oracle NE | gap base | gap folded "
           "| cal base | cal folded |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for surface in [*sorted(df["surface"].unique().to_list()), ALL]:
-        s = df if surface == ALL else df.filter(pl.col("surface") == surface)
-        for age in (*AGE_BUCKETS, ALL):
-            b = s if age == ALL else s.filter(pl.col("ad_age") == age)
-            if b.height == 0 or b["click"].sum() == 0:
-                continue
-            r = paired_stats(b, "folded", "base", a.n_boot, oracle=oracle)
-            ne, gap, cal = r["ne"], r["gap"], r["cal"]
-            print(f"| {surface} | {age} | {b.height} | {int(b['click'].sum())} | {ne['base']:.4f} | {ne['folded']:.4f} | "
-                  f"{ne['folded'] - ne['base']:+.4f} [{r['lo']:+.4f}, {r['hi']:+.4f}] | {r['oracle_ne']:.4f} | "
-                  f"{gap['base']:.3f} | {gap['folded']:.3f} | {cal['base']:.3f} | {cal['folded']:.3f} |")
+    for surface, age, b in surface_age_slices(df, (*AGE_BUCKETS, ALL)):
+        r = paired_stats(b, "folded", "base", a.n_boot, oracle=oracle)
+        ne, gap, cal = r["ne"], r["gap"], r["cal"]
+        print(f"| {surface} | {age} | {b.height} | {int(b['click'].sum())} | {ne['base']:.4f} | {ne['folded']:.4f} | "
+              f"{ne['folded'] - ne['base']:+.4f} [{r['lo']:+.4f}, {r['hi']:+.4f}] | {r['oracle_ne']:.4f} | "
+              f"{gap['base']:.3f} | {gap['folded']:.3f} | {cal['base']:.3f} | {cal['folded']:.3f} |")
     return 0
 
 

@@ -29,7 +29,7 @@ from gem_model.distill.serving_fold_in import (  # noqa: E402
     fold_window,
     serve_slices,
     serving_fold_in,
-    with_serve_slices,
+    with_serving,
 )
 from gem_model.distill.teacher import FOUNDATION, predict_teacher, read_teacher_predictions  # noqa: E402
 from gem_model.models.registry import load_model  # noqa: E402
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| K | fold, recounted (s) | fold, counts kept (s) | recounted / kept | same vectors | predict_teacher (s) |")
     print("|---|---|---|---|---|---|")
     for k in a.slices:
-        cfg = with_serve_slices(config, k)
+        cfg = with_serving(config, serve_slices=k)
         recount, kept, same = fold_both_ways(model, cfg, day, uri)
         t0 = time.perf_counter()
         predict_teacher(model, [day], FOUNDATION, a.model.name, uri=uri, recalibrate=True, fold_in=cfg)

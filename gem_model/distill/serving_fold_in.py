@@ -83,9 +83,10 @@ def _slices(config: dict[str, Any] | None) -> int:
     return k
 
 
-def with_serve_slices(config: dict[str, Any], k: int) -> dict[str, Any]:
-    """A train config as if its model had been trained with `train.item_svd.serve_slices` k (benches compare K)."""
-    return {**config, "train": {**config["train"], "item_svd": {**config["train"]["item_svd"], "serve_slices": k}}}
+def with_serving(config: dict[str, Any], **options: Any) -> dict[str, Any]:
+    """A train config as if its model had been trained with these `train.item_svd` serving options (serve_slices,
+    status_map): benches compare them on one model."""
+    return {**config, "train": {**config["train"], "item_svd": {**config["train"]["item_svd"], **options}}}
 
 
 def slice_filter(hours: tuple[int, int]) -> pl.Expr | None:
@@ -172,10 +173,6 @@ def status_kind(config: dict[str, Any] | None) -> str:
     """`train.item_svd.status_map` of a model's config: platt (slope and shift) or shift (the slope kept)."""
     return str(_item_svd(config).get("status_map", "platt"))
 
-
-def with_status_kind(config: dict[str, Any], kind: str) -> dict[str, Any]:
-    """A train config as if its model had been trained with `train.item_svd.status_map` kind (benches compare)."""
-    return {**config, "train": {**config["train"], "item_svd": {**config["train"]["item_svd"], "status_map": kind}}}
 
 
 def status_maps(rows: pl.DataFrame, kind: str = "platt") -> dict[str, tuple[float, float]]:
