@@ -4,6 +4,7 @@ predict_teacher with its map re-fitted and the serving-time fold-in), then the d
 (`reports/days_in_the_life.md`, gem_pipelines.day_report) is re-rendered from them.
 
     GEM_SIMULATOR=eval GEM_HOME=<a copy of a finished week's home> python bench/rescore_days.py --days <D> [<D> ...]
+        [--serve-slices K] [--relevel-surfaces yes|no]
 
 It rewrites the home it is given: run it on a copy. What changes in the report: every column computed
 from the foundation's predictions (NE, gap closed, calibration and its yardstick, new-ad NE, the pooled
@@ -38,13 +39,14 @@ from gem_pipelines import day_report  # noqa: E402
 KEPT = ("student_ne", "student_gap_closed")  # judged on the day by the students' gates
 
 
-def rescore(day: dt.date, slices: int | None = None) -> str:
+def rescore(day: dt.date, **options: object) -> str:
+    """`day`'s foundation rows written again; options: `train.item_svd` serving options to serve it with, as if
+    its model had been trained with them (None: the model's own)."""
     versions = read_teacher_predictions([day], [FOUNDATION], embeddings=False)["teacher_version"].unique().to_list()
     if len(versions) != 1:
         raise SystemExit(f"{day}: {len(versions)} foundation versions in teacher_predictions")
     model, config = load_model(models_dir("foundation_model") / versions[0] / "model.pt")
-    if slices is not None:  # as if the model had been trained with this train.item_svd.serve_slices
-        config = with_serving(config, serve_slices=slices)
+    config = with_serving(config, **{k: v for k, v in options.items() if v is not None})
     t0 = time.perf_counter()
     df = predict_teacher(model, [day], FOUNDATION, versions[0], uri=table_uri("training_examples"), recalibrate=True,
                          fold_in=config)
@@ -69,9 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--days", required=True, nargs="+", help="recorded days (reports/next_day/<D>.json)")
     p.add_argument("--serve-slices", type=int, default=None,
                    help="train.item_svd.serve_slices (default: each model's own)")
+    p.add_argument("--relevel-surfaces", choices=["yes", "no"], default=None,
+                   help="train.item_svd.relevel_surfaces (default: each model's own)")
     a = p.parse_args(argv)
     for d in sorted({dt.date.fromisoformat(x) for x in a.days}):
-        print(rescore(d, a.serve_slices), flush=True)
+        relevel = None if a.relevel_surfaces is None else a.relevel_surfaces == "yes"
+        print(rescore(d, serve_slices=a.serve_slices, relevel_surfaces=relevel), flush=True)
         refresh_record(d)
     out = day_report.render()
     judged = [r["calibration_ok"] for d in day_report.load_days() for r in d["surfaces"]

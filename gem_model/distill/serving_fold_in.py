@@ -12,6 +12,8 @@ per surface cannot serve them all, so after it a Platt map per status (slope and
 fitted on the map's own days (each scored as it was served), brings each status to its click rate. A
 slope, not only a shift: behind the surface's map the folded ads' predictions of a teacher cold on a short window
 spread too little around their level (bench/RESULTS.md, "serving-time fold-in"; bench/MODEL_SEARCH.md 35).
+The status maps are pooled over the surfaces, so they move each surface's level off its map;
+`train.item_svd.relevel_surfaces` then shifts each surface back to its click rate on the same rows.
 
 Slices (`train.item_svd.serve_slices`, K): a day is served in K equal slices of its hours, and slice k
 folds in, besides the days between, the day's own exposures of the hours before it (rows, never labels):
@@ -174,16 +176,19 @@ def status_kind(config: dict[str, Any] | None) -> str:
     return str(_item_svd(config).get("status_map", "platt"))
 
 
+def relevels_surfaces(config: dict[str, Any] | None) -> bool:
+    """`train.item_svd.relevel_surfaces` of a model's config (see the module doc)."""
+    return bool(_item_svd(config).get("relevel_surfaces", True))
 
-def status_maps(rows: pl.DataFrame, kind: str = "platt") -> dict[str, tuple[float, float]]:
-    """Per fold status, the map (a, b) on the logit, sigmoid(a * z + b), that minimises the log loss of `rows`'
-    p_click (gem_model.models.calibration.fit_platt; kind shift: a = 1, fit_shift); rows: click, p_click (mapped),
-    fold_status, the fitting days' labelled impressions as served. No entry for a status with fewer than
-    STATUS_MIN_POSITIVES clicks."""
+def status_maps(rows: pl.DataFrame, kind: str = "platt", by: str = "fold_status") -> dict[str, tuple[float, float]]:
+    """Per value of `by` (a fold status, or a surface), the map (a, b) on the logit, sigmoid(a * z + b), that
+    minimises the log loss of `rows`' p_click (gem_model.models.calibration.fit_platt; kind shift: a = 1,
+    fit_shift); rows: click, p_click (mapped), `by`, the fitting days' labelled impressions as served. No entry
+    for a value with fewer than STATUS_MIN_POSITIVES clicks."""
     if kind not in ("platt", "shift"):
         raise ValueError(f"train.item_svd.status_map must be platt or shift, not {kind!r}")
     out = {}
-    for (status,), g in rows.group_by("fold_status"):
+    for (status,), g in rows.group_by(by):
         y = g["click"].cast(pl.Float64).to_numpy()
         if y.sum() >= STATUS_MIN_POSITIVES:
             z = logit(g["p_click"].cast(pl.Float64).to_numpy())
@@ -191,15 +196,17 @@ def status_maps(rows: pl.DataFrame, kind: str = "platt") -> dict[str, tuple[floa
     return out
 
 
-def with_status_maps(df: pl.DataFrame, status: pl.DataFrame, maps: dict[str, tuple[float, float]]) -> pl.DataFrame:
-    """`df` (request_id, p_click, ...) with p_click through its row's status map (none: kept)."""
+def with_status_maps(df: pl.DataFrame, status: pl.DataFrame, maps: dict[str, tuple[float, float]],
+                     by: str = "fold_status") -> pl.DataFrame:
+    """`df` (request_id, p_click, ...) with p_click through the map of its row's `by` in `status` (request_id,
+    `by`; none: kept)."""
     if not maps:
         return df
     a = {k: float(v[0]) for k, v in maps.items()}
     b = {k: float(v[1]) for k, v in maps.items()}
     ab = status.select("request_id",
-                       pl.col("fold_status").replace_strict(a, default=1.0, return_dtype=pl.Float64).alias("_a"),
-                       pl.col("fold_status").replace_strict(b, default=0.0, return_dtype=pl.Float64).alias("_b"))
+                       pl.col(by).replace_strict(a, default=1.0, return_dtype=pl.Float64).alias("_a"),
+                       pl.col(by).replace_strict(b, default=0.0, return_dtype=pl.Float64).alias("_b"))
     out = df.join(ab, on="request_id", how="left", maintain_order="left").with_columns(
         pl.col("_a").fill_null(1.0), pl.col("_b").fill_null(0.0))
     z = out["_a"].to_numpy() * logit(out["p_click"].cast(pl.Float64).to_numpy()) + out["_b"].to_numpy()

@@ -19,6 +19,7 @@ from gem_model.data.loader import ExampleStream, date_range
 from gem_model.distill.serving_fold_in import (
     fold_status,
     folds,
+    relevels_surfaces,
     serve_slices,
     serving_fold_in,
     slice_filter,
@@ -148,6 +149,7 @@ def predict_teacher(
         for f in days or []:  # each fitting day scored as it would be served
             fit.append(served(f))
         maps: dict[str, tuple[float, float]] = {}
+        levels: dict[str, tuple[float, float]] = {}
         try:
             if fit and (fit_df := pl.concat(fit)).height:
                 model.calibrator = refit(stored, fit_df, days)
@@ -156,12 +158,16 @@ def predict_teacher(
                     status = fold_status(fold_in, [*days, d], uri)
                     rows = fit_df.filter(pl.col("click_mask")).join(status, on="request_id")
                     mapped = model.calibrator.apply_probs(rows["p_click_raw"].to_numpy(), rows["surface"].to_numpy())
-                    maps = status_maps(rows.with_columns(pl.Series("p_click", mapped)), status_kind(fold_in))
+                    rows = rows.with_columns(pl.Series("p_click", mapped))
+                    maps = status_maps(rows, status_kind(fold_in))
+                    if maps and relevels_surfaces(fold_in):  # the status maps are pooled: each surface to its rate
+                        levels = status_maps(with_status_maps(rows, status, maps), "shift", by="surface")
             df = served(d, with_embeddings=True)
         finally:
             model.calibrator = stored
         if maps:
             df = with_status_maps(df, status, maps)
+            df = with_status_maps(df, df.select("request_id", "surface"), levels, by="surface")
         conversion = pl.when(pl.col("surface").is_in(no_conversions)).then(None).otherwise(pl.col("p_conversion"))
         frames.append(df.select(pl.lit(d).alias("date"), "surface", "request_id", pl.lit(teacher_name).alias("teacher"),
                                 pl.lit(str(teacher_version)).alias("teacher_version"), "p_click",

@@ -46,6 +46,8 @@ class ItemSvd(_Strict):
     serve_slices: int = Field(default=4, ge=1, le=24)
     # after the surface's map, each fold status's own: platt (slope and shift) or shift (the slope kept)
     status_map: Literal["platt", "shift"] = "platt"
+    # then each surface shifted back to its click rate on the same rows (the status maps are pooled over surfaces)
+    relevel_surfaces: bool = True
 
     @field_validator("serve_slices")
     @classmethod

@@ -62,6 +62,32 @@ def test_status_maps_leave_thin_statuses_and_rows_without_a_status_alone():
     assert not np.allclose(kept["p_click"].to_numpy()[:10], rows["p_click"].to_numpy()[:10])
 
 
+def test_a_surface_moved_off_its_level_by_the_pooled_status_maps_is_shifted_back():
+    """The status maps are pooled over surfaces: a surface whose rows of a status are mispredicted unlike the
+    other surface's ends off its click rate; one shift per surface (relevel_surfaces) brings it back, and a
+    surface with too few clicks keeps what the status maps gave it."""
+    rows, status, y = _status_rows()
+    n = len(y)
+    # on surface b the folded rows were over-predicted half as much again (a bias the pooled map cannot see)
+    surface = np.where(np.arange(n) % 3 == 0, "b", "a")
+    z = np.log(rows["p_click"].to_numpy() / (1 - rows["p_click"].to_numpy()))
+    z = z + np.where((surface == "b") & (status == "folded"), 0.8, 0.0)
+    rows = rows.with_columns(pl.Series("p_click", 1 / (1 + np.exp(-z))), pl.Series("surface", surface))
+    statuses = rows.select("request_id", "fold_status")
+    after = with_status_maps(rows, statuses, status_maps(rows))
+    rate = {s: y[surface == s].mean() for s in ("a", "b")}
+    off = {s: after.filter(pl.col("surface") == s)["p_click"].mean() / rate[s] for s in ("a", "b")}
+    assert off["b"] > 1.05 and off["a"] < 0.99  # b above its rate, a below
+    levels = status_maps(after, "shift", by="surface")
+    assert set(levels) == {"a", "b"} and all(a == 1.0 for a, _ in levels.values())
+    out = with_status_maps(after, after.select("request_id", "surface"), levels, by="surface")
+    for s in ("a", "b"):
+        assert out.filter(pl.col("surface") == s)["p_click"].mean() == pytest.approx(rate[s], rel=1e-3)
+    thin = pl.concat([after.filter(pl.col("surface") == "a"),
+                      after.filter((pl.col("surface") == "b") & (pl.col("click") == 0)).head(500)])
+    assert set(status_maps(thin, "shift", by="surface")) == {"a"}
+
+
 def test_fold_status_reads_the_first_day_each_ad_is_logged(tmp_path):
     d = [dt.date(2026, 11, 1) + dt.timedelta(days=i) for i in range(4)]
     # ad 1 logged from d0 (in the window), ad 2 first on d2 (after it), ad 3 first on d3 (the scored day)

@@ -268,6 +268,7 @@ def test_a_served_day_maps_each_fold_status_by_what_the_maps_days_left(gem_home,
     import polars as pl
 
     import gem_model.distill.teacher as teacher
+    from gem_model.distill.serving_fold_in import with_serving
     from gem_model.models.registry import load_model
     from gem_model.train.loop import train
 
@@ -282,7 +283,9 @@ def test_a_served_day_maps_each_fold_status_by_what_the_maps_days_left(gem_home,
     assert model.calibrator.fit_day == days[3].isoformat()
     seen: list[pl.DataFrame] = []
 
-    def spy(rows: pl.DataFrame, kind: str) -> dict[str, tuple[float, float]]:
+    def spy(rows: pl.DataFrame, kind: str, by: str = "fold_status") -> dict[str, tuple[float, float]]:
+        if by != "fold_status":
+            return {}  # relevel_surfaces (on by default): tried below
         seen.append(rows)
         assert kind == "platt"  # the default of a model trained without the option
         return {"known": (1.0, 0.0), "folded": (1.0, 1.0)}  # a known map: the folded ads' odds times e
@@ -293,7 +296,7 @@ def test_a_served_day_maps_each_fold_status_by_what_the_maps_days_left(gem_home,
     (rows,) = seen
     assert set(rows["fold_status"].unique()) == {"known", "folded"}  # d5's ads: the window's, and d4's new ones
     assert rows.height == pl.read_delta(uri).filter(pl.col("date") == days[4]).height
-    monkeypatch.setattr(teacher, "status_maps", lambda rows, kind: {})
+    monkeypatch.setattr(teacher, "status_maps", lambda rows, kind, by="fold_status": {})
     plain = teacher.predict_teacher(model, [days[5]], teacher.FOUNDATION, "v", uri=uri, recalibrate=True, fold_in=config)
     ads = pl.read_delta(uri).filter(pl.col("date") == days[5]).select("request_id", "ad_id")
     both = plain.join(shifted.select("request_id", pl.col("p_click").alias("s")), on="request_id").join(ads, on="request_id")
@@ -301,6 +304,34 @@ def test_a_served_day_maps_each_fold_status_by_what_the_maps_days_left(gem_home,
     new, old = both.filter(pl.col("ad_id") > 50000), both.filter(pl.col("ad_id") < 50000)
     assert np.allclose(odds(new["s"].to_numpy()), np.e * odds(new["p_click"].to_numpy()), rtol=1e-4)
     assert np.allclose(old["s"].to_numpy(), old["p_click"].to_numpy(), rtol=1e-6)
+
+    # relevel_surfaces (the default): then one shift per surface, fitted on the fitting days' rows as the status
+    # maps left them; off, the status maps are the last step
+    calls: list[tuple[str, pl.DataFrame]] = []
+    surface = sorted(shifted["surface"].unique().to_list())[0]
+
+    def spy_levels(rows: pl.DataFrame, kind: str, by: str = "fold_status") -> dict[str, tuple[float, float]]:
+        calls.append((by, rows))
+        return {"known": (1.0, 0.0), "folded": (1.0, 1.0)} if by == "fold_status" else {surface: (1.0, -1.0)}
+
+    monkeypatch.setattr(teacher, "status_maps", spy_levels)
+    leveled = teacher.predict_teacher(model, [days[5]], teacher.FOUNDATION, "v", uri=uri, recalibrate=True,
+                                      fold_in=config)
+    assert [by for by, _ in calls] == ["fold_status", "surface"]
+    fit, fit_after = calls[0][1].sort("request_id"), calls[1][1].sort("request_id")
+    folded = (fit["fold_status"] == "folded").to_numpy()
+    assert folded.any() and np.allclose(odds(fit_after["p_click"].to_numpy()[folded]),
+                                        np.e * odds(fit["p_click"].to_numpy()[folded]), rtol=1e-4)
+    both = shifted.join(leveled.select("request_id", pl.col("p_click").alias("l")), on="request_id")
+    on, off = both.filter(pl.col("surface") == surface), both.filter(pl.col("surface") != surface)
+    assert on.height and off.height
+    assert np.allclose(odds(on["l"].to_numpy()), odds(on["p_click"].to_numpy()) / np.e, rtol=1e-4)
+    assert np.allclose(off["l"].to_numpy(), off["p_click"].to_numpy(), rtol=1e-6)
+    calls.clear()
+    kept = teacher.predict_teacher(model, [days[5]], teacher.FOUNDATION, "v", uri=uri, recalibrate=True,
+                                   fold_in=with_serving(config, relevel_surfaces=False))
+    assert [by for by, _ in calls] == ["fold_status"]
+    assert kept.sort("request_id")["p_click"].equals(shifted.sort("request_id")["p_click"])
 
 
 def test_a_warm_start_into_a_model_with_more_inputs_starts_as_the_old_model(tmp_path):
