@@ -122,7 +122,7 @@ def start_distillation_beside(args: argparse.Namespace, env: dict[str, str], log
 
     torch.set_num_threads(threads)
     cmd = [sys.executable, "-m", "gem_pipelines.evaluate", "--distillation-only", "--world", args.world,
-           "--preset", args.preset, "--seeds", *map(str, args.seeds)]
+           "--preset", args.preset, "--seeds", *map(str, args.seeds), *(["--arms", *args.arms] if args.arms else [])]
     print(f"distillation arms beside the protocol ({threads} thread(s) each) -> {log}", flush=True)
     with log.open("w") as f:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(cmd, env={**env, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}, stdout=f,
@@ -171,6 +171,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--distillation-only", action="store_true",
                         help="only the distillation arms (e.g. beside a --skip-distillation run, once its "
                              "first seed, the teacher, is done)")
+    parser.add_argument("--arms", nargs="+", default=None, metavar="ARM",
+                        help="the distillation arms to train (default: every arm of gem_model.distill.ARMS)")
     parser.add_argument("--build-only", choices=["features", "teachers"],
                         help="build the evaluation world up to this stage, then stop")
     parser.add_argument("--rescore-versions", nargs="+", metavar="VERSION",
@@ -183,6 +185,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.refit_baselines and not args.rescore_versions:
         parser.error("--refit-baselines goes with --rescore-versions")
+    from gem_model.distill import ARMS
+
+    if unknown := sorted(set(args.arms or ()) - set(ARMS)):
+        parser.error(f"unknown arm(s) {unknown}; known: {list(ARMS)}")
     t0 = time.time()
     env = dict(os.environ)  # before use_eval_world(): what a second evaluate process starts from
     out_dir = reports_dir()  # the reports land where `make demo` puts its own, whatever the world
@@ -243,7 +249,8 @@ def main(argv: list[str] | None = None) -> None:
             teachers = {name: ckpt for name, (ckpt, _) in _accepted_teachers().items()}
         except dg.Failure as missing:
             raise SystemExit(f"{missing.description}: run `make demo` first") from None
-        rows = run_distillation(list(ARMS), list(DEFAULT_PATHS), args.seeds, preset=args.preset, teachers=teachers)
+        rows = run_distillation(args.arms or list(ARMS), list(DEFAULT_PATHS), args.seeds, preset=args.preset,
+                                teachers=teachers)
         path = write_report(rows, out_dir / "distillation_report_3seeds.json")
         from gem_model.distill.kd_intervals import intervals_from_rows, intervals_markdown
 

@@ -91,7 +91,7 @@ def test_distillation_arms_run_beside_in_the_callers_world(monkeypatch, tmp_path
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
     threads = torch.get_num_threads()
     try:
-        args = argparse.Namespace(world="eval", preset="small", seeds=[0, 1, 2])
+        args = argparse.Namespace(world="eval", preset="small", seeds=[0, 1, 2], arms=None)
         evaluate.start_distillation_beside(args, {"GEM_HOME": str(tmp_path)}, tmp_path / "d.log")
         assert torch.get_num_threads() == 2
     finally:
@@ -99,6 +99,30 @@ def test_distillation_arms_run_beside_in_the_callers_world(monkeypatch, tmp_path
     assert seen["cmd"][1:] == ["-m", "gem_pipelines.evaluate", "--distillation-only", "--world", "eval",
                                "--preset", "small", "--seeds", "0", "1", "2"]
     assert seen["env"] == {"GEM_HOME": str(tmp_path), "OMP_NUM_THREADS": "2", "PYTHONUNBUFFERED": "1"}
+    try:  # a subset of the arms goes with it
+        args = argparse.Namespace(world="eval", preset="small", seeds=[0], arms=["labels_only", "standard_kd"])
+        evaluate.start_distillation_beside(args, {"GEM_HOME": str(tmp_path)}, tmp_path / "d.log")
+    finally:
+        torch.set_num_threads(threads)
+    assert seen["cmd"][-4:] == ["0", "--arms", "labels_only", "standard_kd"]
+
+
+def test_make_eval_trains_the_arms_it_is_given_and_refuses_an_unknown_one(monkeypatch, tmp_path):
+    import gem_model.distill as distill
+    import gem_pipelines.assets.students as students
+    from gem_pipelines import evaluate
+
+    calls: list = []
+    monkeypatch.setattr(students, "_accepted_teachers", lambda: {"foundation": ("ckpt", "v")})
+    monkeypatch.setattr(distill, "run_distillation", lambda arms, paths, seeds, **kw: calls.append(arms) or [])
+    monkeypatch.setattr(distill, "write_report", lambda rows, path: path)
+    monkeypatch.setattr(evaluate, "reports_dir", lambda: tmp_path / "reports")
+    (tmp_path / "reports").mkdir()
+    evaluate.main(["--distillation-only", "--world", "demo", "--seeds", "0", "--arms", "labels_only", "standard_kd"])
+    evaluate.main(["--distillation-only", "--world", "demo", "--seeds", "0"])
+    assert calls == [["labels_only", "standard_kd"], list(distill.ARMS)]
+    with pytest.raises(SystemExit):
+        evaluate.main(["--distillation-only", "--arms", "labels_only", "distill_harder"])
 
 
 @pytest.mark.parametrize("failure", ["protocol", "arms"])
