@@ -2,6 +2,11 @@
 distilled from the foundation's `teacher_predictions` on the domain's surfaces over the student
 window (up to E-2). Their teacher name is "domain:<name>".
 
+With churn, the ads born between the foundation's window and the end of the student window start the training
+placed in the item basis (`fold_in`: the foundation's train config; gem_model.distill.serving_fold_in.fold_through),
+and the saved config carries the domain model's own window and the foundation's `train.item_svd`, so
+`teacher_predictions` serves it as it serves the foundation: the ads born since folded in, a map per fold status.
+
 A domain model carries its own calibrator (gem_model.models.calibration), never the foundation's: its
 logits moved in training. It is fitted on E-1 (the day after its window), each surface's map shrunk
 toward the map pooled over the domain's surfaces, and saved with its weights, so its quality gate and
@@ -24,6 +29,7 @@ import torch
 from gem_model.config import SurfacesConfig, load_calendar, load_surfaces
 from gem_model.data.loader import ExampleStream, date_range
 from gem_model.distill.config import load_student_preset
+from gem_model.distill.serving_fold_in import fold_through
 from gem_model.distill.teacher import FOUNDATION, domain_teacher, read_teacher_predictions
 from gem_model.distill.trainer import masked_bce
 from gem_model.eval.metrics import predict
@@ -62,6 +68,7 @@ def train_domain_model(
     log: Any | None = None,
     device: torch.device | str | None = None,
     precision: str = "auto",
+    fold_in: dict[str, Any] | None = None,
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Train the domain model of `domain` and return (model, info).
 
@@ -71,7 +78,9 @@ def train_domain_model(
     teacher_predictions table at `tp_uri`). dates: inclusive student window (default: calendar
     roles().student). uri: training_examples table (default: the lake's). device: where to train
     (the accelerator resource's; default: the foundation's); precision: auto | bf16 | fp32 (autocast).
-    Its own calibrator is fitted on the day after `dates` (E-1)."""
+    fold_in: the foundation's train config (load_model's second value): the ids first met after its window and
+    up to the end of `dates` are folded in before training, and info carries the domain model's window and
+    serving options (module doc); None: neither. Its own calibrator is fitted on the day after `dates` (E-1)."""
     surfaces_config = load_surfaces()
     names = [s.name for s in surfaces_config.in_domain(domain)]
     if not names:
@@ -89,6 +98,7 @@ def train_domain_model(
     device = torch.device(device) if device is not None else next(foundation.parameters()).device
     model = copy.deepcopy(foundation).to(device).train()
     model.calibrator = None  # the foundation's map is not this model's: it gets its own after training
+    folded = fold_through(model, fold_in, dates[1] + dt.timedelta(days=1), uri=uri) if fold_in else None
     amp_dtype = autocast_dtype(precision, device)
     opt = torch.optim.Adam(model.parameters(), lr=float(hp["lr"]))
     stream = ExampleStream(dates[0], dates[1], names, batch_size=int(hp["batch_size"]), uri=uri,
@@ -126,7 +136,10 @@ def train_domain_model(
     info = {"domain": domain, "teacher": domain_teacher(domain), "surfaces": names,
             "dates": [dates[0].isoformat(), dates[1].isoformat()], "steps": step, "losses": losses,
             "rows_without_teacher": missing, "train_seconds": time.perf_counter() - t0, "hyperparameters": hp,
-            "calibration": model.calibrator.metadata()}
+            "calibration": model.calibrator.metadata(), "ids_folded_in": folded}
+    if fold_in:  # served like the foundation, from its own window (gem_model.distill.serving_fold_in)
+        info["data"] = {"train": info["dates"]}
+        info["train"] = {"item_svd": ((fold_in.get("train") or {}).get("item_svd") or {})}
     return model, info
 
 

@@ -115,8 +115,7 @@ def serving_fold_in(model: torch.nn.Module, config: dict[str, Any] | None, day: 
         yield None
         return
     cfg = model.cfg
-    table = model.tables[cfg.sparse_features[cfg.target_pairs[0][0]][1]].weight
-    saved = [(t, t.detach().clone()) for t in (table, model.item_topic)]
+    saved = [(t, t.detach().clone()) for t in _folded_tensors(model)]
     max_rows = int(_item_svd(config).get("max_rows", MAX_ROWS))
     cache = {} if cache is None else cache
 
@@ -149,6 +148,26 @@ def serving_fold_in(model: torch.nn.Module, config: dict[str, Any] | None, day: 
         with torch.no_grad():
             for t, before_fold in saved:
                 t.copy_(before_fold)
+
+
+def fold_through(model: torch.nn.Module, config: dict[str, Any] | None, day: dt.date, *, uri: str | None = None,
+                 batch_size: int = 4096) -> dict[str, int] | None:
+    """`serving_fold_in` up to `day` (exclusive) kept: for a model trained further on the days after its window
+    (a domain model), whose ids born since should not start the training without their direction. Returns the
+    fold's counts (None: nothing folded)."""
+    with serving_fold_in(model, config, day, uri=uri, batch_size=batch_size) as stats:
+        folded = None if stats is None else [t.detach().clone() for t in _folded_tensors(model)]
+    if folded is not None:
+        with torch.no_grad():
+            for t, value in zip(_folded_tensors(model), folded, strict=True):
+                t.copy_(value)
+    return stats
+
+
+def _folded_tensors(model: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """The item table and topic buffer a fold writes."""
+    cfg = model.cfg
+    return model.tables[cfg.sparse_features[cfg.target_pairs[0][0]][1]].weight, model.item_topic
 
 
 def fold_status(config: dict[str, Any], days: list[dt.date], uri: str | None = None) -> pl.DataFrame:

@@ -130,14 +130,15 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
         return
     wandb.apply()
     ckpt, teacher_version = _accepted_foundation()
-    foundation, _ = load_model(ckpt)
+    foundation, foundation_config = load_model(ckpt)
     roles = CALENDAR.roles()
     surfaces = [s.name for s in SURFACES.in_domain(domain)]
-    # The foundation's targets on this domain, computed here: teacher_predictions (which also holds
-    # this domain model's own pass) is downstream of domain_models, so reading it would be a cycle.
+    # The foundation's targets on this domain, as it serves them (ads born since its window folded in), computed
+    # here: teacher_predictions (which also holds this domain model's own pass) is downstream of domain_models,
+    # so reading it would be a cycle.
     targets = predict_teacher(foundation, roles.student, "foundation", teacher_version, surfaces=surfaces,
                               uri=lake.table("training_examples"), device=accelerator.resolved_device(),
-                              precision=accelerator.train_precision(), recalibrate=True)
+                              precision=accelerator.train_precision(), recalibrate=True, fold_in=foundation_config)
     version = new_version(context.run_id)
     # grouped with its teacher's W&B runs (foundation runs are grouped as foundation-<version>)
     tracker = Tracker(name=f"domain-{domain}", group=f"foundation-{teacher_version}", job_type="domain_model",
@@ -147,7 +148,7 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
                                          preset=str(env("GEM_MODEL_PRESET")),
                                          uri=lake.table("training_examples"), log=tracker.log,
                                          device=accelerator.resolved_device(),
-                                         precision=accelerator.train_precision())
+                                         precision=accelerator.train_precision(), fold_in=foundation_config)
     path = save_domain_model(model, info, version=version)
     tracker.log_artifact(path, name=f"domain-{domain}", metadata={"version": version})
     run_info = tracker.info()
@@ -200,14 +201,14 @@ def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, a
     for name, (ckpt, version) in teachers.items():
         model, config = load_model(ckpt)
         surfaces = None if name == "foundation" else [s.name for s in SURFACES.in_domain(name.split(":", 1)[1])]
-        # the foundation folds in the ids born since its window; a domain model's rows of them were tuned
-        # on the student days already (no window in its config): it is scored as it is
+        # every teacher folds in the ids born since its window (a domain model's: its student window; one saved
+        # without a window is scored as it is)
         df = predict_teacher(model, [date], name, version, surfaces=surfaces, uri=lake.table("training_examples"),
                              device=accelerator.resolved_device(), precision=accelerator.train_precision(),
-                             recalibrate=True, fold_in=config if name == "foundation" else None)
+                             recalibrate=True, fold_in=config)
         fit_day = getattr(getattr(model, "calibrator", None), "fit_day", None)
-        folded = fold_window(model, config, date) if name == "foundation" else None
-        slices = len(serve_slices(model, config)) if name == "foundation" else 1
+        folded = fold_window(model, config, date)
+        slices = len(serve_slices(model, config))
         written.append({"teacher": name, "version": version, "rows": df.height,
                         "map fitted on": ",".join(map(str, refit_days(date, fit_day) or [])) or fit_day or "no map",
                         "ids folded in from": (" .. ".join(map(str, folded)) if folded else "none")

@@ -370,3 +370,46 @@ def test_a_warm_start_into_a_model_with_more_inputs_starts_as_the_old_model(tmp_
     logged.eval(), more.eval()
     with torch.no_grad():
         assert torch.allclose(logged(b), want, atol=1e-5) and torch.allclose(more(extra), want, atol=1e-5)
+
+
+def test_a_domain_model_starts_with_the_ads_born_since_its_teachers_window_and_serves_from_its_own(gem_home, tmp_path):
+    """train_domain_model(fold_in=<the foundation's config>): the ids first met between the foundation's window and
+    the end of the student window get their direction before the domain model trains (a deep copy would keep
+    them at zero for good), the old rows stay where they were, and the saved config gives the domain model its own
+    window, so teacher_predictions folds in from there."""
+    from gem_model.data.vocab import hash_int64
+    from gem_model.distill import predict_teacher, save_domain_model, train_domain_model
+    from gem_model.distill.serving_fold_in import fold_window
+    from gem_model.distill.teacher import FOUNDATION
+    from gem_model.models.registry import load_model
+    from gem_model.train.loop import train
+
+    days = [dt.date(2026, 11, 1) + dt.timedelta(days=i) for i in range(6)]
+    lake = tmp_path / "lake"
+    new_ids = _two_window_lake(lake, days, born=days[3], rows=1500)
+    uri = str(lake / "training_examples")
+    train({"preset": "tiny", "model": {"topic_dim": 4}, "seed": 0, "device": "cpu", "out_dir": str(tmp_path / "f"),
+           "data": {"train": [days[1].isoformat(), days[2].isoformat()], "valid": days[3].isoformat(), "lake": str(lake)},
+           "train": {"torch_threads": 1, "max_steps": 3, "item_svd": {"dim": 4}, "calibrate": False}})
+    foundation, config = load_model(tmp_path / "f")
+    student_days = (days[1], days[3])  # past the foundation's window by one day, the day the new ads are born
+    tp = predict_teacher(foundation, student_days, FOUNDATION, "f", uri=uri, fold_in=config)
+    rows = torch.from_numpy(hash_int64(np.array(new_ids, dtype=np.int64), foundation.cfg.tables["item"]))
+    born = rows[foundation.item_topic[rows].norm(dim=1) == 0]
+    assert len(born) >= 0.9 * len(rows)
+    short = {"domain": {"max_steps": 3}}
+    kept, kept_info = train_domain_model("social", foundation, teacher_predictions=tp, dates=student_days,
+                                         preset="tiny", overrides=short, uri=uri)
+    folded, info = train_domain_model("social", foundation, teacher_predictions=tp, dates=student_days,
+                                      preset="tiny", overrides=short, uri=uri, fold_in=config)
+    assert float(kept.item_topic[born].norm(dim=1).max()) == 0.0 and kept_info["ids_folded_in"] is None
+    assert bool((folded.item_topic[born].norm(dim=1) > 0.99).all()) and info["ids_folded_in"]["rows"] >= len(born)
+    old = foundation.item_topic.norm(dim=1) > 0
+    assert torch.equal(folded.item_topic[old], foundation.item_topic[old])
+    assert float(foundation.item_topic[born].norm(dim=1).max()) == 0.0  # the foundation is left as it was
+
+    _, saved = load_model(save_domain_model(folded, info, version="v", root=tmp_path / "dm"))
+    assert saved["data"]["train"] == [days[1].isoformat(), days[3].isoformat()]
+    assert fold_window(folded, saved, days[5]) == (days[4], days[4])
+    _, plain = load_model(save_domain_model(kept, kept_info, version="v", root=tmp_path / "dm_kept"))
+    assert fold_window(kept, plain, days[5]) is None
