@@ -97,6 +97,20 @@ def _two_window_lake(root: Path, days: list[dt.date], born: dt.date, rows: int) 
     return sorted(new_ids)
 
 
+def _trained_before_the_births(tmp_path: Path, out: str) -> tuple[list[dt.date], str, list[int]]:
+    """The tests' world of six days whose new ads are born on the fourth (`_two_window_lake`), and a tiny foundation
+    trained on days 2-3 (selected on day 4) into tmp_path / out. Returns the days, the examples' uri, the new ids."""
+    from gem_model.train.loop import train
+
+    days = [dt.date(2026, 11, 1) + dt.timedelta(days=i) for i in range(6)]
+    lake = tmp_path / "lake"
+    new_ids = _two_window_lake(lake, days, born=days[3], rows=1500)
+    train({"preset": "tiny", "model": {"topic_dim": 4}, "seed": 0, "device": "cpu", "out_dir": str(tmp_path / out),
+           "data": {"train": [days[1].isoformat(), days[2].isoformat()], "valid": days[3].isoformat(), "lake": str(lake)},
+           "train": {"torch_threads": 1, "max_steps": 3, "item_svd": {"dim": 4}, "calibrate": False}})
+    return days, str(lake / "training_examples"), new_ids
+
+
 def test_an_ad_born_after_the_first_training_gets_a_topic_vector_on_the_warm_retrain(gem_home, tmp_path):
     from gem_model.data.vocab import hash_int64
     from gem_model.models.registry import load_model
@@ -186,15 +200,8 @@ def test_a_served_day_folds_in_the_ads_born_since_the_window_and_leaves_the_mode
     from gem_model.distill.serving_fold_in import fold_window, serve_slices, serving_fold_in
     from gem_model.distill.teacher import FOUNDATION, predict_teacher
     from gem_model.models.registry import load_model
-    from gem_model.train.loop import train
 
-    days = [dt.date(2026, 11, 1) + dt.timedelta(days=i) for i in range(6)]
-    lake = tmp_path / "lake"
-    new_ids = _two_window_lake(lake, days, born=days[3], rows=1500)
-    uri = str(lake / "training_examples")
-    train({"preset": "tiny", "model": {"topic_dim": 4}, "seed": 0, "device": "cpu", "out_dir": str(tmp_path / "m"),
-           "data": {"train": [days[1].isoformat(), days[2].isoformat()], "valid": days[3].isoformat(), "lake": str(lake)},
-           "train": {"torch_threads": 1, "max_steps": 3, "item_svd": {"dim": 4}, "calibrate": False}})
+    days, uri, new_ids = _trained_before_the_births(tmp_path, "m")
     model, config = load_model(tmp_path / "m")
     before = {k: v.clone() for k, v in model.state_dict().items()}
     rows = torch.from_numpy(hash_int64(np.array(new_ids, dtype=np.int64), model.cfg.tables["item"]))
@@ -382,15 +389,8 @@ def test_a_domain_model_starts_with_the_ads_born_since_its_teachers_window_and_s
     from gem_model.distill.serving_fold_in import fold_window
     from gem_model.distill.teacher import FOUNDATION
     from gem_model.models.registry import load_model
-    from gem_model.train.loop import train
 
-    days = [dt.date(2026, 11, 1) + dt.timedelta(days=i) for i in range(6)]
-    lake = tmp_path / "lake"
-    new_ids = _two_window_lake(lake, days, born=days[3], rows=1500)
-    uri = str(lake / "training_examples")
-    train({"preset": "tiny", "model": {"topic_dim": 4}, "seed": 0, "device": "cpu", "out_dir": str(tmp_path / "f"),
-           "data": {"train": [days[1].isoformat(), days[2].isoformat()], "valid": days[3].isoformat(), "lake": str(lake)},
-           "train": {"torch_threads": 1, "max_steps": 3, "item_svd": {"dim": 4}, "calibrate": False}})
+    days, uri, new_ids = _trained_before_the_births(tmp_path, "f")
     foundation, config = load_model(tmp_path / "f")
     student_days = (days[1], days[3])  # past the foundation's window by one day, the day the new ads are born
     tp = predict_teacher(foundation, student_days, FOUNDATION, "f", uri=uri, fold_in=config)
