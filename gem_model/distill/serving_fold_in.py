@@ -142,8 +142,7 @@ def serving_fold_in(model: torch.nn.Module, config: dict[str, Any] | None, day: 
         # svd_lowrank draws random probes: a fixed seed scores a day again to the same predictions
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
-            stats = fold_in_item_svd(model, Cooc.sum(before(*p) for p in parts), cfg.topic_dim, max_rows,
-                                     evidence=float(_item_svd(config).get("fold_evidence", 0.0)))
+            stats = fold_in_item_svd(model, Cooc.sum(before(*p) for p in parts), cfg.topic_dim, max_rows)
         yield stats
     finally:
         with torch.no_grad():

@@ -208,9 +208,7 @@ class GEM(nn.Module):
         frozen topic vectors (0 for an empty history or an id without one); [B, 3] with
         `topic_log_share`: and log((sum of max(cos, 0) + 0.5) / (length + 1)), and then a candidate
         without a topic vector reads the window's mean of each (`topic_stat_mean`), not "no interest":
-        a log share of no match is the most negative value it takes, while the ad is only unplaced. A topic
-        row shorter than 1 (a fold-in on little evidence, `train.item_svd.fold_evidence`) reads that share of
-        its own statistics and the rest of the mean's."""
+        a log share of no match is the most negative value it takes, while the ad is only unplaced."""
         j, col = self.cfg.target_pairs[0]
         t = F.normalize(self.item_topic, dim=-1)
         candidate = batch.sparse[:, j].long()
@@ -222,9 +220,7 @@ class GEM(nn.Module):
         if not self.cfg.topic_log_share:
             return torch.stack([mean, best], dim=1)
         stats = torch.stack([mean, best, torch.log((sums[:, 2] + 0.5) / (lengths + 1.0))], dim=1)
-        norm = self.item_topic[candidate].norm(dim=-1)
-        weight = torch.where(norm > 0.999, 1.0, norm)[:, None].to(stats.dtype)  # fitted: unit norm; 0: unplaced
-        return weight * stats + (1.0 - weight) * self.topic_stat_mean.to(stats.dtype)
+        return torch.where(self.has_topic(candidate)[:, None], stats, self.topic_stat_mean.to(stats.dtype))
 
     def wide_input_keys(self) -> list[str]:
         """The state-dict entries whose last dimension is `cfg.wide_inputs` (a warm start maps it by name)."""

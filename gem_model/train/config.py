@@ -48,8 +48,6 @@ class ItemSvd(_Strict):
     status_map: Literal["platt", "shift"] = "platt"
     # then each surface shifted back to its click rate on the same rows (the status maps are pooled over surfaces)
     relevel_surfaces: bool = True
-    # k > 0: a folded id met n times reads n / (n + k) of its topic statistics, the rest their mean's
-    fold_evidence: float = Field(default=0.0, ge=0.0)
 
     @field_validator("serve_slices")
     @classmethod

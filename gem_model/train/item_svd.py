@@ -129,12 +129,12 @@ class Cooc:
             counts[at[:, None], at] += p.counts
         return Cooc(seen, occurrences, counts, sum(p.n for p in parts))
 
-    def capped(self, max_rows: int) -> Cooc:
-        """The `max_rows` rows met most often (seen and counts as `bag_counts` gives them)."""
+    def capped(self, max_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(seen, counts) of the `max_rows` rows met most often, as `bag_counts`."""
         if len(self.seen) <= max_rows:
-            return self
+            return self.seen, self.counts
         top = _most_met(self.occurrences, max_rows)
-        return Cooc(self.seen[top], self.occurrences[top], self.counts[top][:, top], self.n)
+        return self.seen[top], self.counts[top][:, top]
 
 
 def _most_met(occurrences: torch.Tensor, max_rows: int) -> torch.Tensor:
@@ -168,12 +168,16 @@ def _pair_counts(rows: torch.Tensor, compact: torch.Tensor, n_seen: int, bags: i
     return counts
 
 
-def _cooccurrence(model: GEM, batches: Iterable[Batch] | Bags | Cooc, max_rows: int) -> Cooc:
-    """The counts of the window's bags (one per training row: its history items and its candidate), capped
-    as `bag_counts` caps them."""
-    if not isinstance(batches, Cooc):
-        batches = Cooc.of(batches if isinstance(batches, Bags) else Bags.read(model, batches), max_rows)
-    return batches.capped(max_rows)
+def _cooccurrence(model: GEM, batches: Iterable[Batch] | Bags | Cooc, max_rows: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """`bag_counts` of the window's bags (one per training row: its history items and its candidate), and
+    the bags read."""
+    if isinstance(batches, Cooc):
+        return *batches.capped(max_rows), batches.n
+    bags = batches if isinstance(batches, Bags) else Bags.read(model, batches)
+    if bags.n == 0:
+        return torch.zeros(0, dtype=torch.long), torch.zeros(0, 0), 0
+    seen, counts = bag_counts(bags.rows.long(), bags.items.long(), bags.n, max_rows)
+    return seen, counts, bags.n
 
 
 def bag_counts(rows: torch.Tensor, items: torch.Tensor, bags: int, max_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -194,8 +198,7 @@ def set_item_svd(model: GEM, batches: Iterable[Batch], dim: int, max_rows: int =
     """The cold start of the module doc, from `batches` (the window, read once); the count matrix is dense
     (max_rows^2 floats). Returns {"rows": rows written, "bags": rows read}."""
     w = _item_weight(model, dim)
-    cooc = _cooccurrence(model, batches, max_rows)
-    seen, counts, bags = cooc.seen, cooc.counts, cooc.n
+    seen, counts, bags = _cooccurrence(model, batches, max_rows)
     if len(seen) <= dim:
         return {"rows": 0, "bags": bags}
     u, s, _ = torch.svd_lowrank(ppmi(counts), q=min(dim + 8, len(seen)), niter=6)
@@ -215,23 +218,20 @@ FOLD_PASSES = 3  # an id whose co-occurring ids are all new too gets its directi
 
 @torch.no_grad()
 def fold_in_item_svd(model: GEM, batches: Iterable[Batch] | Bags | Cooc, dim: int, max_rows: int = MAX_ROWS,
-                     known: torch.Tensor | None = None, evidence: float = 0.0) -> dict[str, int]:
+                     known: torch.Tensor | None = None) -> dict[str, int]:
     """Give the window's ids without a direction one from the window's PPMI-SVD aligned with a warm-started
     model's basis (module doc); known rows, of the table and of `item_topic`, stay as they were. known: bool
     [table rows], the rows with a direction (default: a non-zero `item_topic` row; without that buffer pass
     it, or nothing is folded). Returns {"rows": given a direction, "known": known rows of the window,
     "unreached": new rows the fit leaves without one (no co-occurrence, or fewer known rows than `dim`
-    to align on), "bags": read}. evidence: k > 0 gives a new row met n times (pairs, `Cooc.occurrences`) a
-    topic row of norm n / (n + k), which the topic statistics read as that share of its own and the rest of
-    their mean's (GEM.topic_stats): a direction from a few bags is mostly noise; 0: unit norm, as fitted rows."""
+    to align on), "bags": read}."""
     w, cfg = _item_weight(model, dim), model.cfg
     if known is None:
         if not cfg.n_topic_stats:
             return {"rows": 0, "known": 0, "unreached": 0, "bags": 0}
         known = model.item_topic.norm(dim=1) > 0
     known = known.to("cpu").bool()
-    cooc = _cooccurrence(model, batches, max_rows)
-    seen, counts, bags = cooc.seen, cooc.counts, cooc.n
+    seen, counts, bags = _cooccurrence(model, batches, max_rows)
     have = known[seen] if len(seen) else known[:0]
     n_known, n_new = int(have.sum()), int((~have).sum())
     if n_new == 0 or n_known < dim or len(seen) <= dim:
@@ -250,9 +250,7 @@ def fold_in_item_svd(model: GEM, batches: Iterable[Batch] | Bags | Cooc, dim: in
     table[:, :dim] = topic * scale
     w[rows] = table.to(w.dtype).to(w.device)
     if cfg.n_topic_stats:
-        met = cooc.occurrences[~have][reached].float()
-        share = met / (met + evidence) if evidence > 0 else torch.ones_like(met)
-        model.item_topic[rows] = (topic * share[:, None]).to(model.item_topic.dtype).to(model.item_topic.device)
+        model.item_topic[rows] = topic.to(model.item_topic.dtype).to(model.item_topic.device)
     return {"rows": int(reached.sum()), "known": n_known, "unreached": int((~reached).sum()), "bags": bags}
 
 

@@ -154,12 +154,6 @@ def test_topic_statistics_read_the_frozen_svd_vectors():
     unplaced[:3, j] = FIRST_AD + N_TOPICS + 1  # a row of the table no fit wrote
     got = logged.topic_stats(dataclasses.replace(b, sparse=unplaced), seg, 16)
     assert torch.allclose(got[:3], logged.topic_stat_mean.expand(3, 3)) and torch.allclose(got[3:], three[3:])
-    # a topic row shorter than 1 (a fold-in on little evidence) reads that share of its statistics, the rest the mean's
-    thin = logged.item_topic.clone()
-    logged.item_topic[FIRST_AD:FIRST_AD + N_TOPICS] *= 0.25
-    got = logged.topic_stats(b, seg, 16)
-    assert torch.allclose(got, 0.25 * three + 0.75 * logged.topic_stat_mean, atol=1e-5)
-    logged.item_topic.copy_(thin)
     # without topic vectors the option is inert: no statistic, and the wide path's last input keeps its start
     plain = build_model(dataclasses.replace(cfg, topic_dim=0, topic_log_share=True))
     assert plain.cfg.n_topic_stats == 0 and "topic_stat_mean" not in plain.state_dict()
@@ -210,9 +204,8 @@ def test_counts_of_parts_summed_are_the_counts_of_their_bags_pooled():
     for cap in (MAX_ROWS, 20):
         seen, counts = bag_counts(pooled.rows.long(), pooled.items.long(), pooled.n, cap)
         summed = Cooc.sum(Cooc.of(p) for p in parts)
-        got = summed.capped(cap)
-        assert torch.equal(got.seen, seen) and torch.equal(got.counts, counts) and summed.n == pooled.n
-        assert torch.equal(got.occurrences, torch.bincount(pooled.items.long(), minlength=int(seen.max()) + 1)[seen])
+        got_seen, got_counts = summed.capped(cap)
+        assert torch.equal(got_seen, seen) and torch.equal(got_counts, counts) and summed.n == pooled.n
         assert (cap < len(summed.seen)) == (cap == 20)  # the cap binds in the second case only
     assert 0 not in summed.seen.tolist() and int(summed.counts.diagonal().abs().sum()) == 0
     # a part met on more rows than the cap keeps its most met ones, as bag_counts would of it alone

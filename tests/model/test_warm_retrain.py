@@ -62,22 +62,6 @@ def test_fold_in_gives_new_ads_their_topic_and_keeps_old_rows():
         assert torch.equal(cos.argmax(1), torch.arange(N_TOPICS)), cos
     assert torch.allclose(table[new].norm(dim=1), table0[1:NEW_AD].norm(dim=1).mean().expand(N_TOPICS), rtol=1e-4)
 
-    # train.item_svd.fold_evidence k: a new ad met n times gets a topic row of norm n / (n + k), same direction;
-    # the table row and the old rows as without it; an ad met more often gets a longer row
-    thin = [dataclasses.replace(b, sparse=b.sparse.clone()) for b in batches]
-    thin[0].sparse[:, j] = torch.where(thin[0].sparse[:, j] == NEW_AD, NEW_AD + 1, thin[0].sparse[:, j])
-    met = torch.bincount(torch.cat([b.sparse[:, j] for b in thin]), minlength=NEW_AD + N_TOPICS)[new].float()
-    assert met[0] < met[1]  # fewer impressions for the first new ad
-    folded = {}
-    for k in (0.0, 40.0):
-        model.item_topic.copy_(topic0)
-        torch.manual_seed(0)  # svd_lowrank's probes
-        fold_in_item_svd(model, thin, dim=8, evidence=k)
-        folded[k] = (w.detach().clone(), model.item_topic.clone())
-    assert torch.allclose(folded[40.0][1][new].norm(dim=1), met / (met + 40.0), atol=1e-5)
-    assert torch.allclose(torch.nn.functional.normalize(folded[40.0][1][new], dim=1), folded[0.0][1][new], atol=1e-5)
-    assert torch.equal(folded[40.0][1][old], topic0[old]) and torch.equal(folded[40.0][0], folded[0.0][0])
-
 
 def test_fold_in_without_a_topic_buffer_needs_the_known_rows():
     torch.manual_seed(0)
