@@ -136,6 +136,26 @@ def predict_teacher(
 
     stored = getattr(model, "calibrator", None)
     bags: dict = {}  # the bags each fold reads, per (day, hours): the slices and fitting days overlap
+    refits: dict[tuple[tuple[dt.date, ...], bool], tuple[Any, dict, dict]] = {}  # days sharing fitting days share them
+
+    def refit_as_served(days: tuple[dt.date, ...], per_status: bool) -> tuple[Any, dict, dict]:
+        """(the stored map re-fitted on `days` scored as served, or None without rows; with per_status, the
+        fold-status maps after it and the surfaces' levels after those). Depends on `days` alone: a fitting
+        day's fold statuses are those of its own ads, whichever day is served."""
+        fit_df = pl.concat([served(f) for f in days])  # scored behind the stored map: the refit reads p_click_raw
+        if not fit_df.height:
+            return None, {}, {}
+        calibrator, maps, levels = refit(stored, fit_df, list(days)), {}, {}
+        if per_status:  # the fitting days through the new map, per fold status: what one map per surface leaves
+            status = fold_status(fold_in, list(days), uri)
+            rows = fit_df.filter(pl.col("click_mask")).join(status, on="request_id")
+            mapped = calibrator.apply_probs(rows["p_click_raw"].to_numpy(), rows["surface"].to_numpy())
+            rows = rows.with_columns(pl.Series("p_click", mapped))
+            maps = status_maps(rows, status_kind(fold_in))
+            if maps and relevels_surfaces(fold_in):  # the status maps are pooled: each surface to its rate
+                levels = status_maps(with_status_maps(rows, status, maps), "shift", by="surface")
+        return calibrator, maps, levels
+
     for d in _dates(dates):
         # KD targets are the teacher's calibrated probabilities (predict applies its map): a per-surface
         # bias of the teacher would otherwise become the student's (the map is monotone: ranking unchanged).
@@ -145,27 +165,19 @@ def predict_teacher(
         if stored is not None and stored.fit_day and not days and folds(model, fold_in, d):
             # the stored map was fitted on the model as it was, before any fold-in: fitted anew on its days
             days = [dt.date.fromisoformat(f) for f in stored.fit_day.split(",")]
-        fit = []
-        for f in days or []:  # each fitting day scored as it would be served
-            fit.append(served(f))
-        maps: dict[str, tuple[float, float]] = {}
-        levels: dict[str, tuple[float, float]] = {}
+        calibrator, maps, levels = None, {}, {}
+        if days:
+            key = (tuple(days), fold_in is not None and folds(model, fold_in, d))
+            if key not in refits:
+                refits[key] = refit_as_served(*key)
+            calibrator, maps, levels = refits[key]
         try:
-            if fit and (fit_df := pl.concat(fit)).height:
-                model.calibrator = refit(stored, fit_df, days)
-                if fold_in is not None and folds(model, fold_in, d):
-                    # the fitting days through the new map, per fold status: what one map per surface leaves
-                    status = fold_status(fold_in, [*days, d], uri)
-                    rows = fit_df.filter(pl.col("click_mask")).join(status, on="request_id")
-                    mapped = model.calibrator.apply_probs(rows["p_click_raw"].to_numpy(), rows["surface"].to_numpy())
-                    rows = rows.with_columns(pl.Series("p_click", mapped))
-                    maps = status_maps(rows, status_kind(fold_in))
-                    if maps and relevels_surfaces(fold_in):  # the status maps are pooled: each surface to its rate
-                        levels = status_maps(with_status_maps(rows, status, maps), "shift", by="surface")
+            model.calibrator = calibrator if calibrator is not None else stored
             df = served(d, with_embeddings=True)
         finally:
             model.calibrator = stored
         if maps:
+            status = fold_status(fold_in, [d], uri)
             df = with_status_maps(df, status, maps)
             df = with_status_maps(df, df.select("request_id", "surface"), levels, by="surface")
         conversion = pl.when(pl.col("surface").is_in(no_conversions)).then(None).otherwise(pl.col("p_conversion"))

@@ -341,6 +341,43 @@ def test_a_served_day_maps_each_fold_status_by_what_the_maps_days_left(gem_home,
     assert kept.sort("request_id")["p_click"].equals(shifted.sort("request_id")["p_click"])
 
 
+def test_days_served_behind_the_same_fitting_days_score_those_days_once(gem_home, tmp_path, monkeypatch):
+    """Several days in one predict_teacher call whose maps are re-fitted on the same days (a student window before
+    the map's days, served in slices) fit them once, and get what one call per day gives."""
+    import polars as pl
+
+    import gem_model.distill.teacher as teacher
+    from gem_model.models.registry import load_model
+    from gem_model.train.loop import train
+
+    days = [dt.date(2026, 11, 1) + dt.timedelta(days=i) for i in range(6)]
+    lake = tmp_path / "lake"
+    _two_window_lake(lake, days, born=days[3], rows=1500)
+    uri = str(lake / "training_examples")
+    train({"preset": "tiny", "model": {"topic_dim": 4}, "seed": 0, "device": "cpu", "out_dir": str(tmp_path / "m"),
+           "data": {"train": [days[1].isoformat(), days[3].isoformat()], "valid": days[4].isoformat(), "lake": str(lake)},
+           "train": {"torch_threads": 1, "max_steps": 3, "item_svd": {"dim": 4}, "calibrate": True}})
+    model, config = load_model(tmp_path / "m")
+    assert model.calibrator.fit_day == days[4].isoformat() and config["train"]["item_svd"]["serve_slices"] > 1
+    refits, passes = [], []
+    real_refit, real_predict = teacher.refit, teacher.predict
+    monkeypatch.setattr(teacher, "refit", lambda cal, df, fit_days: refits.append(fit_days) or real_refit(cal, df, fit_days))
+    monkeypatch.setattr(teacher, "predict", lambda *a, **k: passes.append(1) or real_predict(*a, **k))
+    served = days[1:4]  # inside the window: each re-fits the stored map on d5 as served
+    together = teacher.predict_teacher(model, served, teacher.FOUNDATION, "v", uri=uri, recalibrate=True, fold_in=config)
+    assert refits == [[days[4]]]
+    n_together = len(passes)
+    apart = pl.concat([teacher.predict_teacher(model, [d], teacher.FOUNDATION, "v", uri=uri, recalibrate=True,
+                                               fold_in=config) for d in served])
+    assert refits == [[days[4]]] * 4 and len(passes) - n_together > n_together  # d5 scored once, not three times
+    key = ["date", "request_id"]
+    together, apart = together.sort(key), apart.sort(key)
+    assert together.select(key).equals(apart.select(key))  # float64 rounding apart, as before the fits were shared
+    for col in ("p_click", "p_conversion", "embedding"):
+        a, b = (np.asarray(f[col].to_list(), dtype=np.float64) for f in (together, apart))
+        assert np.allclose(a, b, rtol=1e-9, atol=1e-12, equal_nan=True), col
+
+
 def test_a_warm_start_into_a_model_with_more_inputs_starts_as_the_old_model(tmp_path):
     """An option that adds an input (model.topic_log_share, a dense feature) widens the dense input layer and
     the wide path: the warm start moves their old columns by name and zeros the new ones, so the retrain
