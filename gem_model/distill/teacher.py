@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -16,6 +17,7 @@ import torch
 
 from gem_model.config import SurfacesConfig, load_surfaces, validate_name
 from gem_model.data.loader import ExampleStream, date_range
+from gem_model.distill.refit_cache import Refit, load_refit, refit_key, save_refit
 from gem_model.distill.serving_fold_in import (
     fold_status,
     folds,
@@ -95,6 +97,7 @@ def predict_teacher(
     precision: str = "auto",
     recalibrate: bool = False,
     fold_in: dict[str, Any] | None = None,
+    refit_cache: Path | str | None = None,
 ) -> pl.DataFrame:
     """One batched, unshuffled pass of a GEM teacher (`forward_with_summary`) over every row of
     `training_examples` on `dates` (list, single date, or inclusive (first, last) pair) for
@@ -106,7 +109,9 @@ def predict_teacher(
     (`serving_fold_in`; in `train.item_svd.serve_slices` slices of the day, each with the day's earlier
     hours too), and its map is fitted anew on its fitting days (or the `refit_days`), each scored as it
     would have been served; then each ad's click prediction goes through the map its fold status
-    (known / folded / folded_today / unseen) needed on those days (gem_model.distill.serving_fold_in)."""
+    (known / folded / folded_today / unseen) needed on those days (gem_model.distill.serving_fold_in).
+    refit_cache: the teacher's version dir: those refits are kept there and read back while the logs are unchanged
+    (gem_model.distill.refit_cache); None: fitted in this call (once per set of fitting days)."""
     if teacher_name != FOUNDATION and not teacher_name.startswith("domain:"):
         raise ValueError(f"teacher must be 'foundation' or 'domain:<name>', not {teacher_name!r}")
     surfaces_config = load_surfaces()
@@ -136,9 +141,9 @@ def predict_teacher(
 
     stored = getattr(model, "calibrator", None)
     bags: dict = {}  # the bags each fold reads, per (day, hours): the slices and fitting days overlap
-    refits: dict[tuple[tuple[dt.date, ...], bool], tuple[Any, dict, dict]] = {}  # days sharing fitting days share them
+    refits: dict[tuple[tuple[dt.date, ...], bool], Refit] = {}  # days sharing fitting days share them
 
-    def refit_as_served(days: tuple[dt.date, ...], per_status: bool) -> tuple[Any, dict, dict]:
+    def refit_as_served(days: tuple[dt.date, ...], per_status: bool) -> Refit:
         """(the stored map re-fitted on `days` scored as served, or None without rows; with per_status, the
         fold-status maps after it and the surfaces' levels after those). Depends on `days` alone: a fitting
         day's fold statuses are those of its own ads, whichever day is served."""
@@ -156,6 +161,17 @@ def predict_teacher(
                 levels = status_maps(with_status_maps(rows, status, maps), "shift", by="surface")
         return calibrator, maps, levels
 
+    def kept_refit(days: tuple[dt.date, ...], per_status: bool) -> Refit:
+        if refit_cache is None:
+            return refit_as_served(days, per_status)
+        name = refit_key(fold_in, days, per_status, surfaces, f"{device.type}:{amp_dtype}",
+                         uri or table_uri("training_examples"))
+        if (found := load_refit(Path(refit_cache), name)) is not None:
+            return found
+        result = refit_as_served(days, per_status)
+        save_refit(Path(refit_cache), name, result)
+        return result
+
     for d in _dates(dates):
         # KD targets are the teacher's calibrated probabilities (predict applies its map): a per-surface
         # bias of the teacher would otherwise become the student's (the map is monotone: ranking unchanged).
@@ -169,7 +185,7 @@ def predict_teacher(
         if days:
             key = (tuple(days), fold_in is not None and folds(model, fold_in, d))
             if key not in refits:
-                refits[key] = refit_as_served(*key)
+                refits[key] = kept_refit(*key)
             calibrator, maps, levels = refits[key]
         try:
             model.calibrator = calibrator if calibrator is not None else stored

@@ -3,6 +3,7 @@ report (every arm x path side by side) and the production student per surface.""
 
 import datetime as dt
 import json
+from pathlib import Path
 
 import dagster as dg
 import polars as pl
@@ -138,7 +139,8 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
     # so reading it would be a cycle.
     targets = predict_teacher(foundation, roles.student, "foundation", teacher_version, surfaces=surfaces,
                               uri=lake.table("training_examples"), device=accelerator.resolved_device(),
-                              precision=accelerator.train_precision(), recalibrate=True, fold_in=foundation_config)
+                              precision=accelerator.train_precision(), recalibrate=True, fold_in=foundation_config,
+                              refit_cache=Path(ckpt).parent)
     version = new_version(context.run_id)
     # grouped with its teacher's W&B runs (foundation runs are grouped as foundation-<version>)
     tracker = Tracker(name=f"domain-{domain}", group=f"foundation-{teacher_version}", job_type="domain_model",
@@ -205,7 +207,7 @@ def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, a
         # without a window is scored as it is)
         df = predict_teacher(model, [date], name, version, surfaces=surfaces, uri=lake.table("training_examples"),
                              device=accelerator.resolved_device(), precision=accelerator.train_precision(),
-                             recalibrate=True, fold_in=config)
+                             recalibrate=True, fold_in=config, refit_cache=Path(ckpt).parent)
         fit_day = getattr(getattr(model, "calibrator", None), "fit_day", None)
         folded = fold_window(model, config, date)
         slices = len(serve_slices(model, config))

@@ -269,6 +269,22 @@ def test_a_served_day_folds_in_the_ads_born_since_the_window_and_leaves_the_mode
     assert sliced.height == whole.height > 0 and sliced["p_click"].equals(whole["p_click"])
 
 
+def _calibrated_on_churn(tmp_path: Path, rows: int, window_end: int) -> tuple[list[dt.date], str, torch.nn.Module, dict]:
+    """(days, training_examples uri, model, config): six days whose ads turn over on the fourth, and a tiny foundation
+    trained on days[1..window_end], selected and calibrated on the day after."""
+    from gem_model.models.registry import load_model
+    from gem_model.train.loop import train
+
+    days = [dt.date(2026, 11, 1) + dt.timedelta(days=i) for i in range(6)]
+    lake = tmp_path / "lake"
+    _two_window_lake(lake, days, born=days[3], rows=rows)
+    train({"preset": "tiny", "model": {"topic_dim": 4}, "seed": 0, "device": "cpu", "out_dir": str(tmp_path / "m"),
+           "data": {"train": [days[1].isoformat(), days[window_end].isoformat()],
+                    "valid": days[window_end + 1].isoformat(), "lake": str(lake)},
+           "train": {"torch_threads": 1, "max_steps": 3, "item_svd": {"dim": 4}, "calibrate": True}})
+    return days, str(lake / "training_examples"), *load_model(tmp_path / "m")
+
+
 def test_a_served_day_maps_each_fold_status_by_what_the_maps_days_left(gem_home, tmp_path, monkeypatch):
     """With a map, the fitting days are scored as served and split by fold status; the day's rows go
     through their status's map (gem_model.distill.serving_fold_in.status_maps)."""
@@ -276,17 +292,8 @@ def test_a_served_day_maps_each_fold_status_by_what_the_maps_days_left(gem_home,
 
     import gem_model.distill.teacher as teacher
     from gem_model.distill.serving_fold_in import with_serving
-    from gem_model.models.registry import load_model
-    from gem_model.train.loop import train
 
-    days = [dt.date(2026, 11, 1) + dt.timedelta(days=i) for i in range(6)]
-    lake = tmp_path / "lake"
-    _two_window_lake(lake, days, born=days[3], rows=3000)
-    uri = str(lake / "training_examples")
-    train({"preset": "tiny", "model": {"topic_dim": 4}, "seed": 0, "device": "cpu", "out_dir": str(tmp_path / "m"),
-           "data": {"train": [days[1].isoformat(), days[2].isoformat()], "valid": days[3].isoformat(), "lake": str(lake)},
-           "train": {"torch_threads": 1, "max_steps": 3, "item_svd": {"dim": 4}, "calibrate": True}})
-    model, config = load_model(tmp_path / "m")
+    days, uri, model, config = _calibrated_on_churn(tmp_path, rows=3000, window_end=2)
     assert model.calibrator.fit_day == days[3].isoformat()
     seen: list[pl.DataFrame] = []
 
@@ -343,21 +350,12 @@ def test_a_served_day_maps_each_fold_status_by_what_the_maps_days_left(gem_home,
 
 def test_days_served_behind_the_same_fitting_days_score_those_days_once(gem_home, tmp_path, monkeypatch):
     """Several days in one predict_teacher call whose maps are re-fitted on the same days (a student window before
-    the map's days, served in slices) fit them once, and get what one call per day gives."""
+    the map's days, served in slices) fit them once, and get what one call per day gives; with refit_cache the
+    refit is kept for the next call while the logs and serving options stay as they were."""
     import polars as pl
 
     import gem_model.distill.teacher as teacher
-    from gem_model.models.registry import load_model
-    from gem_model.train.loop import train
-
-    days = [dt.date(2026, 11, 1) + dt.timedelta(days=i) for i in range(6)]
-    lake = tmp_path / "lake"
-    _two_window_lake(lake, days, born=days[3], rows=1500)
-    uri = str(lake / "training_examples")
-    train({"preset": "tiny", "model": {"topic_dim": 4}, "seed": 0, "device": "cpu", "out_dir": str(tmp_path / "m"),
-           "data": {"train": [days[1].isoformat(), days[3].isoformat()], "valid": days[4].isoformat(), "lake": str(lake)},
-           "train": {"torch_threads": 1, "max_steps": 3, "item_svd": {"dim": 4}, "calibrate": True}})
-    model, config = load_model(tmp_path / "m")
+    days, uri, model, config = _calibrated_on_churn(tmp_path, rows=1500, window_end=3)
     assert model.calibrator.fit_day == days[4].isoformat() and config["train"]["item_svd"]["serve_slices"] > 1
     refits, passes = [], []
     real_refit, real_predict = teacher.refit, teacher.predict
@@ -376,6 +374,36 @@ def test_days_served_behind_the_same_fitting_days_score_those_days_once(gem_home
     for col in ("p_click", "p_conversion", "embedding"):
         a, b = (np.asarray(f[col].to_list(), dtype=np.float64) for f in (together, apart))
         assert np.allclose(a, b, rtol=1e-9, atol=1e-12, equal_nan=True), col
+
+    # refit_cache (the teacher's version dir): one call's refit is kept and read back by the next (another
+    # teacher_predictions partition), to the same predictions, until the logs change or the serving options do
+    from gem_model.distill.refit_cache import SUBDIR
+    from gem_model.distill.serving_fold_in import with_serving
+    from gem_model.store.delta import overwrite_partition
+
+    cache = tmp_path / "m"
+    refits.clear()
+
+    def served_day(d: dt.date, cfg: dict = config) -> pl.DataFrame:
+        return teacher.predict_teacher(model, [d], teacher.FOUNDATION, "v", uri=uri, recalibrate=True, fold_in=cfg,
+                                       refit_cache=cache).sort("request_id")
+
+    first = served_day(days[1])
+    assert refits == [[days[4]]] and len(list((cache / SUBDIR).glob("*.pt"))) == 1
+    again = served_day(days[2])
+    assert refits == [[days[4]]]  # read back, not fitted
+    for got, d in ((first, days[1]), (again, days[2])):
+        want = apart.filter(pl.col("date") == d).sort("request_id")
+        assert got["request_id"].equals(want["request_id"])
+        assert np.allclose(got["p_click"].to_numpy(), want["p_click"].to_numpy(), rtol=1e-9, atol=1e-12)
+    served_day(days[2], with_serving(config, status_map="shift"))  # other serving options: fitted anew
+    assert refits == [[days[4]]] * 2
+    # a day of the logs re-written, even to the same rows (a re-ingest): new files, so fitted anew
+    day0 = pl.read_delta(uri).filter(pl.col("date") == days[0])
+    overwrite_partition(day0, uri, partition_by=["date"], lock_keys=[f"date={days[0]}"], predicate=f"date = '{days[0]}'")
+    served_day(days[2])
+    assert refits == [[days[4]]] * 3 and len(list((cache / SUBDIR).glob("*.pt"))) == 3
+    assert not list((cache / SUBDIR).glob("*.tmp"))
 
 
 def test_a_warm_start_into_a_model_with_more_inputs_starts_as_the_old_model(tmp_path):
