@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import polars as pl
 
-from gem_model.config import load_surfaces
-from gem_model.distill.teacher import FOUNDATION, predict_teacher
-from gem_model.models.registry import load_model
-from gem_model.store.paths import table_uri
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]  # bench/kernels.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gem_model.config import load_surfaces  # noqa: E402
+from gem_model.distill.teacher import FOUNDATION, predict_teacher  # noqa: E402
+from gem_model.models.registry import load_model  # noqa: E402
+from gem_model.store.paths import table_uri  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
