@@ -14,8 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ import torch
 from deltalake import DeltaTable
 
 from gem_model.models.calibration import Calibrator
+from gem_model.store.atomic import torch_save
 from gem_model.store.paths import storage_options
 
 Refit = tuple[Calibrator | None, dict[str, tuple[float, float]], dict[str, tuple[float, float]]]
@@ -52,19 +51,9 @@ def load_refit(cache_dir: Path, key: str) -> Refit | None:
 
 
 def save_refit(cache_dir: Path, key: str, refit: Refit) -> Path:
-    """Written whole or not at all (a temporary file renamed): two runs of one teacher may race, each is right."""
+    """Written whole or not at all (gem_model.store.atomic): two runs of one teacher may race, each is right."""
     calibrator, maps, levels = refit
-    out = Path(cache_dir) / SUBDIR
-    out.mkdir(parents=True, exist_ok=True)
     st = {"calibrator": calibrator.state() if calibrator is not None else None,
           "maps": {k: [float(x) for x in v] for k, v in maps.items()},
           "levels": {k: [float(x) for x in v] for k, v in levels.items()}}
-    fd, tmp = tempfile.mkstemp(dir=out, suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(st, tmp)
-        os.replace(tmp, out / f"{key}.pt")
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return out / f"{key}.pt"
+    return torch_save(st, Path(cache_dir) / SUBDIR / f"{key}.pt")
