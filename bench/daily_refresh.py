@@ -7,6 +7,7 @@ calibration against the truth.
 
     GEM_SIMULATOR=eval GEM_HOME=<a finished week> python bench/daily_refresh.py --day <E> [<E+1> ...] \
         --init <version dir> --out-root <a scratch home> [--epochs 1] [--warm-lr-frac 0.1] [--catch-up]
+        [--fold-lookback-days L] [--fit-fold-like-served yes|no]
 
 The refreshed versions go under <out-root>/models/ (never the home's ACCEPTED). E's teacher window ends
 at E-3 (assets/calendar.yaml's teacher_lag_days 1): the refresh trains on E-3 alone, selects on E-1;
@@ -67,16 +68,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warm-lr-frac", type=float, default=0.1)
     p.add_argument("--catch-up", action="store_true", help="train from the day after the init's window to E-3")
     p.add_argument("--serve-slices", type=int, default=None, help="train.item_svd.serve_slices of both versions (default: their own)")
+    p.add_argument("--fold-lookback-days", type=int, default=None,
+                   help="train.item_svd.fold_lookback_days of both versions (default: their own)")
+    p.add_argument("--fit-fold-like-served", choices=["yes", "no"], default=None,
+                   help="train.item_svd.fit_fold_like_served of both versions (default: their own)")
     p.add_argument("--n-boot", type=int, default=500)
     a = p.parse_args(argv)
     days = sorted(dt.date.fromisoformat(d) for d in a.day)
     if any((b - c).days != 1 for c, b in zip(days, days[1:], strict=False)):
         raise SystemExit(f"--day: a chain is of consecutive days, got {[str(d) for d in days]}")
+    like = None if a.fit_fold_like_served is None else a.fit_fold_like_served == "yes"
     frames, init = [], a.init
     for day in days:
         # after the first, a refresh trains on the one day after the window of the one before
         init = refresh(init, day, a, catch_up=a.catch_up or day != days[0])
-        served = {name: serving_bench.score_day(day, vdir, a.serve_slices)[0] for name, vdir in (("stale", a.init), ("refreshed", init))}
+        served = {name: serving_bench.score_day(day, vdir, a.serve_slices, fold_lookback_days=a.fold_lookback_days,
+                                                fit_fold_like_served=like)[0]
+                  for name, vdir in (("stale", a.init), ("refreshed", init))}
         frames.append(served["stale"].select("request_id", "surface", "click", "oracle_p", "ad_age",
                                              pl.col("base").alias("stale_none"), pl.col("folded").alias("stale"))
                       .join(served["refreshed"].select("request_id", pl.col("base").alias("refreshed_none"),

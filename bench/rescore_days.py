@@ -4,7 +4,7 @@ predict_teacher with its map re-fitted and the serving-time fold-in), then the d
 (`reports/days_in_the_life.md`, gem_pipelines.day_report) is re-rendered from them.
 
     GEM_SIMULATOR=eval GEM_HOME=<a copy of a finished week's home> python bench/rescore_days.py --days <D> [<D> ...]
-        [--serve-slices K] [--relevel-surfaces yes|no]
+        [--serve-slices K] [--relevel-surfaces yes|no] [--fold-lookback-days L] [--fit-fold-like-served yes|no]
 
 It rewrites the home it is given: run it on a copy. What changes in the report: every column computed
 from the foundation's predictions (NE, gap closed, calibration and its yardstick, new-ad NE, the pooled
@@ -73,10 +73,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="train.item_svd.serve_slices (default: each model's own)")
     p.add_argument("--relevel-surfaces", choices=["yes", "no"], default=None,
                    help="train.item_svd.relevel_surfaces (default: each model's own)")
+    p.add_argument("--fold-lookback-days", type=int, default=None,
+                   help="train.item_svd.fold_lookback_days (default: each model's own)")
+    p.add_argument("--fit-fold-like-served", choices=["yes", "no"], default=None,
+                   help="train.item_svd.fit_fold_like_served (default: each model's own)")
     a = p.parse_args(argv)
+    like = None if a.fit_fold_like_served is None else a.fit_fold_like_served == "yes"
     for d in sorted({dt.date.fromisoformat(x) for x in a.days}):
         relevel = None if a.relevel_surfaces is None else a.relevel_surfaces == "yes"
-        print(rescore(d, serve_slices=a.serve_slices, relevel_surfaces=relevel), flush=True)
+        print(rescore(d, serve_slices=a.serve_slices, relevel_surfaces=relevel,
+                      fold_lookback_days=a.fold_lookback_days, fit_fold_like_served=like), flush=True)
         refresh_record(d)
     out = day_report.render()
     judged = [r["calibration_ok"] for d in day_report.load_days() for r in d["surfaces"]

@@ -6,7 +6,8 @@ day's rows pooled, with paired 95% intervals of the difference, the share of the
 the calibration against the truth (mean prediction / mean oracle probability). Nothing is trained.
 
     GEM_SIMULATOR=eval GEM_HOME=<a finished demo or week> python bench/serving_fold_in.py --days <D> [<D> ...]
-        [--model <version dir>] [--serve-slices K] [--status-map platt|shift] [--relevel-surfaces yes|no] [--base-folded] [--save <dir>]
+        [--model <version dir>] [--serve-slices K] [--status-map platt|shift] [--relevel-surfaces yes|no]
+        [--fold-lookback-days L] [--fit-fold-like-served yes|no] [--base-folded] [--save <dir>]
 
 The model of each day is the foundation version that served it (its `teacher_predictions` rows), or
 --model. Why: with churn most of E's impressions are of ads the teacher never saw (its window ends at
@@ -44,14 +45,17 @@ def served_version(day: dt.date) -> str:
 
 def score_day(day: dt.date, model_dir: Path | None, slices: int | None = None,
               base_folded: bool = False, status_map: str | None = None,
-              relevel_surfaces: bool | None = None) -> tuple[pl.DataFrame, str]:
+              relevel_surfaces: bool | None = None, fold_lookback_days: int | None = None,
+              fit_fold_like_served: bool | None = None) -> tuple[pl.DataFrame, str]:
     """request_id, surface, click, base, folded, oracle_p, ad_age of `day`, and what was folded
-    (slices, status_map, relevel_surfaces: `train.item_svd.serve_slices`, `status_map` and `relevel_surfaces` for
-    the folded arm; None: the model's own; base_folded: the base arm folds with the model's own options instead of not at all)."""
+    (slices, status_map, relevel_surfaces, fold_lookback_days, fit_fold_like_served: those `train.item_svd`
+    options for the folded arm; None: the model's own; base_folded: the base arm folds with the model's own options instead of not at all)."""
     path = model_dir or models_dir("foundation_model") / served_version(day)
     model, own = load_model(path / "model.pt")
     options = {k: v for k, v in (("serve_slices", slices), ("status_map", status_map),
-                                 ("relevel_surfaces", relevel_surfaces)) if v is not None}
+                                 ("relevel_surfaces", relevel_surfaces),
+                                 ("fold_lookback_days", fold_lookback_days),
+                                 ("fit_fold_like_served", fit_fold_like_served)) if v is not None}
     cfg = with_serving(own, **options)
     uri = table_uri("training_examples")
     base, folded = (predict_teacher(model, [day], FOUNDATION, path.name, uri=uri, recalibrate=True, fold_in=f)
@@ -103,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="train.item_svd.status_map of the folded arm (default: the model's own)")
     p.add_argument("--relevel-surfaces", choices=["yes", "no"], default=None,
                    help="train.item_svd.relevel_surfaces of the folded arm (default: the model's own)")
+    p.add_argument("--fold-lookback-days", type=int, default=None,
+                   help="train.item_svd.fold_lookback_days of the folded arm (default: the model's own)")
+    p.add_argument("--fit-fold-like-served", choices=["yes", "no"], default=None,
+                   help="train.item_svd.fit_fold_like_served of the folded arm (default: the model's own)")
     p.add_argument("--base-folded", action="store_true",
                    help="the base arm folds with the model's own options (compare serving options, not fold or none)")
     p.add_argument("--n-boot", type=int, default=500)
@@ -113,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     frames = []
     for d in sorted({dt.date.fromisoformat(x) for x in a.days}):
         relevel = None if a.relevel_surfaces is None else a.relevel_surfaces == "yes"
-        df, what = score_day(d, a.model, a.serve_slices, a.base_folded, a.status_map, relevel)
+        like = None if a.fit_fold_like_served is None else a.fit_fold_like_served == "yes"
+        df, what = score_day(d, a.model, a.serve_slices, a.base_folded, a.status_map, relevel, a.fold_lookback_days,
+                             like)
         frames.append(df)
         print(what)
     df = pl.concat(frames, how="diagonal")

@@ -63,7 +63,20 @@ def fold_window(model: torch.nn.Module, config: dict[str, Any] | None, day: dt.d
     if end is None:
         return None
     first, last = end + dt.timedelta(days=1), day - dt.timedelta(days=1)
+    if (lookback := _item_svd(config).get("fold_lookback_days")) is not None:
+        first = min(first, day - dt.timedelta(days=int(lookback)))
     return (first, last) if first <= last else None
+
+
+def fold_days(model: torch.nn.Module, config: dict[str, Any] | None, day: dt.date) -> int:
+    """How many whole days the fold for `day` reads."""
+    window = fold_window(model, config, day)
+    return (window[1] - window[0]).days + 1 if window else 0
+
+
+def fits_like_served(config: dict[str, Any] | None) -> bool:
+    """`train.item_svd.fit_fold_like_served` of a model's config (see `fold_days`' use in predict_teacher)."""
+    return bool(_item_svd(config).get("fit_fold_like_served", False))
 
 
 def folds(model: torch.nn.Module, config: dict[str, Any] | None, day: dt.date) -> bool:

@@ -19,6 +19,8 @@ from gem_model.config import SurfacesConfig, load_surfaces, validate_name
 from gem_model.data.loader import ExampleStream, date_range
 from gem_model.distill.refit_cache import Refit, load_refit, refit_key, save_refit
 from gem_model.distill.serving_fold_in import (
+    fits_like_served,
+    fold_days,
     fold_status,
     folds,
     relevels_surfaces,
@@ -27,6 +29,7 @@ from gem_model.distill.serving_fold_in import (
     slice_filter,
     status_kind,
     status_maps,
+    with_serving,
     with_status_maps,
 )
 from gem_model.eval.metrics import predict
@@ -126,15 +129,15 @@ def predict_teacher(
                              shuffle=False, drop_last=False, chunk_rows=max(batch_size, 16384),
                              max_len=getattr(getattr(model, "cfg", None), "seq_len", None), where=where)
 
-    def served(d: dt.date, with_embeddings: bool = False) -> pl.DataFrame:
+    def served(d: dt.date, with_embeddings: bool = False, config: dict[str, Any] | None = fold_in) -> pl.DataFrame:
         """`d` scored as served: slice by slice, each with what was logged before it folded in."""
         parts = []
-        slices = serve_slices(model, fold_in)
+        slices = serve_slices(model, config)
         for hours in slices:
             rows = stream(d, slice_filter(hours))
             if len(slices) > 1 and rows.count_rows() == 0:
                 continue  # nothing to score (an untimed dataset's rows all sit at noon): no fold either
-            with serving_fold_in(model, fold_in, d, uri=uri, batch_size=batch_size, before_hour=hours[0], cache=bags):
+            with serving_fold_in(model, config, d, uri=uri, batch_size=batch_size, before_hour=hours[0], cache=bags):
                 parts.append(predict(model, rows, device=device, amp_dtype=amp_dtype, with_embeddings=with_embeddings))
         return pl.concat(parts) if parts else predict(model, stream(d), device=device, amp_dtype=amp_dtype,
                                                       with_embeddings=with_embeddings)
@@ -143,11 +146,11 @@ def predict_teacher(
     bags: dict = {}  # the bags each fold reads, per (day, hours): the slices and fitting days overlap
     refits: dict[tuple[tuple[dt.date, ...], bool], Refit] = {}  # days sharing fitting days share them
 
-    def refit_as_served(days: tuple[dt.date, ...], per_status: bool) -> Refit:
-        """(the stored map re-fitted on `days` scored as served, or None without rows; with per_status, the
-        fold-status maps after it and the surfaces' levels after those). Depends on `days` alone: a fitting
-        day's fold statuses are those of its own ads, whichever day is served."""
-        fit_df = pl.concat([served(f) for f in days])  # scored behind the stored map: the refit reads p_click_raw
+    def refit_as_served(days: tuple[dt.date, ...], per_status: bool, fit_config: dict[str, Any] | None) -> Refit:
+        """(the stored map re-fitted on `days` scored as served with `fit_config`, or None without rows; with
+        per_status, the fold-status maps after it and the surfaces' levels after those). A fitting day's fold
+        statuses are those of its own ads, whichever day is served."""
+        fit_df = pl.concat([served(f, config=fit_config) for f in days])  # behind the stored map: the refit reads p_click_raw
         if not fit_df.height:
             return None, {}, {}
         calibrator, maps, levels = refit(stored, fit_df, list(days)), {}, {}
@@ -161,14 +164,15 @@ def predict_teacher(
                 levels = status_maps(with_status_maps(rows, status, maps), "shift", by="surface")
         return calibrator, maps, levels
 
-    def kept_refit(days: tuple[dt.date, ...], per_status: bool) -> Refit:
+    def kept_refit(days: tuple[dt.date, ...], per_status: bool, lookback: int | None) -> Refit:
+        fit_config = with_serving(fold_in, fold_lookback_days=lookback) if lookback else fold_in
         if refit_cache is None:
-            return refit_as_served(days, per_status)
-        name = refit_key(fold_in, days, per_status, surfaces, f"{device.type}:{amp_dtype}",
+            return refit_as_served(days, per_status, fit_config)
+        name = refit_key(fit_config, days, per_status, surfaces, f"{device.type}:{amp_dtype}",
                          uri or table_uri("training_examples"))
         if (found := load_refit(Path(refit_cache), name)) is not None:
             return found
-        result = refit_as_served(days, per_status)
+        result = refit_as_served(days, per_status, fit_config)
         save_refit(Path(refit_cache), name, result)
         return result
 
@@ -183,7 +187,10 @@ def predict_teacher(
             days = [dt.date.fromisoformat(f) for f in stored.fit_day.split(",")]
         calibrator, maps, levels = None, {}, {}
         if days:
-            key = (tuple(days), fold_in is not None and folds(model, fold_in, d))
+            per_status = fold_in is not None and folds(model, fold_in, d)
+            # fit_fold_like_served: each fitting day folds in as many whole days before it as `d` does
+            lookback = fold_days(model, fold_in, d) if per_status and fits_like_served(fold_in) else None
+            key = (tuple(days), per_status, lookback or None)
             if key not in refits:
                 refits[key] = kept_refit(*key)
             calibrator, maps, levels = refits[key]

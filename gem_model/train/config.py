@@ -44,6 +44,12 @@ class ItemSvd(_Strict):
     # in slices of the day, each with the day's earlier hours too (a divisor of 24; 1: none of the day)
     serve_fold_in: bool = True
     serve_slices: int = Field(default=4, ge=1, le=24)
+    # the fold's co-occurrence reads at least this many whole days before the day scored, days of the window
+    # included (None: only the days after the window), so every day's fold fits on as many logs
+    fold_lookback_days: int | None = Field(default=None, ge=1)
+    # the map's fitting days each folded in with as many whole days before them as the day served (its window's
+    # included where it reaches back that far), so the map is fitted on predictions made as the day's are
+    fit_fold_like_served: bool = False
     # after the surface's map, each fold status's own: platt (slope and shift) or shift (the slope kept)
     status_map: Literal["platt", "shift"] = "platt"
     # then each surface shifted back to its click rate on the same rows (the status maps are pooled over surfaces)

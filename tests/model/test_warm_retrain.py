@@ -197,7 +197,7 @@ def test_a_served_day_folds_in_the_ads_born_since_the_window_and_leaves_the_mode
     import polars as pl
 
     from gem_model.data.vocab import hash_int64
-    from gem_model.distill.serving_fold_in import fold_window, serve_slices, serving_fold_in
+    from gem_model.distill.serving_fold_in import fold_window, serve_slices, serving_fold_in, with_serving
     from gem_model.distill.teacher import FOUNDATION, predict_teacher
     from gem_model.models.registry import load_model
 
@@ -243,9 +243,22 @@ def test_a_served_day_folds_in_the_ads_born_since_the_window_and_leaves_the_mode
     with serving_fold_in(model, config, days[5], uri=uri) as stats:  # folds d4-d5's logs, not d6's
         assert stats["rows"] >= len(born) and bool((model.item_topic[born].norm(dim=1) > 0.99).all())
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
-    off = {**config, "train": {**config["train"], "item_svd": {**config["train"]["item_svd"], "serve_fold_in": False}}}
+    off = with_serving(config, serve_fold_in=False)
     with serving_fold_in(model, off, days[5], uri=uri) as stats:
         assert stats is None
+    # fold_lookback_days: the fold reads at least that many whole days, the window's included, so the day
+    # after the window folds on as many logs as a later one; the window's ids keep their rows
+    longer = with_serving(config, fold_lookback_days=3)
+    assert fold_window(model, longer, days[3]) == (days[0], days[2])
+    assert fold_window(model, longer, days[5]) == (days[2], days[4])
+    known = model.item_topic.norm(dim=1) > 0
+    with serving_fold_in(model, config, days[3], uri=uri, before_hour=12) as short:
+        pass
+    with serving_fold_in(model, longer, days[3], uri=uri, before_hour=12) as long:
+        assert float((model.item_topic[shown[12]].norm(dim=1) > 0.99).float().mean()) > 0.9
+        assert torch.equal(model.item_topic[known], before["item_topic"][known])
+    assert long["bags"] > short["bags"] and long["known"] > short["known"]
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
 
     def scored(fold_in: dict | None) -> pl.DataFrame:
         return predict_teacher(model, [days[5]], FOUNDATION, "v", uri=uri, fold_in=fold_in).join(
@@ -346,6 +359,32 @@ def test_a_served_day_maps_each_fold_status_by_what_the_maps_days_left(gem_home,
                                    fold_in=with_serving(config, relevel_surfaces=False))
     assert [by for by, _ in calls] == ["fold_status"]
     assert kept.sort("request_id")["p_click"].equals(shifted.sort("request_id")["p_click"])
+
+
+def test_a_map_fitted_like_served_folds_each_fitting_day_over_as_many_days_as_the_day_served(gem_home, tmp_path,
+                                                                                               monkeypatch):
+    """train.item_svd.fit_fold_like_served: the day served folds in the two days since the window, so its map's
+    fitting day is scored with the two days before it folded in (the window's last included), not one."""
+    import gem_model.distill.teacher as teacher
+    from gem_model.distill.serving_fold_in import fold_window, with_serving
+
+    days, uri, model, config = _calibrated_on_churn(tmp_path, rows=1500, window_end=2)
+    folds: list[tuple[dt.date, tuple[dt.date, dt.date] | None]] = []
+    real = teacher.serving_fold_in
+
+    def spy(m: torch.nn.Module, cfg: dict, day: dt.date, **kw):  # noqa: ANN202
+        folds.append((day, fold_window(m, cfg, day)))
+        return real(m, cfg, day, **kw)
+
+    monkeypatch.setattr(teacher, "serving_fold_in", spy)
+    served = {}
+    for like in (False, True):
+        folds.clear()
+        served[like] = teacher.predict_teacher(model, [days[5]], teacher.FOUNDATION, "v", uri=uri, recalibrate=True,
+                                               fold_in=with_serving(config, fit_fold_like_served=like))
+        assert {w for d, w in folds if d == days[5]} == {(days[3], days[4])}  # the day itself: as always
+        assert {w for d, w in folds if d == days[4]} == {(days[2], days[3]) if like else (days[3], days[3])}
+    assert not served[True]["p_click"].equals(served[False]["p_click"])  # another map
 
 
 def test_days_served_behind_the_same_fitting_days_score_those_days_once(gem_home, tmp_path, monkeypatch):
