@@ -111,8 +111,9 @@ def predict_teacher(
     second value): each date is scored with the ids born since the model's window folded in first
     (`serving_fold_in`; in `train.item_svd.serve_slices` slices of the day, each with the day's earlier
     hours too), and its map is fitted anew on its fitting days (or the `refit_days`), each scored as it
-    would have been served; then each ad's click prediction goes through the map its fold status
-    (known / folded / folded_today / unseen) needed on those days (gem_model.distill.serving_fold_in).
+    would have been served (`train.item_svd.fit_fold_like_served`: each folding in as many whole days as the
+    date scored does); then each ad's click prediction goes through the map its fold status (known / folded /
+    folded_today / unseen) needed on those days (gem_model.distill.serving_fold_in).
     refit_cache: the teacher's version dir: those refits are kept there and read back while the logs are unchanged
     (gem_model.distill.refit_cache); None: fitted in this call (once per set of fitting days)."""
     if teacher_name != FOUNDATION and not teacher_name.startswith("domain:"):
@@ -144,7 +145,8 @@ def predict_teacher(
 
     stored = getattr(model, "calibrator", None)
     bags: dict = {}  # the bags each fold reads, per (day, hours): the slices and fitting days overlap
-    refits: dict[tuple[tuple[dt.date, ...], bool], Refit] = {}  # days sharing fitting days share them
+    # (fitting days, per status, whole days each fitting day folds in: None, as served): days sharing one share it
+    refits: dict[tuple[tuple[dt.date, ...], bool, int | None], Refit] = {}
 
     def refit_as_served(days: tuple[dt.date, ...], per_status: bool, fit_config: dict[str, Any] | None) -> Refit:
         """(the stored map re-fitted on `days` scored as served with `fit_config`, or None without rows; with

@@ -45,10 +45,10 @@ class ItemSvd(_Strict):
     serve_fold_in: bool = True
     serve_slices: int = Field(default=4, ge=1, le=24)
     # the fold's co-occurrence reads at least this many whole days before the day scored, days of the window
-    # included (None: only the days after the window), so every day's fold fits on as many logs
+    # included (None: only the days after the window); off: it placed new ads worse (bench/MODEL_SEARCH.md 38)
     fold_lookback_days: int | None = Field(default=None, ge=1)
     # the map's fitting days each folded in with as many whole days before them as the day served (its window's
-    # included where it reaches back that far), so the map is fitted on predictions made as the day's are
+    # included where it reaches back that far), so the map is fitted on predictions made as the day's are (section 39)
     fit_fold_like_served: bool = False
     # after the surface's map, each fold status's own: platt (slope and shift) or shift (the slope kept)
     status_map: Literal["platt", "shift"] = "platt"
