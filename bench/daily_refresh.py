@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     days = sorted(dt.date.fromisoformat(d) for d in a.day)
     if any((b - c).days != 1 for c, b in zip(days, days[1:], strict=False)):
         raise SystemExit(f"--day: a chain is of consecutive days, got {[str(d) for d in days]}")
-    like = None if a.fit_fold_like_served is None else a.fit_fold_like_served == "yes"
+    like = serving_bench.yes_no(a.fit_fold_like_served)
     frames, init = [], a.init
     for day in days:
         # after the first, a refresh trains on the one day after the window of the one before

@@ -43,6 +43,11 @@ def served_version(day: dt.date) -> str:
     return versions[0]
 
 
+def yes_no(flag: str | None) -> bool | None:
+    """A `yes|no` option as a bool (None: not given, the model's own)."""
+    return None if flag is None else flag == "yes"
+
+
 def score_day(day: dt.date, model_dir: Path | None, slices: int | None = None,
               base_folded: bool = False, status_map: str | None = None,
               relevel_surfaces: bool | None = None, fold_lookback_days: int | None = None,
@@ -119,9 +124,8 @@ def main(argv: list[str] | None = None) -> int:
                         "bench/compare_versions.py pairs: two models served on their own lakes, row for row")
     a = p.parse_args(argv)
     frames = []
+    relevel, like = yes_no(a.relevel_surfaces), yes_no(a.fit_fold_like_served)
     for d in sorted({dt.date.fromisoformat(x) for x in a.days}):
-        relevel = None if a.relevel_surfaces is None else a.relevel_surfaces == "yes"
-        like = None if a.fit_fold_like_served is None else a.fit_fold_like_served == "yes"
         df, what = score_day(d, a.model, a.serve_slices, a.base_folded, a.status_map, relevel, a.fold_lookback_days,
                              like)
         frames.append(df)
