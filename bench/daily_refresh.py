@@ -1,6 +1,6 @@
 """A daily refresh of a stale foundation against the serving-time fold-in: warm-start from a version and
-train on the days that entered the teacher window since (run_foundation(train_days=...)), then score day E
-as teacher_predictions does, the stale and the refreshed version each without and with the fold-in
+train on the days that entered the teacher window since (gem_model.train.refresh, as foundation_refresh does),
+then score day E as teacher_predictions does, the stale and the refreshed version each without and with the fold-in
 (bench/serving_fold_in.py's score_day). Prints click NE per surface, on every row and on the ads first seen
 on E, with the paired interval of refreshed - stale as served, the share of the oracle gap closed and the
 calibration against the truth.
@@ -30,10 +30,8 @@ import polars as pl
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gem_model.config import load_calendar  # noqa: E402
 from gem_model.eval.ad_age import AGE_BUCKETS, ALL  # noqa: E402
-from gem_model.models.registry import load_model  # noqa: E402
-from gem_model.train.foundation import run_foundation  # noqa: E402
+from gem_model.train.refresh import calendar_for, refresh_foundation, trained_through  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("serving_fold_in_bench", Path(__file__).with_name("serving_fold_in.py"))
 serving_bench = importlib.util.module_from_spec(_spec)
@@ -43,15 +41,12 @@ _spec.loader.exec_module(serving_bench)
 def refresh(init: Path, day: dt.date, a: argparse.Namespace, catch_up: bool) -> Path:
     """Warm-start from `init` and train on E = `day`'s last teacher day E-3 (`catch_up`: every day after init's
     window up to E-3); the refreshed version's dir."""
-    base = load_calendar()
-    calendar = base.model_copy(update={"days": (day - base.start).days + 1})
-    _, config = load_model(init / "model.pt")
-    new_day = calendar.roles().teacher[1]
-    first = dt.date.fromisoformat(str(config["data"]["train"][-1])) + dt.timedelta(days=1) if catch_up else new_day
+    new_day = calendar_for(day).roles().teacher[1]
+    first = trained_through(init) + dt.timedelta(days=1) if catch_up else new_day
     t0 = time.perf_counter()
-    res = run_foundation(config["preset"], calendar=calendar, out_root=a.out_root, init_from=init, baselines=False,
-                         train_days=(first.isoformat(), new_day.isoformat()), device="cpu",
-                         overrides={"train": {"epochs": a.epochs, "warm_lr_frac": a.warm_lr_frac}})
+    # the chain's root: --init, the stale version every day is compared with
+    res = refresh_foundation(init, day, (first.isoformat(), new_day.isoformat()), root=a.init.name, epochs=a.epochs,
+                             out_root=a.out_root, device="cpu", overrides={"train": {"warm_lr_frac": a.warm_lr_frac}})
     print(f"refreshed {init.name} on {first}..{new_day} -> {res['version']} (best step {res['best_step']}, "
           f"{time.perf_counter() - t0:.0f} s)")
     return Path(res["version_dir"])

@@ -15,7 +15,7 @@ Measured on E from the lake alone (no model is loaded): the foundation's predict
   oracle that the model closes;
 - `calibration`: mean prediction / mean oracle probability (against the truth, not the day's clicks);
 - `oracle_map_calibration`: the same ratio for the oracle's own probabilities behind a map fitted the
-  way the ACCEPTED foundation's was, on the same days (its metrics.json `calibration`): how far from 1
+  way the served foundation version's was, on the same days (its metrics.json `calibration`): how far from 1
   a perfect model lands through the same fitting noise; `calibration_ok`: `calibration` no further
   from 1 than that (issue 24's yardstick; a map fitted on ~700 clicks cannot promise 0.97-1.03),
   summarised per surface by `calibration_table`;
@@ -37,11 +37,12 @@ import numpy as np
 import polars as pl
 
 from gem_model.store.paths import gem_home, models_dir, reports_dir, storage_options, table_uri
+from gem_model.train.refresh import foundation_version_dir
 from gem_pipelines.metadata import md_grid, pyplot
 
 DAYS_DIR = "next_day"
 REPORT = "days_in_the_life"
-MODELS = ("foundation_model", "domain_models", "students")
+MODELS = ("foundation_model", "foundation_refresh", "domain_models", "students")
 
 
 def accepted_versions() -> dict[str, str]:
@@ -112,8 +113,9 @@ def served_fold_status(days: list[dt.date]) -> pl.DataFrame:
               .group_by("teacher_version").agg(pl.col("date").sort()).sort("teacher_version"))
     frames = []
     for version, served_days in served.iter_rows():  # one scan of the logs per version (fold_status reads them all)
-        config = models_dir("foundation_model") / version / "config.json"
-        if config.is_file():
+        vdir = foundation_version_dir(version)
+        config = vdir / "config.json" if vdir else None
+        if config is not None and config.is_file():
             frames.append(fold_status(json.loads(config.read_text()), served_days))
     return pl.concat(frames) if frames else pl.DataFrame(schema={"request_id": pl.String, "fold_status": pl.String})
 
@@ -224,13 +226,17 @@ def surface_rows(day: dt.date) -> list[dict[str, Any]]:
 
 def oracle_map_calibration(day: dt.date, rows: pl.DataFrame) -> dict[str, float]:
     """{surface: mean mapped oracle p / mean oracle p} on `rows` (request_id, surface, oracle_p of `day`),
-    the map fitted like the one behind the ACCEPTED foundation's predictions of `day`, on the same days; {} when the
-    foundation has no fitted map or a fitting day has no oracle."""
+    the map fitted like the one behind the foundation's predictions of `day` (the version that served it: the
+    ACCEPTED one or that day's refresh), on the same days; {} when the foundation has no fitted map or a fitting
+    day has no oracle."""
     from gem_model.eval.metrics import read_oracle
     from gem_model.models.calibration import fit_calibrator, refit_days
-    from gem_model.models.registry import read_accepted
 
-    vdir = read_accepted("foundation_model")
+    tp_uri = table_uri("teacher_predictions")
+    served = (pl.scan_delta(tp_uri, storage_options=storage_options(tp_uri))
+              .filter((pl.col("date") == day) & (pl.col("teacher") == "foundation"))
+              .select("teacher_version").unique().collect()["teacher_version"].to_list())
+    vdir = foundation_version_dir(served[0]) if len(served) == 1 else None
     path = vdir / "metrics.json" if vdir else None
     cal = (json.loads(path.read_text()).get("calibration") or {}) if path and path.is_file() else {}
     if not cal.get("fit_day"):

@@ -25,13 +25,15 @@ _SINGLE_ASSET_JOBS = {
     "training_examples": "Record one date's user_activity, then build training_examples for that date.",
     "foundation_model": "Train, evaluate and gate the GEM teacher (and the single-surface baselines).",
     "domain_models": "Distill one domain foundation model from the ACCEPTED teacher.",
-    "teacher_predictions": "Cache every teacher's predictions and embeddings for one date.",
+    "teacher_predictions": "Refresh the foundation that serves one date, then cache every teacher's predictions "
+                           "and embeddings for it.",
     "distillation_report": "Every transfer arm x path x surface, side by side.",
     "students": "Train and export the production student of one surface.",
 }
 _JOB_NAMES = {"training_examples": "features_job"}
-# training_examples' histories read activity_by_day: the features job builds both for its date.
-_WITH = {"training_examples": ("activity_by_day",)}
+# training_examples' histories read activity_by_day: the features job builds both for its date; a date's
+# predictions read the foundation refreshed for it (a no-op where nothing new entered its window).
+_WITH = {"training_examples": ("activity_by_day",), "teacher_predictions": ("foundation_refresh",)}
 single_asset_jobs = [
     dg.define_asset_job(
         _JOB_NAMES.get(asset, f"{asset.removesuffix('_model')}_job"),

@@ -159,7 +159,7 @@ def untraced_accepted(instance: dg.DagsterInstance, home: Path) -> list[str]:
     """ACCEPTED files under `home`/models with no passing quality_gate check of their version in the
     event log (empty when every accepted version was let through by a gate)."""
     passed: set[tuple[str, str | None, str]] = set()
-    for asset in ("foundation_model", "domain_models", "students"):
+    for asset in ("foundation_model", "foundation_refresh", "domain_models", "students"):
         for record in instance.event_log_storage.get_asset_check_execution_history(
             dg.AssetCheckKey(dg.AssetKey(asset), CHECK), limit=10_000
         ):

@@ -86,6 +86,10 @@ class TrainConfig(_Strict):
     # "window", the whole window again. The evaluation world's weekly retrain (one new day, 3 seeds): E-1
     # 0.9625 against 0.9628 (better at 2 seeds of 3), in 60% of the time; at the full rate 0.9632 (bench/RESULTS.md)
     warm_days: Literal["window", "new"] = "new"
+    # the daily refresh (foundation_refresh, gem_model.train.refresh): a foundation continued each day on the day
+    # that entered its window, for this many epochs at the warm-start rates; None: no refresh, the weekly retrain
+    # alone (bench/RESULTS.md, "A daily refresh chained over the week of `dfab6bc`")
+    refresh_epochs: int | None = Field(default=None, ge=1)
     grad_clip: float = 1.0  # 0: no clipping
     # validate, keep and serve an exponential moving average of the weights (gem_model.train.ema); None: the live ones
     ema_decay: float | None = Field(default=None, gt=0, lt=1)

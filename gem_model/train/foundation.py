@@ -64,6 +64,8 @@ def run_foundation(
     version: str | None = None,
     progress: ProgressFn | None = None,
     train_days: tuple[str, str] | None = None,
+    asset: str = FOUNDATION_ASSET,
+    partition: str | None = None,
 ) -> dict[str, Any]:
     """Train the teacher (+ baselines) for every seed; returns version, checkpoint, rows, curves, W&B info.
 
@@ -74,6 +76,8 @@ def run_foundation(
     progress: told every tracker log call (rank 0), e.g. the Dagster Pipes reporter of a launched run.
     train_days: (first, last) ISO days to train on instead of the teacher window (a daily refresh: the
         days that entered the window since init_from's); validation and evaluation days are unchanged.
+    asset, partition: where the teacher's version is written (models/<asset>/[<partition>/]<version>; a daily
+        refresh: foundation_refresh/<day>).
     """
     calendar = calendar or load_calendar()
     surfaces = surfaces or load_surfaces()
@@ -90,7 +94,7 @@ def run_foundation(
     rank0 = world()[0] == 0
     short = version.rsplit("-", 1)[1]
     group = f"foundation-{version}"
-    vdir = version_dir(FOUNDATION_ASSET, version, home=home)  # validates the name (it may come from a launch file)
+    vdir = version_dir(asset, version, partition, home=home)  # validates the name (it may come from a launch file)
     rows: list[dict[str, Any]] = []
 
     def fit(seed: int, surface: str | None, out_dir: Path, init: str | Path | None) -> dict[str, Any]:

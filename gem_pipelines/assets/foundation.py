@@ -1,5 +1,6 @@
 """Foundation group: the GEM teacher (plus single-surface baselines), gated before it is ACCEPTED."""
 
+import datetime as dt
 from pathlib import Path
 
 import dagster as dg
@@ -35,16 +36,17 @@ class FoundationConfig(dg.Config):
     warm_start: bool = True  # start from the last ACCEPTED checkpoint when there is one
 
 
-def rescore(version_dir: Path, surfaces: list[str] | None = None, lake_uri: str | None = None) -> list[dict]:
-    """Metric rows of a GEM version (foundation or domain model) on today's E: what a new version is
-    compared with when the accepted one was gated on an earlier E."""
+def rescore(version_dir: Path, surfaces: list[str] | None = None, lake_uri: str | None = None,
+            day: dt.date | None = None) -> list[dict]:
+    """Metric rows of a GEM version (foundation or domain model) on `day` (default today's E): what a new version
+    is compared with when the accepted one was gated on an earlier E."""
     from gem_model.config import load_calendar, load_surfaces
     from gem_model.eval.metrics import evaluate_day
     from gem_model.models.registry import load_model
     from gem_model.store.paths import table_uri
 
     model, _ = load_model(version_dir)
-    return evaluate_day(model, load_calendar().roles().evaluation, surfaces or list(load_surfaces().names),
+    return evaluate_day(model, day or load_calendar().roles().evaluation, surfaces or list(load_surfaces().names),
                         uri=table_uri("training_examples", lake_uri), oracle_uri=table_uri("oracle", lake_uri))
 
 

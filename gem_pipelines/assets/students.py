@@ -13,6 +13,8 @@ from gem_model.store.paths import models_dir, reports_dir
 from gem_pipelines import quality_gate
 from gem_pipelines.assets.foundation import ASSET as FOUNDATION_ASSET
 from gem_pipelines.assets.foundation import GPU_TAGS, rescore
+from gem_pipelines.assets.refresh import ASSET as REFRESH_ASSET
+from gem_pipelines.assets.refresh import serving_foundation
 from gem_pipelines.metadata import (
     distillation_plot,
     distillation_table,
@@ -36,11 +38,13 @@ from gem_pipelines.settings import QUALITY
 GROUP_FOUNDATION, GROUP_STUDENTS = "foundation", "students"
 # Students and domain models refresh when their teacher changes or new data lands, never retraining it.
 ON_TEACHER_CHANGE = dg.AutomationCondition.eager() & dg.AutomationCondition.all_deps_blocking_checks_passed()
-# Every day's predictions, not only the latest, follow a new teacher. A domain model whose gate failed keeps
-# its last ACCEPTED version, which is all that downstream reads, so they need not wait for its checks.
+# Every day's predictions, not only the latest, follow a new teacher. A domain model or a day's refresh whose gate
+# failed leaves its last ACCEPTED version serving (the refresh: the weekly foundation), so they need not wait for
+# their checks.
 TEACHER_PREDICTIONS_CONDITION = dg.AutomationCondition.eager().without(
     dg.AutomationCondition.in_latest_time_window()
-) & dg.AutomationCondition.all_deps_blocking_checks_passed().ignore(dg.AssetSelection.assets("domain_models"))
+) & dg.AutomationCondition.all_deps_blocking_checks_passed().ignore(
+    dg.AssetSelection.assets("domain_models", REFRESH_ASSET))
 
 # Between date- and domain-partitioned assets every partition reads every partition of the other. Left
 # implicit, Dagster 1.13 infers the identity mapping, so teacher_predictions[2026-11-05] "depends on"
@@ -71,14 +75,24 @@ def _accepted_foundation() -> tuple[str, str]:
                                "foundation_model and pass its quality gate")
 
 
+def _serving_foundation(day: dt.date) -> tuple[str, str]:
+    from gem_model.models.registry import resolve_checkpoint
+
+    if (serving := serving_foundation(day)) is None:
+        _accepted_foundation()  # fails, saying what is missing
+    return str(resolve_checkpoint(serving[0])), serving[0].name
+
+
 def _hierarchical_domains() -> list[str]:
     """Domains of two or more surfaces: only they have a domain model (the hierarchical path)."""
     return [d for d in SURFACES.domains if len(SURFACES.in_domain(d)) >= 2]
 
 
-def _accepted_teachers() -> dict[str, tuple[str, str]]:
-    """Teacher name ("foundation", "domain:<name>") -> (checkpoint, version) of every ACCEPTED teacher."""
-    return {"foundation": _accepted_foundation()} | {
+def _accepted_teachers(day: dt.date | None = None) -> dict[str, tuple[str, str]]:
+    """Teacher name ("foundation", "domain:<name>") -> (checkpoint, version) of every ACCEPTED teacher; with `day`,
+    the foundation that serves it (its daily refresh, gem_pipelines.assets.refresh)."""
+    foundation = _accepted_foundation() if day is None else _serving_foundation(day)
+    return {"foundation": foundation} | {
         f"domain:{d}": accepted_checkpoint("domain_models", d, f"no ACCEPTED domain model for {d!r}: materialize "
                                            f"domain_models[{d}]") for d in _hierarchical_domains()}
 
@@ -183,7 +197,7 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
 @dg.asset(
     partitions_def=role_date_partitions_def,
     group_name=GROUP_FOUNDATION,
-    deps=[FOUNDATION_ASSET, dg.AssetDep("domain_models", partition_mapping=EVERY_PARTITION),
+    deps=[FOUNDATION_ASSET, REFRESH_ASSET, dg.AssetDep("domain_models", partition_mapping=EVERY_PARTITION),
           # the day's rows, and the two days before it that a stale map is re-fitted on (predict_teacher)
           dg.AssetDep("training_examples", partition_mapping=dg.TimeWindowPartitionMapping(
               start_offset=-2, allow_nonexistent_upstream_partitions=True))],
@@ -198,7 +212,7 @@ def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, a
     from gem_model.models.registry import load_model
 
     date = dt.date.fromisoformat(context.partition_key)
-    teachers = _accepted_teachers()
+    teachers = _accepted_teachers(date)
     written = []
     for name, (ckpt, version) in teachers.items():
         model, config = load_model(ckpt)

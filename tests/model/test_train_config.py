@@ -80,6 +80,6 @@ def test_resolution_fills_defaults_and_keeps_plain_data() -> None:
 
 def test_every_training_key_is_read_by_the_training_code() -> None:
     src = "".join((Path(__file__).resolve().parents[2] / "gem_model" / "train" / f).read_text()
-                  for f in ("loop.py", "startup.py", "streams.py"))
+                  for f in ("loop.py", "startup.py", "streams.py", "refresh.py"))
     unread = [k for k in TrainConfig.model_fields if f'"{k}"' not in src and f"'{k}'" not in src]
     assert not unread, f"training keys no code reads: {unread}"

@@ -17,7 +17,8 @@ from gem_pipelines.definitions import defs
 from gem_pipelines.instance import POOL_LIMITS
 from gem_pipelines.k8s import GPU_POOL, TAG, executor_for, gpu_step_tags, load_kubernetes
 
-TRAINING = {"foundation_model", "domain_models", "teacher_predictions", "distillation_report", "students"}
+TRAINING = {"foundation_model", "foundation_refresh", "domain_models", "teacher_predictions", "distillation_report",
+            "students"}
 
 
 def _pod_spec(tags: dict[str, str]):

@@ -100,6 +100,19 @@ def _report_arms(home: Path, selection_on: str) -> list[str]:
     return report["arms"]
 
 
+def _served(home: Path, day: str, version: str, continues: str | None = None, trained: str | None = None) -> None:
+    """`day`'s foundation predictions are `version`'s; a refresh (`continues` given) continued that version on
+    the one day `trained` and records the ACCEPTED foundation as its root."""
+    tp = DeltaTable(str(home / "lake" / "teacher_predictions")).to_pyarrow_table(
+        partitions=[("date", "=", day)], columns=["teacher", "teacher_version"]).to_pylist()
+    assert {r["teacher_version"] for r in tp if r["teacher"] == "foundation"} == {version}
+    if continues is not None:
+        vdir = home / "models" / "foundation_refresh" / day.replace("-", "") / version
+        record = json.loads((vdir / "refresh.json").read_text())
+        assert record == {"root": continues, "init": continues, "day": day, "train_days": [trained, trained]}
+        assert json.loads((vdir / "config.json").read_text())["data"]["train"] == [trained, trained]
+
+
 def _assert_day(changed: set[tuple[str, str]], expected: set[tuple[str, str]]) -> None:
     """The day rewrote exactly `expected`, but for quarantine partitions with no bad record that day
     (an empty partition holds no data file; a tiny surface often has none)."""
@@ -139,13 +152,16 @@ def test_three_days_in_the_life(demo_copy: dict[str, str], tmp_path: Path) -> No
     assert day1["before_landing"] == []
     assert _waves(day1) == [
         {"activity_by_day,training_examples[2026-11-07]"},
-        {"teacher_predictions[2026-11-07]"},  # the teachers did not change: only the new day
+        # the teachers did not change: only the new day, served by the foundation refreshed on 11-04
+        {"foundation_refresh,teacher_predictions[2026-11-07]"},
         {"distillation_report[]"},
         {f"students[{s}]" for s in SURFACES},
     ]
     parts1, acc1 = _partitions(home), _accepted(home)
     _assert_day(_changed(parts0, parts1), _day("2026-11-07", ["2026-11-07"]))
-    assert {k for k in acc1 if acc1[k] != acc0[k]} == students  # the teachers kept their versions
+    refreshed = "foundation_refresh/20261107/ACCEPTED"
+    assert {k for k in acc1 if acc1[k] != acc0.get(k)} == students | {refreshed}  # the weekly teachers kept theirs
+    _served(home, "2026-11-07", acc1[refreshed], continues=acc0["foundation_model/ACCEPTED"], trained="2026-11-04")
     # the teachers did not change: the demo's selection (on its E-1) stands, the labels_only floor trains
     assert _report_arms(home, "2026-11-05") == ["labels_only"]
     warm = _warm_starts(home, acc0, acc1)
@@ -159,13 +175,20 @@ def test_three_days_in_the_life(demo_copy: dict[str, str], tmp_path: Path) -> No
         {"activity_by_day,training_examples[2026-11-08]"},
         {"foundation_model[]"},
         {"domain_models[commerce]", "domain_models[social]"},  # domain models follow their teacher
-        {f"teacher_predictions[2026-11-{d:02d}]" for d in range(3, 9)},  # every role day, new teachers
+        # every role day, new teachers: first the new day, whose refresh has nothing new to learn (the retrain's
+        # window ends where the day's does) so the retrained foundation serves it, then the days before (a run
+        # waits while an ancestor asset, here foundation_refresh, is requested in another)
+        {"foundation_refresh,teacher_predictions[2026-11-08]"},
+        {f"teacher_predictions[2026-11-{d:02d}]" for d in range(3, 8)},
         {"distillation_report[]"},
         {f"students[{s}]" for s in SURFACES},
     ]
     parts2, acc2 = _partitions(home), _accepted(home)
     _assert_day(_changed(parts1, parts2), _day("2026-11-08", [f"2026-11-{d:02d}" for d in range(3, 9)]))
-    assert {k for k in acc2 if acc2[k] != acc1[k]} == set(acc2)  # every model moved, the teacher included
+    # every model moved, the teacher included; 11-07's refresh is no longer served (its root is no longer ACCEPTED)
+    assert {k for k in acc2 if acc2[k] != acc1[k]} == set(acc2) - {refreshed}
+    _served(home, "2026-11-07", acc2["foundation_model/ACCEPTED"])
+    _served(home, "2026-11-08", acc2["foundation_model/ACCEPTED"])
     assert _report_arms(home, "2026-11-07") == sorted(DEFAULT_ARMS)  # new teachers: every arm compared on E-1
     warm += _warm_starts(home, acc1, acc2)
 
@@ -174,13 +197,15 @@ def test_three_days_in_the_life(demo_copy: dict[str, str], tmp_path: Path) -> No
     assert day3["today"] == "2026-11-10" and day3["failed"] == [] and day3["not_run"] == []
     assert _waves(day3) == [
         {"activity_by_day,training_examples[2026-11-09]"},
-        {"teacher_predictions[2026-11-09]"},
+        {"foundation_refresh,teacher_predictions[2026-11-09]"},
         {"distillation_report[]"},
         {f"students[{s}]" for s in SURFACES},
     ]
     parts3, acc3 = _partitions(home), _accepted(home)
     _assert_day(_changed(parts2, parts3), _day("2026-11-09", ["2026-11-09"]))
-    assert {k for k in acc3 if acc3[k] != acc2[k]} == students
+    assert {k for k in acc3 if acc3[k] != acc2.get(k)} == students | {"foundation_refresh/20261109/ACCEPTED"}
+    _served(home, "2026-11-09", acc3["foundation_refresh/20261109/ACCEPTED"],
+            continues=acc2["foundation_model/ACCEPTED"], trained="2026-11-06")
     assert _report_arms(home, "2026-11-07") == ["labels_only"]
     assert warm + _warm_starts(home, acc2, acc3) >= 1  # the students refresh by warm start
     assert json.loads((home / "clock.json").read_text()) == {"extra_days": 3}
@@ -226,9 +251,11 @@ def _check_report(home: Path, summaries: list[dict], acc1: dict[str, str]) -> No
             assert r["gap_closed"] == pytest.approx((1 - r["ne"]) / (1 - r["oracle_ne"]))
             assert r["new_ad_impressions"] >= 0 and (r["new_ad_clicks"] == 0 or math.isfinite(r["new_ad_ne"]))
             assert r["student_ne"] is not None  # the students retrain every day: gated on this E
-    assert {m["model"] for m in days[0]["retrained"]} == {f"students/{s}" for s in SURFACES}
+    assert {m["model"]: m["start"] for m in days[0]["retrained"] if m["model"].startswith("foundation")} == {
+        "foundation_refresh/20261107": "warm"}
+    assert {m["model"] for m in days[0]["retrained"]} == {f"students/{s}" for s in SURFACES} | {"foundation_refresh/20261107"}
     second = {m["model"]: m["start"] for m in days[1]["retrained"]}
-    assert set(second) == {k.removesuffix("/ACCEPTED") for k in acc1}  # every model moved
+    assert set(second) == {k.removesuffix("/ACCEPTED") for k in acc1} - {"foundation_refresh/20261107"}  # every model moved
     assert second["foundation_model"] == "warm"  # the weekly retrain warm-starts
     assert all(m["start"] in ("warm", "cold") for m in days[2]["retrained"])
     md = (home / "reports" / "days_in_the_life.md").read_text()

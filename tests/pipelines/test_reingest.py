@@ -33,19 +33,23 @@ def test_reingesting_one_day_rebuilds_or_marks_every_downstream_partition(demo_c
     ingested = {f"{t}[{DAY}|feed]" for t in ("events", "user_activity", "events_quarantine")}
     rebuilt = ({f"activity_by_day[{DAY}]", "distillation_report[]"}
                | {f"{a}[{d}]" for a in ("training_examples", "teacher_predictions") for d in LATER}
-               | {f"students[{s}]" for s in SURFACES})
+               | {f"students[{s}]" for s in SURFACES}
+               | {f"foundation_refresh[{LATER[-1]}]"})  # the newest day's refresh follows its data (a no-op here)
     assert changed == ingested | rebuilt
-    # the models that wait on purpose (the teacher's weekly cadence, the domain models on their teacher)
-    # are marked stale, naming the re-ingested inputs; nothing else is older than an input
-    stale = {"foundation_model[]", "domain_models[commerce]", "domain_models[social]"}
-    assert set(doc["summary"]["stale"]) == stale
+    # the models that wait on purpose (the teacher's weekly cadence, the domain models on their teacher, the
+    # refreshes of days already served) are marked stale, naming the re-ingested inputs; nothing else is older
+    # than an input
+    waiting = {"foundation_model[]", "domain_models[commerce]", "domain_models[social]"}
+    # a day's refresh reads the examples up to that day
+    refreshes = {f"foundation_refresh[{d}]": {f"training_examples[{x}]" for x in LATER if x <= d} for d in LATER[:-1]}
+    assert set(doc["summary"]["stale"]) == waiting | set(refreshes)
     assert {k: set(v) for k, v in doc["stale_marks"].items()} == {
-        k: {f"training_examples[{d}]" for d in LATER} for k in stale}
+        k: {f"training_examples[{d}]" for d in LATER} for k in waiting} | refreshes
     # no failed run, nothing left waiting, no backfill; every automation run under a named job
     assert doc["summary"]["failed"] == [] and doc["summary"]["not_run"] == []
     assert all(r["status"] == "SUCCESS" for r in doc["runs"]), doc["runs"]
     assert all(b["status"] != "FAILED" for b in doc["backfills"]), doc["backfills"]
     automation = [r for r in doc["runs"] if r["trigger"] == "automation"]
-    assert len(automation) == 1 + 2 + 3 + 1 + 4  # features D, D+1..2, predictions x3, report, students x4
+    assert len(automation) == 1 + 2 + 3 + 1 + 4  # features D, D+1..2, predictions x3 (one with D+2's refresh), report, students x4
     assert {r["job_name"] for r in automation} == {"features_job", "teacher_predictions_job",
                                                     "distillation_report_job", "students_job"}
