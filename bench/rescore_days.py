@@ -33,7 +33,8 @@ from gem_model.distill.teacher import (  # noqa: E402
 )
 from gem_model.models.registry import load_model  # noqa: E402
 from gem_model.store.atomic import write_json  # noqa: E402
-from gem_model.store.paths import models_dir, reports_dir, table_uri  # noqa: E402
+from gem_model.store.paths import reports_dir, table_uri  # noqa: E402
+from gem_model.train.refresh import foundation_version_dir  # noqa: E402
 from gem_pipelines import day_report  # noqa: E402
 
 KEPT = ("student_ne", "student_gap_closed")  # judged on the day by the students' gates
@@ -45,7 +46,10 @@ def rescore(day: dt.date, **options: object) -> str:
     versions = read_teacher_predictions([day], [FOUNDATION], embeddings=False)["teacher_version"].unique().to_list()
     if len(versions) != 1:
         raise SystemExit(f"{day}: {len(versions)} foundation versions in teacher_predictions")
-    model, config = load_model(models_dir("foundation_model") / versions[0] / "model.pt")
+    vdir = foundation_version_dir(versions[0])  # a weekly retrain's or a day's refresh
+    if vdir is None:
+        raise SystemExit(f"{day}: foundation version {versions[0]} is in no models/ folder of this home")
+    model, config = load_model(vdir / "model.pt")
     config = with_serving(config, **{k: v for k, v in options.items() if v is not None})
     t0 = time.perf_counter()
     df = predict_teacher(model, [day], FOUNDATION, versions[0], uri=table_uri("training_examples"), recalibrate=True,

@@ -1,10 +1,12 @@
 """Three days in the life of the demo world (`make next-day`, then `make next-day DAYS=2` as `make week`
 runs its days, on a copy of the session's demo): the automation alone (schedule and sensor through
 their own evaluation contexts, automation conditions through `dg.evaluate_automation_conditions`; no
-daemon, no sleeps) lands and ingests each new day, rebuilds its features, its teacher predictions,
-the distillation report and the students, and on its cadence (Mondays) retrains the foundation
-model, then the domain models and every day's teacher predictions; nothing else moves. Every
-automation run is listed under its job, and each day adds its rows to the days-in-the-life report."""
+daemon, no sleeps) lands and ingests each new day, rebuilds its features, refreshes the foundation
+that serves it (the one that served the day before, continued on the day that entered its window),
+its teacher predictions, the distillation report and the students, and on its cadence (Mondays)
+retrains the foundation model, then the domain models and every day's teacher predictions; nothing
+else moves. Every automation run is listed under its job, and each day adds its rows to the
+days-in-the-life report."""
 
 from __future__ import annotations
 
