@@ -8,6 +8,7 @@ event in the instance's event log (`untraced_accepted` lists those that do not).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 from collections.abc import Callable
@@ -158,8 +159,13 @@ def accept(asset: str, version: str, verdict: dict[str, Any], partition: str | N
 def untraced_accepted(instance: dg.DagsterInstance, home: Path) -> list[str]:
     """ACCEPTED files under `home`/models with no passing quality_gate check of their version in the
     event log (empty when every accepted version was let through by a gate)."""
+    from gem_model.train.refresh import REFRESH_ASSET, refresh_partition
+
+    def folder(asset: str, partition: str | None) -> str | None:  # a refresh's date key is a YYYYMMDD folder
+        return refresh_partition(dt.date.fromisoformat(partition)) if asset == REFRESH_ASSET and partition else partition
+
     passed: set[tuple[str, str | None, str]] = set()
-    for asset in ("foundation_model", "foundation_refresh", "domain_models", "students"):
+    for asset in ("foundation_model", REFRESH_ASSET, "domain_models", "students"):
         for record in instance.event_log_storage.get_asset_check_execution_history(
             dg.AssetCheckKey(dg.AssetKey(asset), CHECK), limit=10_000
         ):
@@ -168,7 +174,7 @@ def untraced_accepted(instance: dg.DagsterInstance, home: Path) -> list[str]:
                 continue
             accepted = evaluation.metadata.get("accepted")  # an unjudged acceptance fails with WARN
             if getattr(evaluation, "passed", False) or (accepted is not None and accepted.value is True):
-                passed.add((asset, getattr(evaluation, "partition", None), str(version.value)))
+                passed.add((asset, folder(asset, getattr(evaluation, "partition", None)), str(version.value)))
     untraced = []
     for f in sorted((home / "models").glob("**/ACCEPTED")):
         rel = f.parent.relative_to(home / "models").parts

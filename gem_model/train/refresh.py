@@ -45,10 +45,10 @@ def trained_through(version_dir: str | Path) -> dt.date | None:
 def days_to_refresh(init_dir: str | Path, day: dt.date, calendar: CalendarConfig | None = None) -> tuple[str, str] | None:
     """(first, last) ISO days that entered `day`'s teacher window after `init_dir`'s own window; None when
     nothing new did (the version already trained through the window's last day)."""
-    last = calendar_for(day, calendar).roles().teacher[1]
+    window = calendar_for(day, calendar).roles().teacher
     through = trained_through(init_dir)
-    first = through + dt.timedelta(days=1) if through else calendar_for(day, calendar).roles().teacher[0]
-    return (first.isoformat(), last.isoformat()) if first <= last else None
+    first = through + dt.timedelta(days=1) if through else window[0]
+    return (first.isoformat(), window[1].isoformat()) if first <= window[1] else None
 
 
 def foundation_version_dir(version: str) -> Path | None:

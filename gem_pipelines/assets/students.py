@@ -79,7 +79,7 @@ def _serving_foundation(day: dt.date) -> tuple[str, str]:
     from gem_model.models.registry import resolve_checkpoint
 
     if (serving := serving_foundation(day)) is None:
-        _accepted_foundation()  # fails, saying what is missing
+        return _accepted_foundation()  # none ACCEPTED: fails, saying what is missing
     return str(resolve_checkpoint(serving[0])), serving[0].name
 
 

@@ -25,6 +25,7 @@ from deltalake import DeltaTable
 from gem_model.distill.arms import ARMS
 from gem_model.distill.run import DEFAULT_ARMS
 from gem_model.distill.serving_fold_in import FOLD_STATUS
+from gem_pipelines.quality_gate import untraced_accepted
 
 pytestmark = pytest.mark.slow
 
@@ -222,6 +223,8 @@ def test_three_days_in_the_life(demo_copy: dict[str, str], tmp_path: Path) -> No
         assert {r.job_name for r in runs} == {"features_job", "foundation_job", "domain_models_job",
                                               "teacher_predictions_job", "distillation_report_job", "students_job"}
         assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
+        # every ACCEPTED version, the days' refreshes included, traces to a passing gate in the event log
+        assert untraced_accepted(instance, home) == []
         # the report is linked from each student's page
         for s in SURFACES:
             (obs,) = instance.fetch_observations(
