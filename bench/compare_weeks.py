@@ -55,14 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"{ref.height} rows, {df.height} in both")
     print(f"click NE as served, {len(days)} day(s) pooled ({days[0]}..{days[-1]}); a: --a, b: --b; "
           "diff = a - b [95% paired interval]; gap = share of the oracle gap closed; cal = mean p / mean oracle p\n")
-    print("| surface | ad age | rows | clicks | NE a | NE b | diff [95%] | gap a | gap b | cal a | cal b |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for surface, age, rows in serving_bench.surface_age_slices(df, (AGE_BUCKETS[0], ALL)):  # new that day, every row
-        r = serving_bench.paired_stats(rows, "a", "b", a.n_boot)
-        ne, gap, cal = r["ne"], r["gap"], r["cal"]
-        print(f"| {surface} | {age} | {rows.height} | {int(rows['click'].sum())} | {ne['a']:.4f} | {ne['b']:.4f} | "
-              f"{ne['a'] - ne['b']:+.4f} [{r['lo']:+.4f}, {r['hi']:+.4f}] | {gap['a']:.3f} | {gap['b']:.3f} | "
-              f"{cal['a']:.3f} | {cal['b']:.3f} |")
+    serving_bench.print_paired(df, "a", "b", a.n_boot, (AGE_BUCKETS[0], ALL))  # new that day, every row
     return 0
 
 

@@ -138,16 +138,22 @@ def main(argv: list[str] | None = None) -> int:
     oracle = "oracle_p" in df.columns and df["oracle_p"].null_count() == 0
     print(f"\nclick NE, {len(frames)} day(s) pooled: as served (base) and with the serving-time fold-in; "
           "diff = folded - base [95% CI]; gap = share of the oracle gap closed; cal = mean p / mean oracle p\n")
-    print("| surface | ad age | rows | clicks | NE base | NE folded | diff [95% CI] | oracle NE | gap base | gap folded "
-          "| cal base | cal folded |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for surface, age, b in surface_age_slices(df, (*AGE_BUCKETS, ALL)):
-        r = paired_stats(b, "folded", "base", a.n_boot, oracle=oracle)
-        ne, gap, cal = r["ne"], r["gap"], r["cal"]
-        print(f"| {surface} | {age} | {b.height} | {int(b['click'].sum())} | {ne['base']:.4f} | {ne['folded']:.4f} | "
-              f"{ne['folded'] - ne['base']:+.4f} [{r['lo']:+.4f}, {r['hi']:+.4f}] | {r['oracle_ne']:.4f} | "
-              f"{gap['base']:.3f} | {gap['folded']:.3f} | {cal['base']:.3f} | {cal['folded']:.3f} |")
+    print_paired(df, "folded", "base", a.n_boot, (*AGE_BUCKETS, ALL), oracle=oracle)
     return 0
+
+
+def print_paired(df: pl.DataFrame, a: str, ref: str, n_boot: int, ages: tuple[str, ...], oracle: bool = True) -> None:
+    """A markdown table per surface and ad age (`surface_age_slices`): NE of `ref` and `a`, the paired 95% interval
+    of NE(a) - NE(ref), the oracle's NE, and each column's share of the oracle gap closed and calibration."""
+    print(f"| surface | ad age | rows | clicks | NE {ref} | NE {a} | diff [95% CI] | oracle NE | gap {ref} | gap {a} "
+          f"| cal {ref} | cal {a} |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for surface, age, b in surface_age_slices(df, ages):
+        r = paired_stats(b, a, ref, n_boot, oracle=oracle)
+        ne, gap, cal = r["ne"], r["gap"], r["cal"]
+        print(f"| {surface} | {age} | {b.height} | {int(b['click'].sum())} | {ne[ref]:.4f} | {ne[a]:.4f} | "
+              f"{ne[a] - ne[ref]:+.4f} [{r['lo']:+.4f}, {r['hi']:+.4f}] | {r['oracle_ne']:.4f} | "
+              f"{gap[ref]:.3f} | {gap[a]:.3f} | {cal[ref]:.3f} | {cal[a]:.3f} |")
 
 
 if __name__ == "__main__":
