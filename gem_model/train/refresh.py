@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from gem_model.config import CalendarConfig, load_calendar
-from gem_model.models.registry import load_model
 from gem_model.store import atomic
 from gem_model.store.paths import models_dir
 
@@ -35,10 +34,14 @@ def calendar_for(day: dt.date, calendar: CalendarConfig | None = None) -> Calend
     return base.model_copy(update={"days": (day - base.start).days + 1})
 
 
+def version_config(version_dir: str | Path) -> dict[str, Any]:
+    """A foundation version's run config (its config.json, written beside the checkpoint): no weights loaded."""
+    return json.loads((Path(version_dir) / "config.json").read_text())
+
+
 def trained_through(version_dir: str | Path) -> dt.date | None:
     """The last day a foundation version trained on (its config's data.train), None where it records none."""
-    _, config = load_model(Path(version_dir))
-    window = (config.get("data") or {}).get("train")
+    window = (version_config(version_dir).get("data") or {}).get("train")
     return dt.date.fromisoformat(str(window[-1])) if window else None
 
 
@@ -81,10 +84,9 @@ def refresh_foundation(init_dir: str | Path, day: dt.date, train_days: tuple[str
     partition, version, device, lake, overrides: a "train" override adds to the epochs one). Returns its result."""
     from gem_model.train.foundation import run_foundation
 
-    _, config = load_model(Path(init_dir))
     overrides = dict(run_args.pop("overrides", None) or {})
     overrides["train"] = {"epochs": epochs, **(overrides.get("train") or {})}
-    result = run_foundation(config["preset"], calendar=calendar_for(day, calendar), init_from=init_dir,
+    result = run_foundation(version_config(init_dir)["preset"], calendar=calendar_for(day, calendar), init_from=init_dir,
                             baselines=False, train_days=train_days, overrides=overrides, **run_args)
     atomic.write_json(Path(result["version_dir"]) / REFRESH_FILE,
                       {"root": root, "init": Path(init_dir).name, "day": day.isoformat(), "train_days": list(train_days)})

@@ -55,19 +55,19 @@ def foundation_refresh(context: dg.AssetExecutionContext, lake: LakeResource, ac
                        wandb: WandbResource):
     """The foundation that serves day D: the one that served D-1, continued on the days that entered D's teacher
     window since its own (none new: it serves D as it is, nothing trained)."""
-    from gem_model.models.registry import load_model, new_version
-    from gem_model.train.refresh import days_to_refresh, refresh_epochs, refresh_foundation
+    from gem_model.models.registry import new_version
+    from gem_model.train.refresh import days_to_refresh, refresh_epochs, refresh_foundation, version_config
 
     day = dt.date.fromisoformat(context.partition_key)
     if (serving := serving_foundation(day - dt.timedelta(days=1))) is None:
         raise dg.Failure(f"no ACCEPTED {FOUNDATION_ASSET} version: materialize foundation_model and pass its gate")
     init, root_name = serving
-    _, config = load_model(init)
-    epochs = refresh_epochs(config["preset"])
+    preset = version_config(init)["preset"]
+    epochs = refresh_epochs(preset)
     todo = days_to_refresh(init, day) if epochs else None
     if todo is None:
         note = (f"serves {day} as it is: {init.name} trained through its teacher window" if epochs else
-                f"off: train.refresh_epochs is unset in preset {config['preset']!r}")
+                f"off: train.refresh_epochs is unset in preset {preset!r}")
         yield dg.MaterializeResult(metadata={"status": note, "serving": init.name})
         yield dg.AssetCheckResult(check_name=quality_gate.CHECK, passed=True, metadata={"status": "nothing trained: " + note})
         return
