@@ -69,8 +69,9 @@ class CodeLocation:
 
     def create_run(self, job_name: str, *, partition_key: str | None = None, tags: dict[str, str] | None = None,
                    asset_selection: Iterable[dg.AssetKey] | None = None,
-                   run_config: dict | None = None) -> DagsterRun:
-        """A NOT_STARTED run of `job_name` (or of an asset subset of it), as the UI would create it."""
+                   run_config: dict | None = None, parent: DagsterRun | None = None) -> DagsterRun:
+        """A NOT_STARTED run of `job_name` (or of an asset subset of it), as the UI would create it; with `parent`,
+        a re-execution of it (the lineage's root and parent run ids, as run fields and tags)."""
         selection = frozenset(asset_selection) if asset_selection else None
         selector = JobSubsetSelector(location_name=self.name, repository_name=self.repo.name, job_name=job_name,
                                      op_selection=None, asset_selection=selection)
@@ -81,9 +82,12 @@ class CodeLocation:
         run_tags = {**remote_job.tags, **(tags or {})}
         if partition_key is not None:
             run_tags["dagster/partition"] = str(partition_key)
+        root = (parent.root_run_id or parent.run_id) if parent else None
+        if parent is not None:
+            run_tags.update({"dagster/parent_run_id": parent.run_id, "dagster/root_run_id": root})
         return self.instance.create_run(
-            job_name=job_name, run_id=None, run_config=config, resolved_op_selection=None,
-            step_keys_to_execute=None, op_selection=None, status=None, root_run_id=None, parent_run_id=None,
+            job_name=job_name, run_id=None, run_config=config, resolved_op_selection=None, step_keys_to_execute=None,
+            op_selection=None, status=None, root_run_id=root, parent_run_id=parent.run_id if parent else None,
             tags=run_tags, job_snapshot=remote_job.job_snapshot,
             execution_plan_snapshot=plan.execution_plan_snapshot, parent_job_snapshot=remote_job.parent_job_snapshot,
             remote_job_origin=RemoteJobOrigin(self.repository_origin, job_name),
@@ -96,6 +100,13 @@ class CodeLocation:
         run = self.create_run(job_name, **kwargs)
         execute_run(recon_job_from_origin(run.job_code_origin), run, self.instance)  # type: ignore[arg-type]
         return self.instance.get_run_by_id(run.run_id)  # type: ignore[return-value]
+
+    def reexecute(self, parent: DagsterRun) -> DagsterRun:
+        """The UI's "Re-execute all" of `parent`, run here and now: its job, assets, partition, run config and own
+        tags again, in its lineage."""
+        own = {k: v for k, v in parent.tags.items() if not k.startswith("dagster/")}
+        return self.launch(parent.job_name, partition_key=parent.tags.get("dagster/partition"), tags=own,
+                           asset_selection=parent.asset_selection, run_config=dict(parent.run_config), parent=parent)
 
     def launch_request(self, request: dg.RunRequest, job_name: str | None = None) -> DagsterRun:
         """Execute what a schedule, a sensor or an automation evaluation asked for."""

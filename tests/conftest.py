@@ -79,7 +79,7 @@ def shared_samples() -> Path:
 # The test files on the session's demo world (tests/pipelines/conftest.py: demo_world): one xdist scope,
 # so the demo is built once. pytest_collection_modifyitems fails when a file joins or leaves them unlisted.
 DEMO_WORLD_FILES = {f"tests/pipelines/{f}.py" for f in ("test_demo_runs", "test_end_to_end", "test_next_day",
-                                                        "test_reingest")}
+                                                        "test_reingest", "test_resume_training")}
 
 
 def _scope(nodeid: str) -> str:

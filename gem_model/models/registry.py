@@ -25,11 +25,16 @@ MODEL_FILE = "model.pt"
 _VERSION_RE = re.compile(r"^\d{8}T\d{6}Z-[a-z0-9]{6}$")
 
 
+def run_tag(run_id: str | None) -> str:
+    """The 6 characters a version takes from its run's id: the id's first letters and digits, random-padded
+    (an id with fewer gives a tag no later run matches)."""
+    return (re.sub(r"[^a-z0-9]", "", (run_id or "").lower())[:6] + secrets.token_hex(3))[:6]
+
+
 def new_version(run_id: str | None = None, now: dt.datetime | None = None) -> str:
-    """UTC time + a short run id, e.g. 20261129T153000Z-ab12cd."""
+    """UTC time + the run's tag, e.g. 20261129T153000Z-ab12cd."""
     now = now or dt.datetime.now(dt.UTC)
-    short = (re.sub(r"[^a-z0-9]", "", (run_id or "").lower())[:6] + secrets.token_hex(3))[:6]  # random-padded
-    return f"{now:%Y%m%dT%H%M%SZ}-{short}"
+    return f"{now:%Y%m%dT%H%M%SZ}-{run_tag(run_id)}"
 
 
 def version_dir(asset: str, version: str, partition: str | None = None, home: Path | None = None) -> Path:

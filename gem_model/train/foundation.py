@@ -38,7 +38,7 @@ from gem_model.train.distributed import (
     pipes_reporter,
     world,
 )
-from gem_model.train.loop import train
+from gem_model.train.loop import METRICS, train
 from gem_model.train.tracking import Tracker
 
 FOUNDATION_ASSET = "foundation_model"
@@ -66,6 +66,7 @@ def run_foundation(
     train_days: tuple[str, str] | None = None,
     asset: str = FOUNDATION_ASSET,
     partition: str | None = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Train the teacher (+ baselines) for every seed; returns version, checkpoint, rows, curves, W&B info.
 
@@ -78,6 +79,8 @@ def run_foundation(
         days that entered the window since init_from's); validation and evaluation days are unchanged.
     asset, partition: where the teacher's version is written (models/<asset>/[<partition>/]<version>; a daily
         refresh: foundation_refresh/<day>).
+    resume: `version` is an interrupted call's: each model it finished (its metrics.json written) is kept as it
+        is, the one it was training continues from its last checkpoint, the others train.
     """
     calendar = calendar or load_calendar()
     surfaces = surfaces or load_surfaces()
@@ -101,16 +104,22 @@ def run_foundation(
         """The teacher (surface None) or one surface's baseline; rank 0 alone tracks (train() leaves the others
         silent)."""
         name, job = (f"foundation-s{seed}", "foundation") if surface is None else (f"single-{surface}-s{seed}", "single_surface")
-        meta = {"preset": preset, "seed": seed, **({"surface": surface} if surface else {}), "data": data, "version": version}
-        run = Tracker(project=project, name=name, group=group, job_type=job, run_id=f"{short}-{name}".replace("_", "-"),
-                      config=meta, on_log=progress) if rank0 else None
-        config = {"preset": preset, "model": dict(overrides.get("model") or {}), "train": dict(overrides.get("train") or {}),
-                  # a baseline reads its surface alone: what the foundation adds is then what other surfaces teach
-                  "data": {**data, "surfaces": None if surface is None else [surface], "own_surface": surface is not None},
-                  "seed": seed, "device": device, "tracking": {"project": project, "group": group, "name": name, "job_type": job}}
-        summary = train(config, out_dir=out_dir, init_from=init, tracker=run, features=features, surfaces=surfaces)
-        if run is not None:
-            run.finish()
+        if resume and (done := out_dir / METRICS).is_file():  # written last: this model finished
+            summary = json.loads(done.read_text())
+        else:
+            meta = {"preset": preset, "seed": seed, **({"surface": surface} if surface else {}), "data": data,
+                    "version": version}
+            run = Tracker(project=project, name=name, group=group, job_type=job, run_id=f"{short}-{name}".replace("_", "-"),
+                          config=meta, on_log=progress) if rank0 else None
+            config = {"preset": preset, "model": dict(overrides.get("model") or {}), "train": dict(overrides.get("train") or {}),
+                      # a baseline reads its surface alone: what the foundation adds is then what other surfaces teach
+                      "data": {**data, "surfaces": None if surface is None else [surface], "own_surface": surface is not None},
+                      "seed": seed, "device": device,
+                      "tracking": {"project": project, "group": group, "name": name, "job_type": job}}
+            summary = train(config, out_dir=out_dir, init_from=init, tracker=run, features=features, surfaces=surfaces,
+                            resume=resume)
+            if run is not None:
+                run.finish()
         rows.extend({"model": job, "seed": seed, **{k: r.get(k) for k in ROW_KEYS}} for r in summary["rows"])
         return summary
 

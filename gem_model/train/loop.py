@@ -54,6 +54,7 @@ CHECKPOINT = "checkpoint.pt"  # full resumable state, rewritten every `checkpoin
 BEST = "best.pt"  # weights of the best validation score so far
 MODEL = "model.pt"  # the selected model: what downstream assets load
 EVAL_PREDICTIONS = "eval_predictions.parquet"  # p_click of every clickable row of E
+METRICS = "metrics.json"  # the run's summary, written last: a finished run has it
 
 def pick_device(name: str, local_rank: int = 0) -> torch.device:
     if name == "auto":
@@ -455,7 +456,7 @@ def write_outputs(run: Run, st: State, summary: dict[str, Any], calibrator: Cali
                        "rows": json.dumps(summary["rows"]), **({"calibration": calibrator.state()} if calibrator else {})},
                       out / MODEL)
     atomic.write_json(out / "config.json", cfg)
-    atomic.write_json(out / "metrics.json", {**summary, "config": cfg})
+    atomic.write_json(out / METRICS, {**summary, "config": cfg})
     if run.tracker is not None:
         run.tracker.log_metric_rows(summary["rows"], "eval", step=st.step)
         run.tracker.summary({"samples_per_s": summary["samples_per_s"], "best_valid_score": summary["best_valid_score"]})

@@ -49,8 +49,9 @@ class Tracker:
             os.environ.setdefault(k, str(d))
         import wandb  # lazy: importing wandb costs seconds
 
+        # resume="allow": a training run resumed from its checkpoint (same version, same run id) continues its W&B run
         self._run = wandb.init(project=project, id=run_id, name=name, group=group, job_type=job_type,
-                               config=scrub(config or {}), mode=self.mode, dir=os.environ["WANDB_DIR"],
+                               config=scrub(config or {}), mode=self.mode, dir=os.environ["WANDB_DIR"], resume="allow",
                                reinit="finish_previous", settings=wandb.Settings(silent=True, console="off"))
 
     @property

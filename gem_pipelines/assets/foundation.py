@@ -50,12 +50,31 @@ def rescore(version_dir: Path, surfaces: list[str] | None = None, lake_uri: str 
                         uri=table_uri("training_examples", lake_uri), oracle_uri=table_uri("oracle", lake_uri))
 
 
+def run_version(context: dg.AssetExecutionContext, asset: str = ASSET, partition: str | None = None) -> tuple[str, bool]:
+    """(version, resume) of a training run. A re-execution of a run that died before its gate ("Re-execute" in the
+    UI, a run retry) continues the version that run was writing: its finished models kept, the interrupted one from
+    its last checkpoint. Any other run trains a new version. Every version of a lineage of runs carries the tag of
+    its first run's id."""
+    from gem_model.models.registry import list_versions, new_version, run_tag
+
+    root = context.run.root_run_id
+    if root is not None:
+        tag = f"-{run_tag(root)}"
+        unjudged = [v for v in list_versions(asset, partition)
+                    if v.endswith(tag) and not (models_dir(asset, partition) / v / quality_gate.GATE_FILE).exists()]
+        if unjudged:
+            context.log.info(f"resuming {unjudged[-1]}, left unjudged by run {root} of this lineage")
+            return unjudged[-1], True
+    return new_version(root or context.run_id), False
+
+
 def launch_args(config: FoundationConfig, accelerator: AcceleratorResource, lake_uri: str | None,
-                init_from: Path | None, version: str) -> dict:
+                init_from: Path | None, version: str, resume: bool = False) -> dict:
     """`run_foundation`'s keyword arguments: the same for the in-process and the torchrun launcher."""
     return {"preset": config.preset, "seeds": list(config.seeds), "baselines": config.baselines,
             "device": accelerator.resolved_device(), "init_from": str(init_from) if init_from else None,
-            "lake": lake_uri, "overrides": {"train": accelerator.train_overrides()}, "version": version}
+            "lake": lake_uri, "overrides": {"train": accelerator.train_overrides()}, "version": version,
+            "resume": resume}
 
 
 def _run_torchrun(context: dg.AssetExecutionContext, pipes: dg.PipesSubprocessClient, nproc: int, args: dict) -> dict:
@@ -93,14 +112,14 @@ def foundation_model(
     """Train the GEM teacher on the calendar's teacher window, evaluate on E against the oracle floor."""
     from gem_model.config import load_calendar
     from gem_model.eval.ad_age import version_report
-    from gem_model.models.registry import new_version, read_accepted
+    from gem_model.models.registry import read_accepted
     from gem_model.train.foundation import run_foundation, write_eval_report
 
     wandb.apply()
     init_from = read_accepted(ASSET) if config.warm_start else None
     if init_from is not None:
         context.log.info(f"warm start from the ACCEPTED version {init_from.name}")
-    args = launch_args(config, accelerator, lake.uri(), init_from, new_version(context.run_id))
+    args = launch_args(config, accelerator, lake.uri(), init_from, *run_version(context))
     nproc = accelerator.nproc_per_node
     with progress(context.log, "foundation_model training"):
         result = _run_torchrun(context, pipes, nproc, args) if nproc > 1 else run_foundation(**args)

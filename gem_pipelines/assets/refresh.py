@@ -11,7 +11,7 @@ import dagster as dg
 from gem_model.train.refresh import REFRESH_ASSET, refresh_partition
 from gem_pipelines import quality_gate
 from gem_pipelines.assets.foundation import ASSET as FOUNDATION_ASSET
-from gem_pipelines.assets.foundation import GPU_TAGS, rescore
+from gem_pipelines.assets.foundation import GPU_TAGS, rescore, run_version
 from gem_pipelines.metadata import loss_curve_plot, metric_table, progress
 from gem_pipelines.partitions import CALENDAR, role_date_partitions_def
 from gem_pipelines.resources import AcceleratorResource, LakeResource, WandbResource
@@ -55,7 +55,6 @@ def foundation_refresh(context: dg.AssetExecutionContext, lake: LakeResource, ac
                        wandb: WandbResource):
     """The foundation that serves day D: the one that served D-1, continued on the days that entered D's teacher
     window since its own (none new: it serves D as it is, nothing trained)."""
-    from gem_model.models.registry import new_version
     from gem_model.train.refresh import days_to_refresh, refresh_epochs, refresh_foundation, version_config
 
     day = dt.date.fromisoformat(context.partition_key)
@@ -72,10 +71,10 @@ def foundation_refresh(context: dg.AssetExecutionContext, lake: LakeResource, ac
         yield dg.AssetCheckResult(check_name=quality_gate.CHECK, passed=True, metadata={"status": "nothing trained: " + note})
         return
     wandb.apply()
-    version = new_version(context.run_id)
+    version, resume = run_version(context, ASSET, refresh_partition(day))
     with progress(context.log, f"foundation_refresh[{day}] on {todo[0]}..{todo[1]} from {init.name}"):
         result = refresh_foundation(init, day, todo, root=root_name, epochs=epochs, partition=refresh_partition(day),
-                                    asset=ASSET, version=version, device=accelerator.resolved_device(),
+                                    asset=ASSET, version=version, resume=resume, device=accelerator.resolved_device(),
                                     lake=lake.uri(), overrides={"train": accelerator.train_overrides()})
     rows = [r for r in result["rows"] if r["model"] == "foundation"]
     verdict = quality_gate.gate(rows, rescore(init, lake_uri=lake.uri(), day=day), QUALITY.model_gate)

@@ -60,6 +60,28 @@ def test_run_foundation_writes_versions_and_rows(lake, gem_home):
     assert not model.training
 
 
+def test_an_interrupted_call_resumes_its_version(lake, gem_home):
+    """run_foundation dying in its teacher continues, with resume, from the teacher's last checkpoint in the same
+    version and trains the baselines; resumed again once finished, it trains nothing and returns the same rows."""
+    cal = CalendarConfig(start=dt.date(2026, 11, 1), days=5, teacher_lag_days=1)
+    train = {"max_steps": 8, "torch_threads": 1, "checkpoint_every": 2}
+    common = {"calendar": cal, "device": "cpu", "version": new_version("resume")}
+    with pytest.raises(RuntimeError, match="simulated failure at step 4"):
+        run_foundation("tiny", overrides={"train": {**train, "fail_at_step": 4}}, **common)
+    vdir = gem_home / "models" / "foundation_model" / common["version"]
+    assert (vdir / "checkpoint.pt").is_file() and not (vdir / "metrics.json").exists()
+    res = run_foundation("tiny", overrides={"train": train}, resume=True, **common)
+    assert list_versions("foundation_model") == [common["version"]]
+    teacher = json.loads((vdir / "metrics.json").read_text())
+    assert (teacher["resumed_from_step"], teacher["step"]) == (4, 8)
+    finished = {p: p.stat().st_mtime_ns for p in gem_home.glob("models/**/metrics.json")}
+    assert len(finished) == 5  # the teacher and four baselines, none resumed (none had a checkpoint)
+    assert all(json.loads(p.read_text())["resumed_from_step"] is None for p in finished if p.parent != vdir)
+    again = run_foundation("tiny", overrides={"train": train}, resume=True, **common)
+    assert {p: p.stat().st_mtime_ns for p in finished} == finished  # nothing retrained
+    assert again["rows"] == res["rows"] and again["checkpoint"] == res["checkpoint"]
+
+
 def test_registry_versions(gem_home):
     v = new_version("AbC-123xyz", now=dt.datetime(2026, 11, 29, 15, 30, tzinfo=dt.UTC))
     assert v == "20261129T153000Z-abc123"

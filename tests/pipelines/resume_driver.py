@@ -1,0 +1,54 @@
+"""Kill a foundation_model run in training, re-execute it as the UI's "Re-execute" does, then start a new run, and
+write what happened as JSON: each run's status and lineage, the versions on disk, ACCEPTED and the resumed step.
+
+Run as a script by tests/pipelines/test_resume_training.py on a copy of the demo world whose tiny preset fails at
+step 2, after that step's checkpoint (`train.fail_at_step`; the calendar and presets come from GEM_ASSETS_DIR, read
+at import, hence a fresh process): `python resume_driver.py <out.json>`."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import dagster as dg
+
+from gem_model.models.registry import list_versions, read_accepted
+from gem_model.store.paths import models_dir
+from gem_pipelines.code_location import CodeLocation
+from gem_pipelines.instance import get_instance
+
+# a cold teacher alone: the failure hits it, not a baseline after it
+CONFIG = {"ops": {"foundation_model": {"config": {"baselines": False, "warm_start": False}}}}
+
+
+def main(out: str) -> None:
+    location = CodeLocation(get_instance())
+    known = set(list_versions("foundation_model"))
+    runs = []
+    first = location.launch("foundation_job", run_config=CONFIG, tags={"gem/trigger": "ui"})
+    runs.append(first)
+    after_kill = sorted(set(list_versions("foundation_model")) - known)
+    runs.append(location.reexecute(first))
+    runs.append(location.launch("foundation_job", run_config=CONFIG, tags={"gem/trigger": "ui"}))
+    versions = sorted(set(list_versions("foundation_model")) - known)
+
+    def metrics(v: str) -> dict:
+        path = models_dir("foundation_model") / v / "metrics.json"
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    json.dump({
+        "runs": [{"run_id": r.run_id, "status": r.status.value, "root_run_id": r.root_run_id,
+                  "parent_run_id": r.parent_run_id, "trigger": r.tags.get("gem/trigger")} for r in runs],
+        "after_kill": after_kill,
+        "versions": {v: {"resumed_from_step": metrics(v).get("resumed_from_step"), "step": metrics(v).get("step"),
+                         "gated": (models_dir("foundation_model") / v / "gate.json").is_file(),
+                         "checkpoint": (models_dir("foundation_model") / v / "checkpoint.pt").is_file()}
+                     for v in versions},
+        "accepted": getattr(read_accepted("foundation_model"), "name", None),
+        "materialized_by": [e.run_id for e in get_instance().fetch_materializations(
+            dg.AssetKey("foundation_model"), limit=10).records],
+    }, open(out, "w"), indent=2)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

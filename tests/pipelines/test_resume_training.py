@@ -1,0 +1,47 @@
+"""A training run killed in the middle resumes from its last checkpoint when it is re-executed from the UI (the
+same version, its finished steps kept), and only then: a new run trains a version of its own."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.slow
+
+DRIVER = Path(__file__).with_name("resume_driver.py")
+
+
+@pytest.mark.timeout(1200)
+def test_a_killed_training_run_resumes_from_its_checkpoint_when_re_executed(demo_copy: dict[str, str],
+                                                                            tmp_path: Path) -> None:
+    assets = Path(shutil.copytree(demo_copy["GEM_ASSETS_DIR"], tmp_path / "assets"))
+    tiny = yaml.safe_load((assets / "models" / "tiny.yaml").read_text())
+    tiny["train"].update(checkpoint_every=1, fail_at_step=2)  # dies right after its step-2 checkpoint
+    (assets / "models" / "tiny.yaml").write_text(yaml.safe_dump(tiny))
+    out = tmp_path / "resume.json"
+    proc = subprocess.run([sys.executable, str(DRIVER), str(out)], env={**demo_copy, "GEM_ASSETS_DIR": str(assets)},
+                          capture_output=True, text=True, timeout=1000)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    doc = json.loads(out.read_text())
+    killed, again, fresh = doc["runs"]
+    assert [r["status"] for r in doc["runs"]] == ["FAILURE", "SUCCESS", "FAILURE"]
+    # the re-execution is in the killed run's lineage, as the UI creates it; the new run starts one of its own
+    assert again["root_run_id"] == again["parent_run_id"] == killed["run_id"] and again["trigger"] == "ui"
+    assert fresh["root_run_id"] is None
+    # the killed run left one version, unjudged, with its checkpoint; the re-execution finished that same version
+    # from step 2, gated and ACCEPTED it, and materialized the asset
+    (resumed,) = doc["after_kill"]
+    assert doc["versions"][resumed] == {"resumed_from_step": 2, "step": doc["versions"][resumed]["step"],
+                                        "gated": True, "checkpoint": True}
+    assert doc["versions"][resumed]["step"] > 2
+    assert doc["accepted"] == resumed
+    assert doc["materialized_by"][0] == again["run_id"]
+    # the new run did not touch it: it trained (and lost) a version of its own, left unjudged
+    (other,) = set(doc["versions"]) - {resumed}
+    assert doc["versions"][other] == {"resumed_from_step": None, "step": None, "gated": False, "checkpoint": True}
