@@ -69,6 +69,7 @@ def train_domain_model(
     device: torch.device | str | None = None,
     precision: str = "auto",
     fold_in: dict[str, Any] | None = None,
+    checkpoint: str | Path | None = None,
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Train the domain model of `domain` and return (model, info).
 
@@ -80,7 +81,9 @@ def train_domain_model(
     (the accelerator resource's; default: the foundation's); precision: auto | bf16 | fp32 (autocast).
     fold_in: the foundation's train config (load_model's second value): the ids first met after its window and
     up to the end of `dates` are folded in before training, and info carries the domain model's window and
-    serving options (module doc); None: neither. Its own calibrator is fitted on the day after `dates` (E-1)."""
+    serving options (module doc); None: neither. Its own calibrator is fitted on the day after `dates` (E-1).
+    checkpoint: where the resumable state is written every `checkpoint_every` steps; when it exists, training
+    continues from it (a killed run's re-execution) instead of from the start."""
     surfaces_config = load_surfaces()
     names = [s.name for s in surfaces_config.in_domain(domain)]
     if not names:
@@ -105,11 +108,16 @@ def train_domain_model(
                            surfaces_config=surfaces_config, seed=0, shuffle_buffer=4 * int(hp["batch_size"]),
                            max_len=getattr(model.cfg, "seq_len", None))
     max_steps = hp.get("max_steps")
-    losses: list[float] = []
-    step, t0, missing = 0, time.perf_counter(), 0
-    for epoch in range(int(hp["epochs"])):
-        stream.set_epoch(epoch)
-        for batch in stream:
+    state = _load_state(Path(checkpoint), model, opt) if checkpoint is not None and Path(checkpoint).is_file() else None
+    losses: list[float] = state["losses"].tolist() if state else []
+    step, missing = (int(state["step"]), int(state["missing"])) if state else (0, 0)
+    first_epoch, done_batches = (int(state["epoch"]), int(state["batch"])) if state else (0, 0)
+    t0 = time.perf_counter()
+    for epoch in range(first_epoch, int(hp["epochs"])):
+        stream.set_epoch(epoch)  # the same order as before the checkpoint: its batches are skipped
+        for i, batch in enumerate(stream):
+            if epoch == first_epoch and i < done_batches:
+                continue
             batch = batch.to(device)
             target = teacher_targets(tp, batch.request_ids).to(device)
             missing += int(torch.isnan(target[:, 0]).sum())
@@ -124,6 +132,12 @@ def train_domain_model(
             if log is not None and step % 10 == 0:
                 log({"domain/loss": losses[-1], **{f"domain/loss_{k}": v for k, v in parts.items()}}, step=step)
             step += 1
+            if checkpoint is not None and step % int(hp["checkpoint_every"]) == 0:
+                atomic.torch_save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
+                                   "epoch": epoch, "batch": i + 1, "missing": missing, "losses": torch.tensor(losses),
+                                   "rng": torch.get_rng_state()}, checkpoint)
+            if hp["fail_at_step"] and step == int(hp["fail_at_step"]):
+                raise RuntimeError(f"simulated failure at step {step} (domain.fail_at_step)")
             if max_steps is not None and step >= int(max_steps):
                 break
         if max_steps is not None and step >= int(max_steps):
@@ -136,11 +150,21 @@ def train_domain_model(
     info = {"domain": domain, "teacher": domain_teacher(domain), "surfaces": names,
             "dates": [dates[0].isoformat(), dates[1].isoformat()], "steps": step, "losses": losses,
             "rows_without_teacher": missing, "train_seconds": time.perf_counter() - t0, "hyperparameters": hp,
-            "calibration": model.calibrator.metadata(), "ids_folded_in": folded}
+            "calibration": model.calibrator.metadata(), "ids_folded_in": folded,
+            "resumed_from_step": int(state["step"]) if state else None}
     if fold_in:  # served like the foundation, from its own window (gem_model.distill.serving_fold_in)
         info["data"] = {"train": info["dates"]}
         info["train"] = {"item_svd": ((fold_in.get("train") or {}).get("item_svd") or {})}
     return model, info
+
+
+def _load_state(path: Path, model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict[str, Any]:
+    """A checkpoint of `train_domain_model` loaded into `model` and `opt` (and the RNG); returns its counters."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"])
+    return state
 
 
 def fit_domain_calibrator(model: torch.nn.Module, day: dt.date, surfaces: list[str], *, uri: str | None = None,

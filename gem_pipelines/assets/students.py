@@ -12,7 +12,7 @@ from gem_model.config import env
 from gem_model.store.paths import models_dir, reports_dir
 from gem_pipelines import quality_gate
 from gem_pipelines.assets.foundation import ASSET as FOUNDATION_ASSET
-from gem_pipelines.assets.foundation import GPU_TAGS, rescore
+from gem_pipelines.assets.foundation import GPU_TAGS, rescore, run_version
 from gem_pipelines.assets.refresh import ASSET as REFRESH_ASSET
 from gem_pipelines.assets.refresh import serving_foundation
 from gem_pipelines.metadata import (
@@ -134,7 +134,8 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
     """A domain foundation model: the teacher's weights, distilled from its predictions on the domain's surfaces."""
     from gem_model.distill import predict_teacher, save_domain_model, train_domain_model
     from gem_model.eval.metrics import evaluate_day
-    from gem_model.models.registry import load_model, new_version
+    from gem_model.models.registry import load_model
+    from gem_model.train.loop import CHECKPOINT
     from gem_model.train.tracking import Tracker
 
     domain = context.partition_key
@@ -155,7 +156,7 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
                               uri=lake.table("training_examples"), device=accelerator.resolved_device(),
                               precision=accelerator.train_precision(), recalibrate=True, fold_in=foundation_config,
                               refit_cache=Path(ckpt).parent)
-    version = new_version(context.run_id)
+    version, _ = run_version(context, "domain_models", domain)  # a killed run's re-execution: its checkpoint
     # grouped with its teacher's W&B runs (foundation runs are grouped as foundation-<version>)
     tracker = Tracker(name=f"domain-{domain}", group=f"foundation-{teacher_version}", job_type="domain_model",
                       config={"domain": domain, "teacher_version": teacher_version, "version": version})
@@ -164,7 +165,8 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
                                          preset=str(env("GEM_MODEL_PRESET")),
                                          uri=lake.table("training_examples"), log=tracker.log,
                                          device=accelerator.resolved_device(),
-                                         precision=accelerator.train_precision(), fold_in=foundation_config)
+                                         precision=accelerator.train_precision(), fold_in=foundation_config,
+                                         checkpoint=models_dir("domain_models", domain) / version / CHECKPOINT)
     path = save_domain_model(model, info, version=version)
     tracker.log_artifact(path, name=f"domain-{domain}", metadata={"version": version})
     run_info = tracker.info()

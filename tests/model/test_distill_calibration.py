@@ -64,6 +64,28 @@ def test_domain_model_fits_saves_and_applies_its_own_calibrator(world, tmp_path)
     assert (joined["p_click"] - joined["p_click_raw"]).abs().max() > 1e-4
 
 
+def test_a_killed_domain_model_resumes_from_its_checkpoint(world, tmp_path):  # noqa: F811
+    """Killed after its step-4 checkpoint, a domain model's training continues from it to the weights of a run
+    never killed (the same batches in the same order, the optimizer's state and the RNG restored)."""
+    tp = read_teacher_predictions(uri=world.tp_uri)
+    kw = dict(teacher_predictions=tp.filter(tp["teacher"] == FOUNDATION), dates=world.roles.student, preset="tiny",
+              uri=world.te_uri)
+    over = {**TINY, "domain": {"max_steps": 6, "checkpoint_every": 2}}
+    whole, whole_info = train_domain_model("commerce", world.foundation, overrides=over, **kw)
+    assert whole_info["steps"] > 4 and whole_info["resumed_from_step"] is None
+    ck = tmp_path / "checkpoint.pt"
+    with pytest.raises(RuntimeError, match="simulated failure at step 4"):
+        train_domain_model("commerce", world.foundation, overrides={**over, "domain": {**over["domain"], "fail_at_step": 4}},
+                           checkpoint=ck, **kw)
+    assert torch.load(ck, weights_only=True)["step"] == 4
+    resumed, info = train_domain_model("commerce", world.foundation, overrides=over, checkpoint=ck, **kw)
+    assert (info["resumed_from_step"], info["steps"]) == (4, whole_info["steps"])
+    assert info["losses"] == pytest.approx(whole_info["losses"], rel=1e-5)  # the killed run's four, then the rest
+    expected = whole.state_dict()
+    for k, v in resumed.state_dict().items():
+        torch.testing.assert_close(v, expected[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
 def test_gate_compares_a_calibrated_model_with_an_uncalibrated_accepted_one_on_raw_ne():
     from gem_pipelines.quality_gate import gate
     from gem_pipelines.settings import ModelGate

@@ -1,8 +1,9 @@
-"""Kill a foundation_model run in training, re-execute it as the UI's "Re-execute" does, then start a new run, and
-write what happened as JSON: each run's status and lineage, the versions on disk, ACCEPTED and the resumed step.
+"""Kill a foundation_model run in training, re-execute it as the UI's "Re-execute" does, then start a new run; kill
+and re-execute a domain_models run; write what happened as JSON: each run's status and lineage, the versions on
+disk, ACCEPTED and the resumed step.
 
-Run as a script by tests/pipelines/test_resume_training.py on a copy of the demo world whose tiny preset fails at
-step 2, after that step's checkpoint (`train.fail_at_step`; the calendar and presets come from GEM_ASSETS_DIR, read
+Run as a script by tests/pipelines/test_resume_training.py on a copy of the demo world whose tiny presets (the
+foundation's and the domain models') fail at step 2, after that step's checkpoint (`train.fail_at_step`; the calendar and presets come from GEM_ASSETS_DIR, read
 at import, hence a fresh process): `python resume_driver.py <out.json>`."""
 
 from __future__ import annotations
@@ -31,10 +32,18 @@ def main(out: str) -> None:
     runs.append(location.reexecute(first))
     runs.append(location.launch("foundation_job", run_config=CONFIG, tags={"gem/trigger": "ui"}))
     versions = sorted(set(list_versions("foundation_model")) - known)
+    # a domain model killed the same way, then re-executed
+    known_domain = set(list_versions("domain_models", "commerce"))
+    domain_runs = [location.launch("domain_models_job", partition_key="commerce", tags={"gem/trigger": "ui"})]
+    domain_after_kill = sorted(set(list_versions("domain_models", "commerce")) - known_domain)
+    domain_runs.append(location.reexecute(domain_runs[0]))
 
-    def metrics(v: str) -> dict:
-        path = models_dir("foundation_model") / v / "metrics.json"
+    def metrics(v: str, partition: str | None = None) -> dict:
+        path = models_dir(asset(partition), partition) / v / "metrics.json"
         return json.loads(path.read_text()) if path.is_file() else {}
+
+    def asset(partition: str | None) -> str:
+        return "domain_models" if partition else "foundation_model"
 
     json.dump({
         "runs": [{"run_id": r.run_id, "status": r.status.value, "root_run_id": r.root_run_id,
@@ -47,6 +56,15 @@ def main(out: str) -> None:
         "accepted": getattr(read_accepted("foundation_model"), "name", None),
         "materialized_by": [e.run_id for e in get_instance().fetch_materializations(
             dg.AssetKey("foundation_model"), limit=10).records],
+        "domain": {
+            "runs": [{"run_id": r.run_id, "status": r.status.value, "root_run_id": r.root_run_id} for r in domain_runs],
+            "after_kill": domain_after_kill,
+            "versions": {v: {"resumed_from_step": metrics(v, "commerce").get("resumed_from_step"),
+                             "steps": metrics(v, "commerce").get("steps"),
+                             "gated": (models_dir("domain_models", "commerce") / v / "gate.json").is_file()}
+                         for v in sorted(set(list_versions("domain_models", "commerce")) - known_domain)},
+            "accepted": getattr(read_accepted("domain_models", "commerce"), "name", None),
+        },
     }, open(out, "w"), indent=2)
 
 

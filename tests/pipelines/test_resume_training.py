@@ -1,5 +1,6 @@
-"""A training run killed in the middle resumes from its last checkpoint when it is re-executed from the UI (the
-same version, its finished steps kept), and only then: a new run trains a version of its own."""
+"""A training run (the foundation, a domain model) killed in the middle resumes from its last checkpoint when it is
+re-executed from the UI (the same version, its finished steps kept), and only then: a new run trains a version of
+its own."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ def test_a_killed_training_run_resumes_from_its_checkpoint_when_re_executed(demo
     tiny = yaml.safe_load((assets / "models" / "tiny.yaml").read_text())
     tiny["train"].update(checkpoint_every=1, fail_at_step=2)  # dies right after its step-2 checkpoint
     (assets / "models" / "tiny.yaml").write_text(yaml.safe_dump(tiny))
+    students = yaml.safe_load((assets / "models" / "students.yaml").read_text())
+    students["presets"]["tiny"]["domain"].update(checkpoint_every=1, fail_at_step=2)
+    (assets / "models" / "students.yaml").write_text(yaml.safe_dump(students))
     out = tmp_path / "resume.json"
     proc = subprocess.run([sys.executable, str(DRIVER), str(out)], env={**demo_copy, "GEM_ASSETS_DIR": str(assets)},
                           capture_output=True, text=True, timeout=1000)
@@ -45,3 +49,11 @@ def test_a_killed_training_run_resumes_from_its_checkpoint_when_re_executed(demo
     # the new run did not touch it: it trained (and lost) a version of its own, left unjudged
     (other,) = set(doc["versions"]) - {resumed}
     assert doc["versions"][other] == {"resumed_from_step": None, "step": None, "gated": False, "checkpoint": True}
+    # a domain model: killed after step 2, re-executed, the same version finished from step 2, gated, ACCEPTED
+    domain = doc["domain"]
+    assert [r["status"] for r in domain["runs"]] == ["FAILURE", "SUCCESS"]
+    assert domain["runs"][1]["root_run_id"] == domain["runs"][0]["run_id"]
+    (version,) = domain["after_kill"]
+    assert set(domain["versions"]) == {version} and domain["accepted"] == version
+    assert domain["versions"][version]["resumed_from_step"] == 2 and domain["versions"][version]["steps"] > 2
+    assert domain["versions"][version]["gated"]
