@@ -157,6 +157,7 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
                               precision=accelerator.train_precision(), recalibrate=True, fold_in=foundation_config,
                               refit_cache=Path(ckpt).parent)
     version, _ = run_version(context, "domain_models", domain)  # a killed run's re-execution: its checkpoint
+    checkpoint = models_dir("domain_models", domain) / version / CHECKPOINT
     # grouped with its teacher's W&B runs (foundation runs are grouped as foundation-<version>)
     tracker = Tracker(name=f"domain-{domain}", group=f"foundation-{teacher_version}", job_type="domain_model",
                       config={"domain": domain, "teacher_version": teacher_version, "version": version})
@@ -166,7 +167,7 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
                                          uri=lake.table("training_examples"), log=tracker.log,
                                          device=accelerator.resolved_device(),
                                          precision=accelerator.train_precision(), fold_in=foundation_config,
-                                         checkpoint=models_dir("domain_models", domain) / version / CHECKPOINT)
+                                         checkpoint=checkpoint)
     path = save_domain_model(model, info, version=version)
     tracker.log_artifact(path, name=f"domain-{domain}", metadata={"version": version})
     run_info = tracker.info()
@@ -178,6 +179,7 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
                                           rescore=lambda d: rescore(d, surfaces, lake_uri=lake.uri()))
     verdict = quality_gate.gate(rows, previous, QUALITY.model_gate, allow_ungated=True)
     quality_gate.record(path.parent, verdict, rows, day)
+    checkpoint.unlink(missing_ok=True)  # judged: never resumed, and model.pt holds the weights
     yield dg.MaterializeResult(
         metadata={
             "version": version,

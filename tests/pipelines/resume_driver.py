@@ -61,7 +61,8 @@ def main(out: str) -> None:
             "after_kill": domain_after_kill,
             "versions": {v: {"resumed_from_step": metrics(v, "commerce").get("resumed_from_step"),
                              "steps": metrics(v, "commerce").get("steps"),
-                             "gated": (models_dir("domain_models", "commerce") / v / "gate.json").is_file()}
+                             "gated": (models_dir("domain_models", "commerce") / v / "gate.json").is_file(),
+                             "checkpoint": (models_dir("domain_models", "commerce") / v / "checkpoint.pt").is_file()}
                          for v in sorted(set(list_versions("domain_models", "commerce")) - known_domain)},
             "accepted": getattr(read_accepted("domain_models", "commerce"), "name", None),
         },
