@@ -64,7 +64,7 @@ class DomainTrain(_Strict):
     max_steps: int | None = Field(gt=0)
     lr: float = Field(ge=0)
     kd_weight: float = Field(ge=0)
-    checkpoint_every: int = Field(default=50, gt=0)  # steps between resumable states (when training is given a path)
+    checkpoint_every: int = Field(gt=0)  # steps between resumable states (when training is given a path)
     fail_at_step: int | None = Field(default=None, gt=0)  # tests: raise after this step (after its checkpoint, if any)
 
 

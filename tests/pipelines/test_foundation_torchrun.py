@@ -49,7 +49,8 @@ def test_launch_args_are_the_config_verbatim(gem_home):
                        AcceleratorResource(device="cpu", nproc_per_node=2, compile=True, embedding_sharding="row"), "/lake", None, "v")
     assert args == {"preset": "tiny", "seeds": [3, 4], "baselines": False, "device": "cpu", "init_from": None,
                     "lake": "/lake", "overrides": {"train": {"compile": True, "precision": "fp32", "embedding_sharding": "row"}},
-                    "version": "v"}
+                    "version": "v", "resume": False}
+    assert launch_args(FoundationConfig(preset="tiny"), AcceleratorResource(device="cpu"), None, None, "v", True)["resume"]
 
 
 def test_foundation_asset_two_gloo_ranks_through_pipes(gem_home, monkeypatch):
