@@ -1,7 +1,7 @@
 """A training run (the foundation, a domain model) that died midway resumes from its last checkpoint when it is
 re-executed from the UI (the same version, its finished steps kept), and only then: a new run trains a version of
 its own. The death is a failure raised after a checkpoint (`fail_at_step`); a SIGKILLed process is the training
-loop's test (tests/model/test_train.py), and Dagster's run monitoring marks such a run failed."""
+loop's test (tests/model/test_train.py). What resumes reads the lineage and the gate record, not how the run ended."""
 
 from __future__ import annotations
 
