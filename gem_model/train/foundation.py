@@ -131,7 +131,7 @@ def run_foundation(
         if first:
             result = {"version": version, "version_dir": str(vdir), **{k: summary[k] for k in (
                 "checkpoint", "loss_curve", "valid_history", "samples_per_s", "train_seconds", "param_counts",
-                "best_step", "calibration", "wandb")}}  # calibration: the post-hoc map fitted on E-1 (None: disabled)
+                "best_step", "calibration", "wandb", "resumed_from_step")}}  # calibration: the post-hoc map fitted on E-1
         if baselines:
             for s in surfaces.names:
                 bdir = models_dir(BASELINE_ASSET, s, home=home) / version

@@ -68,6 +68,11 @@ def run_version(context: dg.AssetExecutionContext, asset: str = ASSET, partition
     return new_version(root or context.run_id), False
 
 
+def resumed_metadata(step: int | None) -> dict[str, int]:
+    """{"resumed_from_step": step} when the training continued an interrupted run's checkpoint (the UI shows it)."""
+    return {} if step is None else {"resumed_from_step": int(step)}
+
+
 def launch_args(config: FoundationConfig, accelerator: AcceleratorResource, lake_uri: str | None,
                 init_from: Path | None, version: str, resume: bool = False) -> dict:
     """`run_foundation`'s keyword arguments: the same for the in-process and the torchrun launcher."""
@@ -138,6 +143,7 @@ def foundation_model(
             "checkpoint": dg.MetadataValue.path(str(result["checkpoint"])),
             "accepted": verdict["passed"],
             "warm_started_from": init_from.name if init_from else "none",
+            **resumed_metadata(result.get("resumed_from_step")),
             "world_size": nproc,
             "seeds": seeds_table(rows),  # the click NE of each seed: how far seeds differ
             **({"pipes_progress_messages": result["progress_messages"]} if "progress_messages" in result else {}),

@@ -11,7 +11,7 @@ import dagster as dg
 from gem_model.train.refresh import REFRESH_ASSET, refresh_partition
 from gem_pipelines import quality_gate
 from gem_pipelines.assets.foundation import ASSET as FOUNDATION_ASSET
-from gem_pipelines.assets.foundation import GPU_TAGS, rescore, run_version
+from gem_pipelines.assets.foundation import GPU_TAGS, rescore, resumed_metadata, run_version
 from gem_pipelines.metadata import loss_curve_plot, metric_table, progress
 from gem_pipelines.partitions import CALENDAR, role_date_partitions_def
 from gem_pipelines.resources import AcceleratorResource, LakeResource, WandbResource
@@ -82,6 +82,7 @@ def foundation_refresh(context: dg.AssetExecutionContext, lake: LakeResource, ac
     yield dg.MaterializeResult(metadata={
         "version": version, "continues": init.name, "root": root_name, "trained_on": f"{todo[0]}..{todo[1]}",
         "best_step": int(result["best_step"]), "accepted": verdict["passed"], "per_surface": metric_table(rows),
+        **resumed_metadata(result.get("resumed_from_step")),
         "loss_curve": loss_curve_plot(result["loss_curve"]),
         **{f"wandb_{k}": str(v) for k, v in (result.get("wandb") or {}).items() if v}})
     yield quality_gate.check_result(verdict, version, day.isoformat())

@@ -12,7 +12,7 @@ from gem_model.config import env
 from gem_model.store.paths import models_dir, reports_dir
 from gem_pipelines import quality_gate
 from gem_pipelines.assets.foundation import ASSET as FOUNDATION_ASSET
-from gem_pipelines.assets.foundation import GPU_TAGS, rescore, run_version
+from gem_pipelines.assets.foundation import GPU_TAGS, rescore, resumed_metadata, run_version
 from gem_pipelines.assets.refresh import ASSET as REFRESH_ASSET
 from gem_pipelines.assets.refresh import serving_foundation
 from gem_pipelines.metadata import (
@@ -188,6 +188,7 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
             "surfaces": surfaces,
             "train_days": f"{roles.student[0]}..{roles.student[1]}",
             "steps": int(info.get("steps", 0)),
+            **resumed_metadata(info.get("resumed_from_step")),
             "accepted": verdict["passed"],
             "evaluation": metric_table(rows),
             "loss_curve": loss_curve_plot(list(enumerate(info.get("losses", [])))),

@@ -38,6 +38,14 @@ def main(out: str) -> None:
     domain_after_failure = sorted(set(list_versions("domain_models", "commerce")) - known_domain)
     domain_runs.append(location.reexecute(domain_runs[0]))
 
+    def shown(asset: str, partition: str | None = None) -> int | None:
+        """The newest materialization's `resumed_from_step` (what the UI shows), None when absent."""
+        (record,) = get_instance().fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition] if partition else None),
+            limit=1).records
+        value = record.asset_materialization.metadata.get("resumed_from_step")
+        return None if value is None else value.value
+
     def state(asset: str, partition: str | None, v: str) -> dict:
         d = models_dir(asset, partition) / v
         metrics = json.loads((d / "metrics.json").read_text()) if (d / "metrics.json").is_file() else {}
@@ -52,12 +60,14 @@ def main(out: str) -> None:
         "accepted": getattr(read_accepted("foundation_model"), "name", None),
         "materialized_by": [e.run_id for e in get_instance().fetch_materializations(
             dg.AssetKey("foundation_model"), limit=10).records],
+        "resumed_shown": shown("foundation_model"),
         "domain": {
             "runs": [{"run_id": r.run_id, "status": r.status.value, "root_run_id": r.root_run_id} for r in domain_runs],
             "after_failure": domain_after_failure,
             "versions": {v: state("domain_models", "commerce", v)
                          for v in sorted(set(list_versions("domain_models", "commerce")) - known_domain)},
             "accepted": getattr(read_accepted("domain_models", "commerce"), "name", None),
+            "resumed_shown": shown("domain_models", "commerce"),
         },
     }, open(out, "w"), indent=2)
 

@@ -46,7 +46,7 @@ def test_a_run_that_died_in_training_resumes_from_its_checkpoint_when_re_execute
                                         "gated": True, "checkpoint": True}
     assert doc["versions"][resumed]["step"] > 2
     assert doc["accepted"] == resumed
-    assert doc["materialized_by"][0] == again["run_id"]
+    assert doc["materialized_by"][0] == again["run_id"] and doc["resumed_shown"] == 2  # the UI says it resumed
     # the new run did not touch it: it trained (and lost) a version of its own, left unjudged
     (other,) = set(doc["versions"]) - {resumed}
     assert doc["versions"][other] == {"resumed_from_step": None, "step": None, "gated": False, "checkpoint": True}
@@ -58,3 +58,4 @@ def test_a_run_that_died_in_training_resumes_from_its_checkpoint_when_re_execute
     assert set(domain["versions"]) == {version} and domain["accepted"] == version
     assert domain["versions"][version]["resumed_from_step"] == 2 and domain["versions"][version]["step"] > 2
     assert domain["versions"][version]["gated"] and not domain["versions"][version]["checkpoint"]  # judged: dropped
+    assert domain["resumed_shown"] == 2
