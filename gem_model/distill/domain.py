@@ -134,8 +134,9 @@ def train_domain_model(
             step += 1
             if checkpoint is not None and step % int(hp["checkpoint_every"]) == 0:
                 atomic.torch_save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
-                                   "epoch": epoch, "batch": i + 1, "missing": missing, "losses": torch.tensor(losses),
-                                   "rng": torch.get_rng_state()}, checkpoint)
+                                   "epoch": epoch, "batch": i + 1, "missing": missing,
+                                   "losses": torch.tensor(losses, dtype=torch.float64), "rng": torch.get_rng_state()},
+                                  checkpoint)
             if hp["fail_at_step"] and step == int(hp["fail_at_step"]):
                 raise RuntimeError(f"simulated failure at step {step} (domain.fail_at_step)")
             if max_steps is not None and step >= int(max_steps):

@@ -64,8 +64,8 @@ def test_domain_model_fits_saves_and_applies_its_own_calibrator(world, tmp_path)
     assert (joined["p_click"] - joined["p_click_raw"]).abs().max() > 1e-4
 
 
-def test_a_killed_domain_model_resumes_from_its_checkpoint(world, tmp_path):  # noqa: F811
-    """Killed after its step-4 checkpoint, a domain model's training continues from it to the weights of a run
+def test_a_domain_model_that_died_resumes_from_its_checkpoint(world, tmp_path):  # noqa: F811
+    """Failed after its step-4 checkpoint, a domain model's training continues from it to the weights of a run
     never killed (the same batches in the same order, the optimizer's state and the RNG restored)."""
     tp = read_teacher_predictions(uri=world.tp_uri)
     kw = dict(teacher_predictions=tp.filter(tp["teacher"] == FOUNDATION), dates=world.roles.student, preset="tiny",
