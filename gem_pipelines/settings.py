@@ -1,9 +1,10 @@
-"""Check thresholds from assets/quality.yaml."""
+"""Pipeline settings: the checks' thresholds (assets/quality.yaml), the training steps' retries (assets/retries.yaml)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import dagster as dg
 from pydantic import Field
 
 from gem_model.config import _load, _Strict, spec_path
@@ -35,3 +36,26 @@ def load_quality(path: Path | None = None) -> QualityConfig:
 QUALITY = load_quality()
 QUARANTINE_WARN_RATE = QUALITY.quarantine_warn_rate
 QUARANTINE_FAIL_RATE = QUALITY.quarantine_fail_rate
+
+
+class TrainingRetries(_Strict):
+    max_retries: int = Field(default=2, ge=0)
+    delay_s: float = Field(default=10, ge=0)
+
+    def policy(self) -> dg.RetryPolicy | None:
+        """The Dagster step retry policy of the training assets (None: no retry)."""
+        if not self.max_retries:
+            return None
+        return dg.RetryPolicy(max_retries=self.max_retries, delay=self.delay_s, backoff=dg.Backoff.EXPONENTIAL)
+
+
+class RetriesConfig(_Strict):
+    training: TrainingRetries = TrainingRetries()
+
+
+def load_retries(path: Path | None = None) -> RetriesConfig:
+    return _load(RetriesConfig, path or spec_path("retries.yaml"))
+
+
+RETRIES = load_retries()
+TRAINING_RETRY = RETRIES.training.policy()

@@ -36,7 +36,7 @@ from gem_model.models.config import GEMConfig
 from gem_model.train.config import RunConfig
 from gem_pipelines.catalog import CatalogConfig, load_catalog
 from gem_pipelines.k8s import KubernetesConfig, load_kubernetes
-from gem_pipelines.settings import QualityConfig, load_quality
+from gem_pipelines.settings import QualityConfig, RetriesConfig, load_quality, load_retries
 from gem_pipelines.sources.common import SourceConfig
 
 SHARED_STUDENTS = ASSETS_DIR / "models" / "students.yaml"
@@ -53,6 +53,7 @@ LOADERS: list[tuple[str, Callable[[Path], object]]] = [
     (r"(sources/[a-z0-9_]+/)?features\.yaml", load_features),
     (r"simulator(_[a-z0-9_]+)?\.yaml", load_simulator),
     (r"quality\.yaml", load_quality),
+    (r"retries\.yaml", load_retries),
     (r"kubernetes\.yaml", load_kubernetes),
     (r"catalog\.yaml", load_catalog),
     (r"models/students\.yaml", load_students_file),
@@ -84,8 +85,8 @@ def test_every_yaml_in_assets_has_a_strict_loader_and_loads() -> None:
             continue
         assert fn(ASSETS_DIR / rel) is not None, rel
         loaded.append(rel)
-    assert {"calendar.yaml", "features.yaml", "simulator.yaml", "quality.yaml", "kubernetes.yaml",
-            "catalog.yaml", "models/students.yaml"} <= set(loaded)
+    assert {"calendar.yaml", "features.yaml", "simulator.yaml", "quality.yaml", "retries.yaml",
+            "kubernetes.yaml", "catalog.yaml", "models/students.yaml"} <= set(loaded)
 
 
 def _mappings(node: Any, path: tuple = ()) -> Iterator[tuple]:
@@ -155,8 +156,8 @@ def test_students_preset_is_the_yaml_verbatim() -> None:
 
 # the specs of assets/, a run's training config (preset + overrides: model, train, data, tracking, start-up fits),
 # the model's dimensions (a dataclass), the students' and distillation's presets and a real dataset's spec
-ROOT_MODELS = [SurfacesConfig, CalendarConfig, FeaturesConfig, SimulatorConfig, QualityConfig, KubernetesConfig,
-               CatalogConfig, StudentsFile, RunConfig, GEMConfig, SourceConfig]
+ROOT_MODELS = [SurfacesConfig, CalendarConfig, FeaturesConfig, SimulatorConfig, QualityConfig, RetriesConfig,
+               KubernetesConfig, CatalogConfig, StudentsFile, RunConfig, GEMConfig, SourceConfig]
 # Fields read without `.name` or "name" in the source, each with the reason.
 READ_OTHERWISE: dict[str, str] = {}
 

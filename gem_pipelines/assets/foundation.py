@@ -19,7 +19,7 @@ from gem_pipelines.metadata import (
 )
 from gem_pipelines.report_pages import foundation_page
 from gem_pipelines.resources import AcceleratorResource, LakeResource, WandbResource
-from gem_pipelines.settings import QUALITY
+from gem_pipelines.settings import QUALITY, TRAINING_RETRY
 
 ASSET = "foundation_model"
 # Under the Kubernetes executor each training step gets its GPUs on the GPU node pool (assets/kubernetes.yaml);
@@ -51,21 +51,22 @@ def rescore(version_dir: Path, surfaces: list[str] | None = None, lake_uri: str 
 
 
 def run_version(context: dg.AssetExecutionContext, asset: str = ASSET, partition: str | None = None) -> tuple[str, bool]:
-    """(version, resume) of a training run. A re-execution of a run that died before its gate ("Re-execute" in the
-    UI, a run retry) continues the version that run was writing: its finished models kept, the interrupted one from
-    its last checkpoint. Any other run trains a new version. Every version of a lineage of runs carries the tag of
-    its first run's id."""
+    """(version, resume) of a training run. A retry of the step (assets/retries.yaml) or a re-execution of a run
+    that died before its gate ("Re-execute" in the UI) continues the version its lineage was writing: its finished
+    models kept, the interrupted one from its last checkpoint. Any other run trains a new version. Every version of
+    a lineage of runs carries the tag of its first run's id."""
     from gem_model.models.registry import list_versions, new_version, run_tag
 
-    root = context.run.root_run_id
-    if root is not None:
-        tag = f"-{run_tag(root)}"
+    lineage = context.run.root_run_id or context.run_id
+    if lineage != context.run_id or context.retry_number > 0:
+        tag = f"-{run_tag(lineage)}"
         unjudged = [v for v in list_versions(asset, partition)
                     if v.endswith(tag) and not (models_dir(asset, partition) / v / quality_gate.GATE_FILE).exists()]
         if unjudged:
-            context.log.info(f"resuming {unjudged[-1]}, left unjudged by run {root} of this lineage")
+            context.log.info(f"resuming {unjudged[-1]}, left unjudged by run {lineage} of this lineage "
+                             f"(attempt {context.retry_number + 1} of this step)")
             return unjudged[-1], True
-    return new_version(root or context.run_id), False
+    return new_version(lineage), False
 
 
 def resumed_metadata(step: int | None) -> dict[str, int]:
@@ -103,6 +104,7 @@ def _run_torchrun(context: dg.AssetExecutionContext, pipes: dg.PipesSubprocessCl
     deps=["training_examples", "oracle"],
     op_tags=gpu_step_tags(training_gpus()),  # the teacher's torchrun world: GEM_NPROC GPUs of one node
     pool=GPU_POOL,
+    retry_policy=TRAINING_RETRY,  # a retried step resumes its version (run_version)
     check_specs=[quality_gate.spec(ASSET)],
     automation_condition=dg.AutomationCondition.on_cron("0 4 * * 1") & dg.AutomationCondition.all_deps_blocking_checks_passed(),
 )

@@ -15,7 +15,7 @@ from gem_pipelines.assets.foundation import GPU_TAGS, rescore, resumed_metadata,
 from gem_pipelines.metadata import loss_curve_plot, metric_table, progress
 from gem_pipelines.partitions import CALENDAR, role_date_partitions_def
 from gem_pipelines.resources import AcceleratorResource, LakeResource, WandbResource
-from gem_pipelines.settings import QUALITY
+from gem_pipelines.settings import QUALITY, TRAINING_RETRY
 
 ASSET = REFRESH_ASSET
 # D's refresh trains on days up to D's teacher window end, selects on D-1 and is gated on D.
@@ -47,6 +47,7 @@ def serving_foundation(day: dt.date) -> tuple[Path, str] | None:
         start_offset=_TEACHER_END, allow_nonexistent_upstream_partitions=True))],
     op_tags=GPU_TAGS,
     pool="gpu",
+    retry_policy=TRAINING_RETRY,  # a retried step resumes its version (run_version)
     automation_condition=REFRESH_CONDITION,
     check_specs=[quality_gate.spec(ASSET, role_date_partitions_def, "; the version it replaces is the one that "
                                    "served the day before")],
@@ -59,7 +60,8 @@ def foundation_refresh(context: dg.AssetExecutionContext, lake: LakeResource, ac
 
     day = dt.date.fromisoformat(context.partition_key)
     if (serving := serving_foundation(day - dt.timedelta(days=1))) is None:
-        raise dg.Failure(f"no ACCEPTED {FOUNDATION_ASSET} version: materialize foundation_model and pass its gate")
+        raise dg.Failure(f"no ACCEPTED {FOUNDATION_ASSET} version: materialize foundation_model and pass its gate",
+                         allow_retries=False)  # nothing a retry would change
     init, root_name = serving
     preset = version_config(init)["preset"]
     epochs = refresh_epochs(preset)

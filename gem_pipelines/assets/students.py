@@ -33,7 +33,7 @@ from gem_pipelines.partitions import (
 )
 from gem_pipelines.report_pages import distillation_page
 from gem_pipelines.resources import AcceleratorResource, LakeResource, WandbResource
-from gem_pipelines.settings import QUALITY
+from gem_pipelines.settings import QUALITY, TRAINING_RETRY
 
 GROUP_FOUNDATION, GROUP_STUDENTS = "foundation", "students"
 # Students and domain models refresh when their teacher changes or new data lands, never retraining it.
@@ -66,7 +66,7 @@ def accepted_checkpoint(asset: str, partition: str | None, missing: str) -> tupl
     from gem_model.models.registry import read_accepted, resolve_checkpoint
 
     if (version_dir := read_accepted(asset, partition)) is None:
-        raise dg.Failure(missing)
+        raise dg.Failure(missing, allow_retries=False)  # nothing a retry would change
     return str(resolve_checkpoint(version_dir)), version_dir.name
 
 
@@ -126,6 +126,7 @@ class StudentsConfig(dg.Config):
     group_name=GROUP_FOUNDATION,
     deps=[FOUNDATION_ASSET, dg.AssetDep("training_examples", partition_mapping=EVERY_PARTITION)],
     **GPU_STEP,
+    retry_policy=TRAINING_RETRY,  # a retried step resumes its version (run_version)
     automation_condition=DOMAIN_MODELS_CONDITION,
     check_specs=[quality_gate.spec("domain_models", domain_partitions_def)],
 )
@@ -156,7 +157,7 @@ def domain_models(context: dg.AssetExecutionContext, lake: LakeResource, acceler
                               uri=lake.table("training_examples"), device=accelerator.resolved_device(),
                               precision=accelerator.train_precision(), recalibrate=True, fold_in=foundation_config,
                               refit_cache=Path(ckpt).parent)
-    version, _ = run_version(context, "domain_models", domain)  # a killed run's re-execution: its checkpoint
+    version, _ = run_version(context, "domain_models", domain)  # a retry or re-execution: its checkpoint
     checkpoint = models_dir("domain_models", domain) / version / CHECKPOINT
     # grouped with its teacher's W&B runs (foundation runs are grouped as foundation-<version>)
     tracker = Tracker(name=f"domain-{domain}", group=f"foundation-{teacher_version}", job_type="domain_model",

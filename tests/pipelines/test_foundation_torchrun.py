@@ -1,6 +1,7 @@
 """`foundation_model` with nproc_per_node=2: torchrun (2 gloo ranks on CPU) launched through Dagster Pipes,
 the same run_foundation arguments as the in-process path (seeds, baselines, compile, warm start), progress
-and the result streamed back as Pipes messages from rank 0 alone."""
+and the result streamed back as Pipes messages from rank 0 alone. And the training steps' retries, on either
+launcher (assets/retries.yaml)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ import json
 
 import dagster as dg
 import pytest
+import yaml
 
 from gem_model.config import load_calendar, load_surfaces
 from gem_model.data.synthetic import write_synthetic_lake
+from gem_model.models.registry import list_versions
+from gem_model.train.config import load_preset
 from gem_pipelines.assets import foundation as foundation_module
 from gem_pipelines.assets.foundation import ASSET, FoundationConfig, foundation_model, launch_args
 from gem_pipelines.resources import AcceleratorResource, LakeResource, WandbResource
@@ -39,7 +43,7 @@ def _materialize(instance, lake: str, nproc: int, **config) -> dg.ExecuteInProce
             "wandb": WandbResource(mode="disabled"),
             "pipes": dg.PipesSubprocessClient(env={"OMP_NUM_THREADS": "1"}),
         },
-        run_config=dg.RunConfig({ASSET: FoundationConfig(preset="tiny", **config)}),
+        run_config=dg.RunConfig({ASSET: FoundationConfig(**{"preset": "tiny", **config})}),
     )
 
 
@@ -99,3 +103,50 @@ def test_foundation_asset_two_gloo_ranks_through_pipes(gem_home, monkeypatch):
     steps = [m for m in logs if m.startswith("[foundation-s1] step") and "train/loss" in m]
     assert steps and len(steps) == len(set(steps)), logs  # streamed, and once: not once per rank
     assert teacher["loss_curve"] and len(steps) == len(teacher["loss_curve"])
+
+
+@pytest.mark.parametrize("nproc", [1, 2], ids=["in_process", "torchrun"])
+def test_a_step_that_fails_in_training_is_retried_and_resumes_its_version(gem_home, monkeypatch, tmp_path, nproc):
+    """The teacher fails right after its step-2 checkpoint (in process: an exception; under torchrun: both ranks
+    raise, the launcher exits non-zero): Dagster retries the step in the same run (assets/retries.yaml) and the
+    retry continues that version from step 2. One run, one version, a success."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.setattr(foundation_module, "QUALITY",
+                        QualityConfig(model_gate=ModelGate(min_positives=5, max_ne=2.0, max_regression=1.0)))
+    preset = load_preset("tiny")
+    preset["train"].update(checkpoint_every=1, fail_at_step=2)
+    failing = tmp_path / "tiny_failing.yaml"
+    failing.write_text(yaml.safe_dump(preset))
+    lake = _window_lake(gem_home)
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = _materialize(instance, lake, nproc, preset=str(failing), seeds=[1], baselines=False,
+                              warm_start=False)
+        events = [e.dagster_event.event_type for e in instance.all_logs(result.run_id) if e.dagster_event]
+    assert result.success
+    assert events.count(dg.DagsterEventType.STEP_FAILURE) == 0
+    assert events.count(dg.DagsterEventType.STEP_UP_FOR_RETRY) == 1
+    assert events.count(dg.DagsterEventType.STEP_RESTARTED) == 1
+    meta = result.asset_materializations_for_node(ASSET)[0].metadata
+    version = meta["version"].value
+    assert list_versions(ASSET) == [version]  # the retry did not start another
+    assert meta["resumed_from_step"].value == 2
+    teacher = json.loads((gem_home / "models" / ASSET / version / "metrics.json").read_text())
+    assert teacher["resumed_from_step"] == 2 and teacher["step"] > 2
+    assert (gem_home / "models" / ASSET / version / "gate.json").is_file()
+
+
+def test_a_failure_no_retry_would_change_is_not_retried(gem_home):
+    """foundation_refresh with no ACCEPTED foundation to continue fails at once, saying what is missing."""
+    from gem_pipelines.assets.refresh import foundation_refresh
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = dg.materialize([foundation_refresh], instance=instance, partition_key=load_calendar().roles().evaluation.isoformat(),
+                                resources={"lake": LakeResource(root=str(gem_home / "lake")),
+                                           "accelerator": AcceleratorResource(device="cpu"),
+                                           "wandb": WandbResource(mode="disabled")},
+                                raise_on_error=False)
+        events = [e.dagster_event for e in instance.all_logs(result.run_id) if e.dagster_event]
+    assert not result.success
+    assert [e.event_type for e in events].count(dg.DagsterEventType.STEP_UP_FOR_RETRY) == 0
+    (failure,) = [e for e in events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    assert "no ACCEPTED foundation_model version" in failure.step_failure_data.error.message

@@ -29,6 +29,8 @@ def test_a_run_that_died_in_training_resumes_from_its_checkpoint_when_re_execute
     students = yaml.safe_load((assets / "models" / "students.yaml").read_text())
     students["presets"]["tiny"]["domain"].update(checkpoint_every=1, fail_at_step=2)
     (assets / "models" / "students.yaml").write_text(yaml.safe_dump(students))
+    # no step retries (assets/retries.yaml): the failure fails its run, which the UI then re-executes
+    (assets / "retries.yaml").write_text(yaml.safe_dump({"training": {"max_retries": 0}}))
     out = tmp_path / "resume.json"
     proc = subprocess.run([sys.executable, str(DRIVER), str(out)], env={**demo_copy, "GEM_ASSETS_DIR": str(assets)},
                           capture_output=True, text=True, timeout=1000)
