@@ -19,6 +19,7 @@ import json
 import math
 import os
 import random
+import signal
 import sys
 import time
 from contextlib import AbstractContextManager, nullcontext
@@ -385,6 +386,8 @@ def train_loop(run: Run, st: State, total_steps: int) -> None:
             if st.step % int(tcfg["checkpoint_every"]) == 0:
                 save_checkpoint(run, st)
             if tcfg["fail_at_step"] and st.step == int(tcfg["fail_at_step"]):
+                if tcfg["fail_with"] == "sigkill":
+                    os.kill(os.getpid(), signal.SIGKILL)
                 raise RuntimeError(f"simulated failure at step {st.step} (train.fail_at_step)")
             if st.step >= total_steps or st.best["evals_since"] > patience:
                 stop = True

@@ -1,10 +1,14 @@
-"""Fail a foundation_model run midway through training, re-execute it as the UI's "Re-execute" does, then start a new
-run; fail and re-execute a domain_models run; write what happened as JSON: each run's status and lineage, the versions
-on disk (resumed step, gate record, checkpoint) and ACCEPTED.
+"""Training runs that die midway, through the code location, written out as JSON: each run's status and lineage, the
+versions on disk (resumed step, gate record, checkpoint), ACCEPTED and what the UI shows.
 
-Run as a script by tests/pipelines/test_resume_training.py on a copy of the demo world whose tiny presets (the
-foundation's and the domain models') fail at step 2, after that step's checkpoint (`fail_at_step`); the calendar and
-presets come from GEM_ASSETS_DIR, read at import, hence a fresh process: `python resume_driver.py <out.json>`."""
+`reexecute`: a foundation_model run fails midway, is re-executed as the UI's "Re-execute" does, then a new run
+starts; a domain_models run fails and is re-executed (step retries off). `retry`: a foundation_job run as `make ui`
+launches it (Dagster's multiprocess executor: the step in a child process) whose training process is SIGKILLed
+midway; the step's retry policy retries it.
+
+Run as a script by tests/pipelines/test_resume_training.py on a copy of the demo world whose tiny presets fail at
+step 2, after that step's checkpoint (`fail_at_step`); the calendar, presets and retries come from
+GEM_ASSETS_DIR, read at import, hence a fresh process: `python resume_driver.py <reexecute|retry> <out.json>`."""
 
 from __future__ import annotations
 
@@ -22,7 +26,23 @@ from gem_pipelines.instance import get_instance
 CONFIG = {"ops": {"foundation_model": {"config": {"baselines": False, "warm_start": False}}}}
 
 
-def main(out: str) -> None:
+def shown(asset: str, partition: str | None = None) -> int | None:
+    """The newest materialization's `resumed_from_step` (what the UI shows), None when absent."""
+    (record,) = get_instance().fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition] if partition else None),
+        limit=1).records
+    value = record.asset_materialization.metadata.get("resumed_from_step")
+    return None if value is None else value.value
+
+
+def state(asset: str, partition: str | None, v: str) -> dict:
+    d = models_dir(asset, partition) / v
+    metrics = json.loads((d / "metrics.json").read_text()) if (d / "metrics.json").is_file() else {}
+    return {"resumed_from_step": metrics.get("resumed_from_step"), "step": metrics.get("step", metrics.get("steps")),
+            "gated": (d / "gate.json").is_file(), "checkpoint": (d / "checkpoint.pt").is_file()}
+
+
+def reexecute() -> dict:
     location = CodeLocation(get_instance())
     known = set(list_versions("foundation_model"))
     runs = []
@@ -37,22 +57,7 @@ def main(out: str) -> None:
     domain_runs = [location.launch("domain_models_job", partition_key="commerce", tags={"gem/trigger": "ui"})]
     domain_after_failure = sorted(set(list_versions("domain_models", "commerce")) - known_domain)
     domain_runs.append(location.reexecute(domain_runs[0]))
-
-    def shown(asset: str, partition: str | None = None) -> int | None:
-        """The newest materialization's `resumed_from_step` (what the UI shows), None when absent."""
-        (record,) = get_instance().fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition] if partition else None),
-            limit=1).records
-        value = record.asset_materialization.metadata.get("resumed_from_step")
-        return None if value is None else value.value
-
-    def state(asset: str, partition: str | None, v: str) -> dict:
-        d = models_dir(asset, partition) / v
-        metrics = json.loads((d / "metrics.json").read_text()) if (d / "metrics.json").is_file() else {}
-        return {"resumed_from_step": metrics.get("resumed_from_step"), "step": metrics.get("step", metrics.get("steps")),
-                "gated": (d / "gate.json").is_file(), "checkpoint": (d / "checkpoint.pt").is_file()}
-
-    json.dump({
+    return {
         "runs": [{"run_id": r.run_id, "status": r.status.value, "root_run_id": r.root_run_id,
                   "parent_run_id": r.parent_run_id, "trigger": r.tags.get("gem/trigger")} for r in runs],
         "after_failure": after_failure,
@@ -69,8 +74,29 @@ def main(out: str) -> None:
             "accepted": getattr(read_accepted("domain_models", "commerce"), "name", None),
             "resumed_shown": shown("domain_models", "commerce"),
         },
-    }, open(out, "w"), indent=2)
+    }
+
+
+def retry() -> dict:
+    instance = get_instance()
+    known = set(list_versions("foundation_model"))
+    runs_before = len(instance.get_run_records(dg.RunsFilter(job_name="foundation_job")))
+    run = CodeLocation(instance).launch("foundation_job", run_config={**CONFIG, "execution": {"config": {"multiprocess": {}}}},
+                                        tags={"gem/trigger": "ui"})
+    events = [e.dagster_event for e in instance.all_logs(run.run_id) if e.dagster_event]
+    retried = [e for e in events if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY]
+    versions = sorted(set(list_versions("foundation_model")) - known)
+    return {
+        "status": run.status.value,
+        "new_runs": len(instance.get_run_records(dg.RunsFilter(job_name="foundation_job"))) - runs_before,
+        "retries": [{"step": e.step_key, "error": e.event_specific_data.error.message} for e in retried],
+        "step_failures": sum(e.event_type == dg.DagsterEventType.STEP_FAILURE for e in events),
+        "versions": {v: state("foundation_model", None, v) for v in versions},
+        "accepted": getattr(read_accepted("foundation_model"), "name", None),
+        "resumed_shown": shown("foundation_model"),
+    }
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    mode, out = sys.argv[1:]
+    json.dump({"reexecute": reexecute, "retry": retry}[mode](), open(out, "w"), indent=2)

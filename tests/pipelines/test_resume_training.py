@@ -1,7 +1,8 @@
-"""A training run (the foundation, a domain model) that died midway resumes from its last checkpoint when it is
-re-executed from the UI (the same version, its finished steps kept), and only then: a new run trains a version of
-its own. The death is a failure raised after a checkpoint (`fail_at_step`); a SIGKILLed process is the training
-loop's test (tests/model/test_train.py). What resumes reads the lineage and the gate record, not how the run ended."""
+"""A training run (the foundation, a domain model) that died midway resumes from its last checkpoint: a failed step
+retried by its retry policy (assets/retries.yaml), a failed run re-executed from the UI (the same version, its
+finished steps kept), and only then: a new run trains a version of its own. The deaths: a failure raised after a
+checkpoint (`fail_at_step`), and the training process SIGKILLed there (`fail_with: sigkill`) under the
+multiprocess executor `make ui` runs. What resumes reads the lineage and the gate record, not how the run ended."""
 
 from __future__ import annotations
 
@@ -19,23 +20,28 @@ pytestmark = pytest.mark.slow
 DRIVER = Path(__file__).with_name("resume_driver.py")
 
 
-@pytest.mark.timeout(1200)
-def test_a_run_that_died_in_training_resumes_from_its_checkpoint_when_re_executed(demo_copy: dict[str, str],
-                                                                                  tmp_path: Path) -> None:
+def _drive(mode: str, demo_copy: dict[str, str], tmp_path: Path, retries: dict, fail_with: str = "raise") -> dict:
+    """resume_driver.py `mode` on a copy of the demo world whose tiny presets (the foundation's and the domain
+    models') die right after their step-2 checkpoint, with these step retries (assets/retries.yaml)."""
     assets = Path(shutil.copytree(demo_copy["GEM_ASSETS_DIR"], tmp_path / "assets"))
     tiny = yaml.safe_load((assets / "models" / "tiny.yaml").read_text())
-    tiny["train"].update(checkpoint_every=1, fail_at_step=2)  # dies right after its step-2 checkpoint
+    tiny["train"].update(checkpoint_every=1, fail_at_step=2, fail_with=fail_with)
     (assets / "models" / "tiny.yaml").write_text(yaml.safe_dump(tiny))
     students = yaml.safe_load((assets / "models" / "students.yaml").read_text())
     students["presets"]["tiny"]["domain"].update(checkpoint_every=1, fail_at_step=2)
     (assets / "models" / "students.yaml").write_text(yaml.safe_dump(students))
-    # no step retries (assets/retries.yaml): the failure fails its run, which the UI then re-executes
-    (assets / "retries.yaml").write_text(yaml.safe_dump({"training": {"max_retries": 0}}))
+    (assets / "retries.yaml").write_text(yaml.safe_dump({"training": retries}))
     out = tmp_path / "resume.json"
-    proc = subprocess.run([sys.executable, str(DRIVER), str(out)], env={**demo_copy, "GEM_ASSETS_DIR": str(assets)},
-                          capture_output=True, text=True, timeout=1000)
+    proc = subprocess.run([sys.executable, str(DRIVER), mode, str(out)],
+                          env={**demo_copy, "GEM_ASSETS_DIR": str(assets)}, capture_output=True, text=True, timeout=1000)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    doc = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+@pytest.mark.timeout(1200)
+def test_a_run_that_died_in_training_resumes_from_its_checkpoint_when_re_executed(demo_copy: dict[str, str],
+                                                                                  tmp_path: Path) -> None:
+    doc = _drive("reexecute", demo_copy, tmp_path, {"max_retries": 0})  # the failure fails its run
     failed, again, fresh = doc["runs"]
     assert [r["status"] for r in doc["runs"]] == ["FAILURE", "SUCCESS", "FAILURE"]
     # the re-execution is in the failed run's lineage, as the UI creates it; the new run starts one of its own
@@ -61,3 +67,17 @@ def test_a_run_that_died_in_training_resumes_from_its_checkpoint_when_re_execute
     assert domain["versions"][version]["resumed_from_step"] == 2 and domain["versions"][version]["step"] > 2
     assert domain["versions"][version]["gated"] and not domain["versions"][version]["checkpoint"]  # judged: dropped
     assert domain["resumed_shown"] == 2
+
+
+@pytest.mark.timeout(1200)
+def test_a_training_process_killed_midway_is_retried_and_resumes(demo_copy: dict[str, str], tmp_path: Path) -> None:
+    """As `make ui` runs a job, each step in a child process: the training process SIGKILLed right after its step-2
+    checkpoint (the OOM killer's way: no exception, no clean-up) is retried in the same run and continues its
+    version from step 2."""
+    doc = _drive("retry", demo_copy, tmp_path, {"max_retries": 1, "delay_s": 1}, fail_with="sigkill")
+    assert doc["status"] == "SUCCESS" and doc["new_runs"] == 1 and doc["step_failures"] == 0
+    (retry,) = doc["retries"]
+    assert retry["step"] == "foundation_model" and "ChildProcessCrash" in retry["error"], retry  # no exception: a crash
+    (version,) = doc["versions"]
+    assert doc["versions"][version]["resumed_from_step"] == 2 and doc["versions"][version]["step"] > 2
+    assert doc["versions"][version]["gated"] and doc["accepted"] == version and doc["resumed_shown"] == 2
