@@ -147,7 +147,8 @@ def test_students_preset_is_the_yaml_verbatim() -> None:
     """Every value comes from the YAML; the one default is the tests' failure injection, off."""
     raw = yaml.safe_load(SHARED_STUDENTS.read_text())["presets"]
     for name, preset in raw.items():
-        expected = {**preset, "domain": {**preset["domain"], "fail_at_step": None}}
+        expected = {**preset, "train": {**preset["train"], "fail_at_step": None},
+                    "domain": {**preset["domain"], "fail_at_step": None}}
         assert {k: v for k, v in load_student_preset(name, SHARED_STUDENTS).items() if k != "preset"} == expected
 
 
@@ -311,3 +312,11 @@ def test_env_gives_the_default_when_unset_or_empty(monkeypatch: pytest.MonkeyPat
     with pytest.raises(KeyError):
         env("GEM_" + "NOT_A_VARIABLE")  # spelt in two: the scan above would find it
 
+
+
+def test_every_model_preset_has_its_students_preset() -> None:
+    """GEM_MODEL_PRESET picks the foundation's preset and the students' and domain models' (students.yaml)."""
+    models = sorted(p.stem for p in (ASSETS_DIR / "models").glob("*.yaml") if p.name != "students.yaml")
+    assert {"tiny", "small", "base", "large"} <= set(models)
+    for name in models:
+        assert load_student_preset(name)["preset"] == name

@@ -50,6 +50,8 @@ class StudentTrain(_Strict):
     torch_threads: int | None = Field(gt=0)  # None: leave torch's setting
     kd_weight: float = Field(ge=0)
     share_tables: list[str]
+    checkpoint_every: int = Field(gt=0)  # steps between resumable states (when training is given a path)
+    fail_at_step: int | None = Field(default=None, gt=0)  # tests: raise after this step (after its checkpoint, if any)
 
 
 class AdapterConfig(_Strict):

@@ -64,7 +64,7 @@ def _iter_students(
     teachers: Mapping[str, torch.nn.Module | str | Path] | None, teacher_predictions: pl.DataFrame | None,
     hp: dict[str, Any], roles: DayRoles, uri: str | None, tp_uri: str | None, oracle_uri: str | None,
     surfaces_config: SurfacesConfig, tracker: Tracker, device: str | None, precision: str,
-    init_from: str | Path | None, kept: EvalPredictions,
+    init_from: str | Path | None, kept: EvalPredictions, checkpoint_dir: Path | None = None,
 ) -> Iterable[tuple[dict[str, Any], Student, list[dict[str, Any]], dict[str, Any]]]:
     """Train every (surface, arm, path, seed); yield (key, model, metric rows, train info). kept:
     receives every student's per-row click predictions on E (the KD gains' bootstrap intervals)."""
@@ -130,7 +130,8 @@ def _iter_students(
                     info = train_student(model, train, val, arm, hp["train"], seed=int(seed), adapter=adapter,
                                          teacher_model=modules.get(teacher) if spec["share_tables"] else None, log=log,
                                          device=device, precision=precision,
-                                         keep_start=start.get("warm_start") == "warm")
+                                         keep_start=start.get("warm_start") == "warm",
+                                         checkpoint=student_checkpoint(checkpoint_dir, key) if checkpoint_dir else None)
                     info.update(start)
                     if len(val):  # its own map on E-1 (trainer.fit_student_calibrator): applied from here on
                         model.calibrator = fit_student_calibrator(model, val, roles.validation.isoformat())
@@ -256,13 +257,15 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def write_report(rows: list[dict[str, Any]], path: str | Path | None = None,
                  incumbents: Mapping[str, tuple[str, str]] | None = None, keep_within: float = 0.0, *,
-                 teachers: Mapping[str, str] | None = None, selection_from: Mapping[str, Any] | None = None) -> Path:
+                 teachers: Mapping[str, str] | None = None, selection_from: Mapping[str, Any] | None = None,
+                 preset: str | None = None) -> Path:
     """reports/distillation_report.json: rows, summary, and the (arm, path) selected per surface
     (`select_student`, keeping a surface's incumbent (arm, path) within `keep_within`).
 
     teachers: {teacher name: version} the rows were trained with. selection_from: an earlier report
     whose selection stands ("selected", "selection"): the daily report between teacher changes trains
-    only the labels_only floor, so it has nothing to select from."""
+    only the labels_only floor, so it has nothing to select from. preset: the students.yaml preset its students
+    trained with (the production students train with it too)."""
     path = Path(path) if path else reports_dir() / REPORT_FILE
     surfaces = sorted({r["surface"] for r in rows})
     incumbents = incumbents or {}
@@ -284,6 +287,7 @@ def write_report(rows: list[dict[str, Any]], path: str | Path | None = None,
         "selection": selection,
         "arms": sorted({r["arm"] for r in rows}),  # trained for this report
         "keep_accepted_within": keep_within,
+        "preset": preset,
     }
     return atomic.write_json(path, doc)
 
@@ -310,6 +314,7 @@ def run_distillation(
     precision: str = "fp32",
     init_from: str | Path | None = None,
     n_boot: int = N_BOOT,
+    checkpoint_dir: str | Path | None = None,
 ) -> list[dict[str, Any]]:
     """Train and evaluate every arm x path x surface x seed; return the report rows (see module doc).
 
@@ -325,7 +330,9 @@ def run_distillation(
     the CPU in fp32); each student is handed back on the CPU. init_from: a saved student (version
     directory) every student starts from when compatible (`warm_start`; the production student's last
     ACCEPTED version), its outcome in info["warm_start"]. n_boot: bootstrap resamples of the KD
-    gains' intervals on E (gem_model.distill.kd_intervals; fields kd_gain_lo/hi, kd_report, ...)."""
+    gains' intervals on E (gem_model.distill.kd_intervals; fields kd_gain_lo/hi, kd_report, ...). checkpoint_dir:
+    where each student keeps its resumable state (`student_checkpoint`): a call that died continues each student
+    from it when called again with the same directory."""
     surfaces_config = surfaces_config or load_surfaces()
     roles = roles or load_calendar().roles()
     hp = load_student_preset(preset, overrides=overrides)
@@ -339,6 +346,7 @@ def run_distillation(
             arms, paths, seeds, surfaces, teachers=teachers, teacher_predictions=teacher_predictions, hp=hp,
             roles=roles, uri=uri, tp_uri=tp_uri, oracle_uri=oracle_uri, surfaces_config=surfaces_config,
             tracker=tracker, device=device, precision=precision, init_from=init_from, kept=kept,
+            checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir is not None else None,
         ):
             rows.extend(r)
             if save_root is not None:
@@ -358,6 +366,11 @@ def run_distillation(
     return rows
 
 
+def student_checkpoint(directory: str | Path, key: dict[str, Any]) -> Path:
+    """The resumable state of one student of a distillation (key: surface, arm, path, seed) under `directory`."""
+    return Path(directory) / f"checkpoint-{key['surface']}-{key['arm']}-{key['path']}-s{key['seed']}.pt"
+
+
 def train_production_student(
     surface: str,
     arm: str,
@@ -371,10 +384,11 @@ def train_production_student(
 ) -> dict[str, Any]:
     """Train the production student of `surface` with the selected (arm, path) and save it under
     <root or $GEM_HOME/models/students>/<surface>/<version>/ (model.pt, config.json, metrics.json,
-    student.pt2 + student.pt2.json). kw: as run_distillation (teachers, teacher_predictions,
+    student.pt2 + student.pt2.json), its resumable state beside them while it trains (a call that died continues
+    from it when called again with the same version). kw: as run_distillation (teachers, teacher_predictions,
     preset, overrides, roles, uri, tp_uri, oracle_uri, tracking_group, surfaces_config, device, precision,
     init_from: the last ACCEPTED student of the surface to warm-start from).
-    Returns {"surface", "arm", "path", "version", "model_dir", "export", "rows", "train"}."""
+    Returns {"surface", "arm", "path", "version", "model_dir", "export", "rows", "train", "checkpoint"}."""
     version = version or dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     base = Path(root) / surface if root is not None else models_dir("students", surface)
     out: dict[str, Any] = {}
@@ -384,9 +398,11 @@ def train_production_student(
         meta = {"rows": rows, "train": {**NO_SOURCE, **{k: v for k, v in info.items() if k != "losses"}}, "key": key}
         save_student(model, d, meta, {"key": key, "version": version})
         out.update(surface=surface, arm=arm, path=path, version=version, model_dir=str(d), rows=rows,
-                   train=meta["train"], export=str(export_student(model, d / "student.pt2")) if export else None)
+                   train=meta["train"], export=str(export_student(model, d / "student.pt2")) if export else None,
+                   checkpoint=str(student_checkpoint(d, key)))
 
-    run_distillation([arm], [path], [seed], [surface], on_student=keep, **kw)  # labels_only: path "none" always
+    # labels_only: path "none" always
+    run_distillation([arm], [path], [seed], [surface], on_student=keep, checkpoint_dir=base / version, **kw)
     return out
 
 

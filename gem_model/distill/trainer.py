@@ -142,6 +142,7 @@ def train_student(
     device: torch.device | str | None = None,
     precision: str = "fp32",
     keep_start: bool = False,
+    checkpoint: str | Path | None = None,
 ) -> dict[str, Any]:
     """Train `model` in place for `arm`; returns info (losses per step, copied tables, the epoch
     kept). The state kept is the epoch with the lowest click log loss on `val` (E-1); with
@@ -153,20 +154,23 @@ def train_student(
     teacher_model: the module whose `tables` parameter sharing copies. log: f(dict, step=) or None.
     device: where to train (the accelerator resource's; default: where the model is); the model goes
     back to its own device afterwards (saving and export read it there). precision: fp32 | bf16 |
-    auto, autocast around the forward (the losses are fp32)."""
+    auto, autocast around the forward (the losses are fp32). checkpoint: where the resumable state (weights,
+    optimizers, data order and position, the best epoch so far, RNG) is written every `checkpoint_every` steps;
+    when it exists, training continues from it (a retried or re-executed run) as if never interrupted."""
     before = torch.get_num_threads()
     if train_cfg.get("torch_threads"):
         torch.set_num_threads(int(train_cfg["torch_threads"]))
     try:
         return _train_student(model, train, val, arm, train_cfg, seed, adapter, teacher_model, log, device, precision,
-                              keep_start)
+                              keep_start, Path(checkpoint) if checkpoint is not None else None)
     finally:
         torch.set_num_threads(before)
 
 
 def _train_student(model: Student, train: StudentData, val: StudentData | None, arm: str, train_cfg: dict[str, Any],
                    seed: int, adapter: Any | None, teacher_model: torch.nn.Module | None, log: Any | None,
-                   device: torch.device | str | None, precision: str, keep_start: bool = False) -> dict[str, Any]:
+                   device: torch.device | str | None, precision: str, keep_start: bool = False,
+                   checkpoint: Path | None = None) -> dict[str, Any]:
     spec = arm_spec(arm)
     torch.manual_seed(seed)
     model.calibrator = None  # a map fitted on other weights is stale: fit_student_calibrator after training
@@ -199,11 +203,17 @@ def _train_student(model: Student, train: StudentData, val: StudentData | None, 
     best: tuple[float, dict[str, torch.Tensor] | None, int] = (float("inf"), None, -1)
     if keep_start and val is not None and len(val):
         best = (click_logloss(predict_student(model, val, calibrated=False), val), copy.deepcopy(model.state_dict()), -1)
-    step, t0 = 0, time.perf_counter()
+    step, first_epoch, first_batch, t0 = 0, 0, 0, time.perf_counter()
+    state = _load_state(checkpoint, model, opts, gen) if checkpoint is not None and checkpoint.is_file() else None
+    if state is not None:
+        step, first_epoch, first_batch = int(state["step"]), int(state["epoch"]), int(state["next"])
+        info["losses"] = state["losses"].tolist()
+        best = (float(state["best_ll"]), state["best_weights"], int(state["best_epoch"]))
     model.train()
-    for epoch in range(int(train_cfg["epochs"])):
+    for epoch in range(first_epoch, int(train_cfg["epochs"])):
+        epoch_gen = gen.get_state()  # a resumed run draws this epoch's order again from here
         order = torch.randperm(len(train), generator=gen)
-        for i in range(0, len(train) - bs + 1 if len(train) >= bs else 1, bs):
+        for i in range(first_batch if epoch == first_epoch else 0, len(train) - bs + 1 if len(train) >= bs else 1, bs):
             idx = order[i : i + bs]
             part = train.take(idx).to(dev)
             target = target_all[idx].to(dev) if target_all is not None else None
@@ -218,6 +228,13 @@ def _train_student(model: Student, train: StudentData, val: StudentData | None, 
             if log is not None and step % 20 == 0:
                 log({"loss": float(loss.detach()), **{f"loss/{k}": v for k, v in parts.items()}}, step=step)
             step += 1
+            if checkpoint is not None and step % int(train_cfg["checkpoint_every"]) == 0:
+                atomic.torch_save({"model": model.state_dict(), "optimizers": [o.state_dict() for o in opts],
+                                   "step": step, "epoch": epoch, "next": i + bs, "gen": epoch_gen,
+                                   "rng": torch.get_rng_state(), "losses": torch.tensor(info["losses"], dtype=torch.float64),
+                                   "best_ll": best[0], "best_weights": best[1], "best_epoch": best[2]}, checkpoint)
+            if train_cfg.get("fail_at_step") and step == int(train_cfg["fail_at_step"]):
+                raise RuntimeError(f"simulated failure at step {step} (train.fail_at_step)")
             if max_steps is not None and step >= int(max_steps):
                 break
         if val is not None and len(val):
@@ -233,8 +250,20 @@ def _train_student(model: Student, train: StudentData, val: StudentData | None, 
     # folds the rows it has never seen into them (warm_start.fold_in_student)
     model.seen_rows = merge_rows(getattr(model, "seen_rows", None) or {}, table_rows(model, train))
     info.update(steps=step, epoch_kept=best[2], val_click_logloss=best[0] if best[1] is not None else None,
-                train_seconds=time.perf_counter() - t0)
+                train_seconds=time.perf_counter() - t0, resumed_from_step=int(state["step"]) if state else None)
     return info
+
+
+def _load_state(path: Path, model: Student, opts: list[torch.optim.Optimizer], gen: torch.Generator) -> dict[str, Any]:
+    """A checkpoint of `train_student` loaded into `model`, `opts`, `gen` (at its epoch's start) and torch's RNG;
+    returns its counters and best epoch so far."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    model.load_state_dict(state["model"])
+    for opt, saved in zip(opts, state["optimizers"], strict=True):
+        opt.load_state_dict(saved)
+    gen.set_state(state["gen"])
+    torch.set_rng_state(state["rng"])
+    return state
 
 
 # ------------------------------------------------------------------------------------------------

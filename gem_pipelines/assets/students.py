@@ -3,6 +3,7 @@ report (every arm x path side by side) and the production student per surface.""
 
 import datetime as dt
 import json
+import shutil
 from pathlib import Path
 
 import dagster as dg
@@ -248,6 +249,7 @@ def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, a
     group_name=GROUP_STUDENTS,
     deps=["teacher_predictions", "domain_models", FOUNDATION_ASSET],
     **GPU_STEP,
+    retry_policy=TRAINING_RETRY,  # a retried step continues each student from its checkpoint
     automation_condition=ON_TEACHER_CHANGE,
 )
 def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfig, lake: LakeResource,
@@ -258,8 +260,11 @@ def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfi
     from gem_model.distill import run_distillation, write_report
     from gem_model.distill.arms import BASELINE, arm_paths
     from gem_model.distill.run import REPORT_FILE
+    from gem_model.models.registry import run_tag
 
     wandb.apply()
+    # each student's resumable state, kept for this lineage of runs (a retry, a re-execution) until the report is written
+    checkpoints = models_dir("distillation_report") / f"checkpoints-{run_tag(context.run.root_run_id or context.run_id)}"
     accepted = _accepted_teachers()
     teachers = {name: ckpt for name, (ckpt, _) in accepted.items()}
     versions = {name: version for name, (_, version) in accepted.items()}
@@ -274,13 +279,14 @@ def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfi
             arms, config.paths, config.seeds, preset=config.preset, teachers=teachers,
             uri=lake.table("training_examples"), tp_uri=lake.table("teacher_predictions"), oracle_uri=lake.table("oracle"),
             tracking_group=_accepted_foundation()[1],
-            device=accelerator.resolved_device(), precision=accelerator.train_precision(),
+            device=accelerator.resolved_device(), precision=accelerator.train_precision(), checkpoint_dir=checkpoints,
             on_student=lambda key, _m, _r, info: p.step(
                 f"{key['surface']} {key['arm']}/{key['path']} seed {key['seed']} ({int(info.get('steps', 0))} steps)"),
         )
     path = write_report(rows, reports_dir() / REPORT_FILE, incumbents=_accepted_student_pairs(),
                         keep_within=QUALITY.student_selection.keep_accepted_within, teachers=versions,
-                        selection_from=kept)
+                        selection_from=kept, preset=config.preset)
+    shutil.rmtree(checkpoints, ignore_errors=True)
     selected_on = kept["selection"]["on"] if kept is not None else CALENDAR.roles().validation.isoformat()
     return dg.MaterializeResult(
         metadata={**report_metadata("report", distillation_page(path)), "rows": len(rows),
@@ -294,6 +300,7 @@ def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfi
     group_name=GROUP_STUDENTS,
     deps=["distillation_report"],
     **GPU_STEP,
+    retry_policy=TRAINING_RETRY,  # a retried step resumes its version (run_version)
     automation_condition=ON_TEACHER_CHANGE,
     check_specs=[quality_gate.spec("students", surface_partitions_def, ", and never worse than the labels_only arm "
                                    "of the distillation report by more than max_vs_labels_only")],
@@ -304,17 +311,19 @@ def students(context: dg.AssetExecutionContext, lake: LakeResource, wandb: Wandb
     on E-1, the ACCEPTED student's pair kept within student_selection.keep_accepted_within), exported."""
     from gem_model.distill import score_student, train_production_student
     from gem_model.distill.run import REPORT_FILE
-    from gem_model.models.registry import new_version, read_accepted
+    from gem_model.models.registry import read_accepted
 
     wandb.apply()
     surface = context.partition_key
     report = json.loads((reports_dir() / REPORT_FILE).read_text())
     arm, path = report["selected"][surface]["arm"], report["selected"][surface]["path"]
     teachers = {name: ckpt for name, (ckpt, _) in _accepted_teachers().items()}
-    version = new_version(context.run_id)
+    version, _ = run_version(context, "students", surface)  # a retry or re-execution: its checkpoint
     accepted = read_accepted("students", surface)  # warm start from it when it is the same model
     with progress(context.log, f"students[{surface}] training ({arm}/{path})"):
-        out = train_production_student(surface, arm, path, version=version, teachers=teachers,
+        # the preset the report's students trained with (the labels_only floor the gate reads among them)
+        preset = report.get("preset") or str(env("GEM_MODEL_PRESET"))
+        out = train_production_student(surface, arm, path, version=version, teachers=teachers, preset=preset,
                                        uri=lake.table("training_examples"), tp_uri=lake.table("teacher_predictions"),
                                        oracle_uri=lake.table("oracle"), tracking_group=_accepted_foundation()[1],
                                        device=accelerator.resolved_device(),
@@ -330,9 +339,11 @@ def students(context: dg.AssetExecutionContext, lake: LakeResource, wandb: Wandb
                                 QUALITY.model_gate, reference=labels_only_rows(report["rows"], surface),
                                 allow_ungated=True)
     quality_gate.record(out["model_dir"], verdict, evaluation, day)
+    Path(out["checkpoint"]).unlink(missing_ok=True)  # judged: never resumed, and model.pt holds the weights
     yield dg.MaterializeResult(
         metadata={
-            "arm": arm, "path": path, "version": version,
+            "arm": arm, "path": path, "version": version, "preset": preset,
+            **resumed_metadata(out["train"].get("resumed_from_step")),
             "selection": ("kept the ACCEPTED student's arm and path" if report["selected"][surface]["kept_accepted"]
                           else f"lowest click NE on E-1 ({report['selection']['on']})"),
             # the ACCEPTED version it started from, or why it started cold

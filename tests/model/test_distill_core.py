@@ -241,3 +241,33 @@ def test_export_round_trip(arm, preset, tmp_path):
 
     meta = json.loads((tmp_path / "student.pt2.json").read_text())
     assert [i["name"] for i in meta["inputs"]][:2] == ["dense", "sparse"]
+
+
+def test_a_student_that_died_resumes_from_its_checkpoint(feed, preset, world, tmp_path):  # noqa: F811
+    """Failed in its second epoch right after a checkpoint, train_student called again with that checkpoint
+    continues to the losses, selection and weights of a run never interrupted (the epoch's batch order, both
+    optimizers and the best epoch so far restored)."""
+    train = feed.on_dates(date_range(*world.roles.student))
+    val = feed.on_dates([world.roles.validation])
+    cfg = {**preset["train"], "epochs": 3, "max_steps": None, "checkpoint_every": 2}
+
+    def student() -> Student:
+        torch.manual_seed(0)  # the same initial weights each time
+        return make_student("aux_head", preset)
+
+    whole = student()
+    expected = train_student(whole, train, val, "aux_head", cfg, seed=0)
+    per_epoch = expected["steps"] // 3
+    fail = per_epoch + 2 + per_epoch % 2  # a checkpoint inside the second epoch, after the first epoch's selection
+    assert per_epoch >= 3 and expected["resumed_from_step"] is None
+    checkpoint = tmp_path / "checkpoint.pt"
+    with pytest.raises(RuntimeError, match=f"simulated failure at step {fail}"):
+        train_student(student(), train, val, "aux_head", {**cfg, "fail_at_step": fail}, seed=0, checkpoint=checkpoint)
+    resumed = student()
+    info = train_student(resumed, train, val, "aux_head", cfg, seed=0, checkpoint=checkpoint)
+    assert (info["resumed_from_step"], info["steps"]) == (fail, expected["steps"])
+    assert info["losses"] == pytest.approx(expected["losses"], rel=1e-5)  # the failed run's, then the same rest
+    assert (info["epoch_kept"], info["val_click_logloss"]) == (expected["epoch_kept"],
+                                                                pytest.approx(expected["val_click_logloss"]))
+    for k, v in resumed.state_dict().items():
+        torch.testing.assert_close(v, whole.state_dict()[k], rtol=1e-5, atol=1e-6, msg=k)

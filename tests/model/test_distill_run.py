@@ -246,3 +246,33 @@ def test_production_student_warm_starts_from_the_accepted_one(world, tmp_path): 
     with pytest.raises(ValueError, match=r"bad/model\.pt: cannot load the ACCEPTED student"):
         train_production_student("shops", "labels_only", "none", version="v5", overrides=FAST,
                                  init_from=tmp_path / "bad", **kw)
+
+
+def test_a_student_that_died_resumes_from_its_checkpoint(world, tmp_path):  # noqa: F811
+    """Failed in its second epoch right after a checkpoint (kept in its version's folder), a production student
+    called again with the same version continues from it to the weights and metrics of one never interrupted
+    (the trainer's own test compares the loss curves)."""
+    kw = dict(teachers=world.teachers, teacher_predictions=all_predictions(world), preset="tiny", roles=world.roles,
+              uri=world.te_uri, oracle_uri=f"{world.lake}/oracle", root=tmp_path, export=False)
+    train = {**TINY["train"], "max_steps": None, "epochs": 3, "checkpoint_every": 2}
+    whole = train_production_student("feed", "parameter_sharing", "direct", version="whole",
+                                     overrides={"train": train}, **kw)
+    steps = whole["train"]["steps"]
+    per_epoch = steps // 3
+    fail = per_epoch + 2 + per_epoch % 2  # a checkpoint inside the second epoch, after the first epoch's selection
+    assert per_epoch >= 3 and whole["train"]["resumed_from_step"] is None
+    with pytest.raises(RuntimeError, match=f"simulated failure at step {fail}"):
+        train_production_student("feed", "parameter_sharing", "direct", version="again",
+                                 overrides={"train": {**train, "fail_at_step": fail}}, **kw)
+    checkpoint = tmp_path / "feed" / "again" / "checkpoint-feed-parameter_sharing-direct-s0.pt"
+    assert torch.load(checkpoint, weights_only=True)["step"] == fail
+    resumed = train_production_student("feed", "parameter_sharing", "direct", version="again",
+                                       overrides={"train": train}, **kw)
+    assert resumed["checkpoint"] == str(checkpoint)
+    assert (resumed["train"]["resumed_from_step"], resumed["train"]["steps"]) == (fail, steps)
+    assert resumed["train"]["epoch_kept"] == whole["train"]["epoch_kept"]
+    expected = load_student(whole["model_dir"]).state_dict()
+    for k, v in load_student(resumed["model_dir"]).state_dict().items():
+        torch.testing.assert_close(v, expected[k], rtol=1e-5, atol=1e-6, msg=k)
+    ne = {(r["split"], r["task"]): r["ne"] for r in whole["rows"]}
+    assert {(r["split"], r["task"]): r["ne"] for r in resumed["rows"]} == pytest.approx(ne, rel=1e-5)

@@ -2,9 +2,9 @@
 versions on disk (resumed step, gate record, checkpoint), ACCEPTED and what the UI shows.
 
 `reexecute`: a foundation_model run fails midway, is re-executed as the UI's "Re-execute" does, then a new run
-starts; a domain_models run fails and is re-executed (step retries off). `retry`: a foundation_job run as `make ui`
-launches it (Dagster's multiprocess executor: the step in a child process) whose training process is SIGKILLed
-midway; the step's retry policy retries it.
+starts; a domain_models run fails and is re-executed (step retries off). `retry`: runs as `make ui` launches them
+(Dagster's multiprocess executor: each step in a child process), retried by their steps' retry policy: a
+students run whose training fails midway, a foundation_job run whose training process is SIGKILLed midway.
 
 Run as a script by tests/pipelines/test_resume_training.py on a copy of the demo world whose tiny presets fail at
 step 2, after that step's checkpoint (`fail_at_step`); the calendar, presets and retries come from
@@ -79,21 +79,46 @@ def reexecute() -> dict:
 
 def retry() -> dict:
     instance = get_instance()
+    location = CodeLocation(instance)
+    as_ui = {"execution": {"config": {"multiprocess": {}}}}  # each step in a child process, as `make ui` runs it
+
+    def launched(job: str, **kwargs) -> tuple[dg.DagsterRun, list[dg.DagsterEvent], int]:
+        before = len(instance.get_run_records(dg.RunsFilter(job_name=job)))
+        run = location.launch(job, tags={"gem/trigger": "ui"}, **kwargs)
+        events = [e.dagster_event for e in instance.all_logs(run.run_id) if e.dagster_event]
+        return run, events, len(instance.get_run_records(dg.RunsFilter(job_name=job))) - before
+
+    def retries(events: list[dg.DagsterEvent]) -> list[dict]:
+        def chain(err) -> str:  # a raised error reaches the policy as the cause of its RetryRequestedFromPolicy
+            return err.message + (" <- " + chain(err.cause) if err.cause else "")
+
+        return [{"step": e.step_key, "error": chain(e.event_specific_data.error)} for e in events
+                if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY]
+
+    # the production student of one surface, its training failing after its step-2 checkpoint
+    known_students = set(list_versions("students", "feed"))
+    student, student_events, student_runs = launched("students_job", partition_key="feed", run_config=as_ui)
+    (student_version,) = sorted(set(list_versions("students", "feed")) - known_students)
+    student_dir = models_dir("students", "feed") / student_version
+    # the teacher, its training process SIGKILLed after its step-2 checkpoint
     known = set(list_versions("foundation_model"))
-    runs_before = len(instance.get_run_records(dg.RunsFilter(job_name="foundation_job")))
-    run = CodeLocation(instance).launch("foundation_job", run_config={**CONFIG, "execution": {"config": {"multiprocess": {}}}},
-                                        tags={"gem/trigger": "ui"})
-    events = [e.dagster_event for e in instance.all_logs(run.run_id) if e.dagster_event]
-    retried = [e for e in events if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY]
+    run, events, runs = launched("foundation_job", run_config={**CONFIG, **as_ui})
     versions = sorted(set(list_versions("foundation_model")) - known)
     return {
         "status": run.status.value,
-        "new_runs": len(instance.get_run_records(dg.RunsFilter(job_name="foundation_job"))) - runs_before,
-        "retries": [{"step": e.step_key, "error": e.event_specific_data.error.message} for e in retried],
+        "new_runs": runs,
+        "retries": retries(events),
         "step_failures": sum(e.event_type == dg.DagsterEventType.STEP_FAILURE for e in events),
         "versions": {v: state("foundation_model", None, v) for v in versions},
         "accepted": getattr(read_accepted("foundation_model"), "name", None),
         "resumed_shown": shown("foundation_model"),
+        "student": {
+            "status": student.status.value, "new_runs": student_runs, "retries": retries(student_events),
+            "resumed_from_step": json.loads((student_dir / "metrics.json").read_text())["train"]["resumed_from_step"],
+            "gated": (student_dir / "gate.json").is_file(),
+            "checkpoints_left": sorted(p.name for p in student_dir.glob("checkpoint-*.pt")),
+            "resumed_shown": shown("students", "feed"),
+        },
     }
 
 

@@ -21,14 +21,15 @@ DRIVER = Path(__file__).with_name("resume_driver.py")
 
 
 def _drive(mode: str, demo_copy: dict[str, str], tmp_path: Path, retries: dict, fail_with: str = "raise") -> dict:
-    """resume_driver.py `mode` on a copy of the demo world whose tiny presets (the foundation's and the domain
-    models') die right after their step-2 checkpoint, with these step retries (assets/retries.yaml)."""
+    """resume_driver.py `mode` on a copy of the demo world whose tiny presets (the foundation's, the domain models'
+    and the students') die right after their step-2 checkpoint, with these step retries (assets/retries.yaml)."""
     assets = Path(shutil.copytree(demo_copy["GEM_ASSETS_DIR"], tmp_path / "assets"))
     tiny = yaml.safe_load((assets / "models" / "tiny.yaml").read_text())
     tiny["train"].update(checkpoint_every=1, fail_at_step=2, fail_with=fail_with)
     (assets / "models" / "tiny.yaml").write_text(yaml.safe_dump(tiny))
     students = yaml.safe_load((assets / "models" / "students.yaml").read_text())
     students["presets"]["tiny"]["domain"].update(checkpoint_every=1, fail_at_step=2)
+    students["presets"]["tiny"]["train"].update(checkpoint_every=1, fail_at_step=2)
     (assets / "models" / "students.yaml").write_text(yaml.safe_dump(students))
     (assets / "retries.yaml").write_text(yaml.safe_dump({"training": retries}))
     out = tmp_path / "resume.json"
@@ -70,10 +71,11 @@ def test_a_run_that_died_in_training_resumes_from_its_checkpoint_when_re_execute
 
 
 @pytest.mark.timeout(1200)
-def test_a_training_process_killed_midway_is_retried_and_resumes(demo_copy: dict[str, str], tmp_path: Path) -> None:
-    """As `make ui` runs a job, each step in a child process: the training process SIGKILLed right after its step-2
-    checkpoint (the OOM killer's way: no exception, no clean-up) is retried in the same run and continues its
-    version from step 2."""
+def test_a_training_step_killed_or_failed_midway_is_retried_and_resumes(demo_copy: dict[str, str],
+                                                                        tmp_path: Path) -> None:
+    """As `make ui` runs a job, each step in a child process: the teacher's training process SIGKILLed right after
+    its step-2 checkpoint (the OOM killer's way: no exception, no clean-up), a student's training failing there, are
+    retried in the same run and continue their version from step 2."""
     doc = _drive("retry", demo_copy, tmp_path, {"max_retries": 1, "delay_s": 1}, fail_with="sigkill")
     assert doc["status"] == "SUCCESS" and doc["new_runs"] == 1 and doc["step_failures"] == 0
     (retry,) = doc["retries"]
@@ -81,3 +83,10 @@ def test_a_training_process_killed_midway_is_retried_and_resumes(demo_copy: dict
     (version,) = doc["versions"]
     assert doc["versions"][version]["resumed_from_step"] == 2 and doc["versions"][version]["step"] > 2
     assert doc["versions"][version]["gated"] and doc["accepted"] == version and doc["resumed_shown"] == 2
+    # the production student of a surface, failing after its step-2 checkpoint: retried, resumed from step 2, gated,
+    # its checkpoint gone once judged
+    student = doc["student"]
+    assert student["status"] == "SUCCESS" and student["new_runs"] == 1 and len(student["retries"]) == 1
+    assert student["retries"][0]["step"] == "students" and "simulated failure at step 2" in student["retries"][0]["error"]
+    assert student["resumed_from_step"] == student["resumed_shown"] == 2
+    assert student["gated"] and student["checkpoints_left"] == []
