@@ -98,8 +98,9 @@ def test_distillation_report_asset_passes_the_accelerator_device(monkeypatch, tm
     monkeypatch.setattr(assets, "distillation_plot", lambda rows: "")
     monkeypatch.setattr(assets, "distillation_page", lambda path: path)
     accelerator = AcceleratorResource(device=device, precision="bf16")
-    assets.distillation_report(dg.build_asset_context(), config=assets.StudentsConfig(),
-                               lake=LakeResource(root=str(tmp_path / "lake")), wandb=WandbResource(mode="disabled"),
-                               accelerator=accelerator)
+    assert dg.materialize([assets.distillation_report], resources={
+        "lake": LakeResource(root=str(tmp_path / "lake")), "wandb": WandbResource(mode="disabled"),
+        "accelerator": accelerator}).success  # a run: the asset keys its students' checkpoints by the run's lineage
     assert len(calls) == 1
     assert calls[0]["device"] == device and calls[0]["precision"] == precision
+    assert calls[0]["checkpoint_dir"].parent == tmp_path / "models" / "distillation_report"  # GEM_HOME, not reports/
