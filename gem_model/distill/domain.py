@@ -118,6 +118,8 @@ def train_domain_model(
         for i, batch in enumerate(stream):
             if epoch == first_epoch and i < done_batches:
                 continue
+            if max_steps is not None and step >= int(max_steps):  # resumed from the last step's checkpoint
+                break
             batch = batch.to(device)
             target = teacher_targets(tp, batch.request_ids).to(device)
             missing += int(torch.isnan(target[:, 0]).sum())

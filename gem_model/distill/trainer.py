@@ -214,6 +214,8 @@ def _train_student(model: Student, train: StudentData, val: StudentData | None, 
         epoch_gen = gen.get_state()  # a resumed run draws this epoch's order again from here
         order = torch.randperm(len(train), generator=gen)
         for i in range(first_batch if epoch == first_epoch else 0, len(train) - bs + 1 if len(train) >= bs else 1, bs):
+            if max_steps is not None and step >= int(max_steps):  # resumed from the last step's checkpoint
+                break
             idx = order[i : i + bs]
             part = train.take(idx).to(dev)
             target = target_all[idx].to(dev) if target_all is not None else None

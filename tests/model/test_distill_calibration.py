@@ -84,6 +84,15 @@ def test_a_domain_model_that_died_resumes_from_its_checkpoint(world, tmp_path): 
     expected = whole.state_dict()
     for k, v in resumed.state_dict().items():
         torch.testing.assert_close(v, expected[k], rtol=1e-5, atol=1e-6, msg=k)
+    # failed at its last step (max_steps 4), after that step's checkpoint: resumed, it trains no step more
+    ck.unlink()
+    capped = {**TINY, "domain": {"max_steps": 4, "checkpoint_every": 2}}
+    with pytest.raises(RuntimeError, match="simulated failure at step 4"):
+        train_domain_model("commerce", world.foundation,
+                           overrides={**capped, "domain": {**capped["domain"], "fail_at_step": 4}}, checkpoint=ck, **kw)
+    _, info = train_domain_model("commerce", world.foundation, overrides=capped, checkpoint=ck, **kw)
+    assert (info["resumed_from_step"], info["steps"]) == (4, 4)
+    assert info["losses"] == pytest.approx(whole_info["losses"][:4], rel=1e-5)
 
 
 def test_gate_compares_a_calibrated_model_with_an_uncalibrated_accepted_one_on_raw_ne():

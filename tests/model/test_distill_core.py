@@ -271,3 +271,11 @@ def test_a_student_that_died_resumes_from_its_checkpoint(feed, preset, world, tm
                                                                 pytest.approx(expected["val_click_logloss"]))
     for k, v in resumed.state_dict().items():
         torch.testing.assert_close(v, whole.state_dict()[k], rtol=1e-5, atol=1e-6, msg=k)
+    # failed at its last step (max_steps), after that step's checkpoint: resumed, it trains no step more
+    capped = {**cfg, "max_steps": fail}
+    expected = train_student(student(), train, val, "aux_head", capped, seed=0)
+    checkpoint.unlink()
+    with pytest.raises(RuntimeError, match=f"simulated failure at step {fail}"):
+        train_student(student(), train, val, "aux_head", {**capped, "fail_at_step": fail}, seed=0, checkpoint=checkpoint)
+    info = train_student(student(), train, val, "aux_head", capped, seed=0, checkpoint=checkpoint)
+    assert (info["resumed_from_step"], info["steps"]) == (fail, fail) and info["losses"] == expected["losses"]
