@@ -29,6 +29,7 @@ import torch
 from gem_model.config import SurfacesConfig, load_calendar, load_surfaces
 from gem_model.data.loader import ExampleStream, date_range
 from gem_model.distill.config import load_student_preset
+from gem_model.distill.resumable import fail_if_asked, load_state, save_state
 from gem_model.distill.serving_fold_in import fold_through
 from gem_model.distill.teacher import FOUNDATION, domain_teacher, read_teacher_predictions
 from gem_model.distill.trainer import masked_bce
@@ -108,7 +109,7 @@ def train_domain_model(
                            surfaces_config=surfaces_config, seed=0, shuffle_buffer=4 * int(hp["batch_size"]),
                            max_len=getattr(model.cfg, "seq_len", None))
     max_steps = hp.get("max_steps")
-    state = _load_state(Path(checkpoint), model, opt) if checkpoint is not None and Path(checkpoint).is_file() else None
+    state = load_state(Path(checkpoint), model, [opt]) if checkpoint is not None and Path(checkpoint).is_file() else None
     losses: list[float] = state["losses"].tolist() if state else []
     step, missing = (int(state["step"]), int(state["missing"])) if state else (0, 0)
     first_epoch, done_batches = (int(state["epoch"]), int(state["batch"])) if state else (0, 0)
@@ -135,12 +136,9 @@ def train_domain_model(
                 log({"domain/loss": losses[-1], **{f"domain/loss_{k}": v for k, v in parts.items()}}, step=step)
             step += 1
             if checkpoint is not None and step % int(hp["checkpoint_every"]) == 0:
-                atomic.torch_save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
-                                   "epoch": epoch, "batch": i + 1, "missing": missing,
-                                   "losses": torch.tensor(losses, dtype=torch.float64), "rng": torch.get_rng_state()},
-                                  checkpoint)
-            if hp["fail_at_step"] and step == int(hp["fail_at_step"]):
-                raise RuntimeError(f"simulated failure at step {step} (domain.fail_at_step)")
+                save_state(Path(checkpoint), model, [opt], step=step, epoch=epoch, batch=i + 1, missing=missing,
+                           losses=torch.tensor(losses, dtype=torch.float64))
+            fail_if_asked(hp, step, "domain")
             if max_steps is not None and step >= int(max_steps):
                 break
         if max_steps is not None and step >= int(max_steps):
@@ -159,15 +157,6 @@ def train_domain_model(
         info["data"] = {"train": info["dates"]}
         info["train"] = {"item_svd": ((fold_in.get("train") or {}).get("item_svd") or {})}
     return model, info
-
-
-def _load_state(path: Path, model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict[str, Any]:
-    """A checkpoint of `train_domain_model` loaded into `model` and `opt` (and the RNG); returns its counters."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    model.load_state_dict(state["model"])
-    opt.load_state_dict(state["optimizer"])
-    torch.set_rng_state(state["rng"])
-    return state
 
 
 def fit_domain_calibrator(model: torch.nn.Module, day: dt.date, surfaces: list[str], *, uri: str | None = None,

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from gem_model.distill.arms import arm_spec
 from gem_model.distill.dataset import StudentData
+from gem_model.distill.resumable import fail_if_asked, load_state, save_state
 from gem_model.distill.student import Student, share_tables
 from gem_model.eval.metrics import task_columns
 from gem_model.models.calibration import DEFAULT_CALIBRATION, Calibrator, fit_calibrator
@@ -204,8 +205,9 @@ def _train_student(model: Student, train: StudentData, val: StudentData | None, 
     if keep_start and val is not None and len(val):
         best = (click_logloss(predict_student(model, val, calibrated=False), val), copy.deepcopy(model.state_dict()), -1)
     step, first_epoch, first_batch, t0 = 0, 0, 0, time.perf_counter()
-    state = _load_state(checkpoint, model, opts, gen) if checkpoint is not None and checkpoint.is_file() else None
+    state = load_state(checkpoint, model, opts) if checkpoint is not None and checkpoint.is_file() else None
     if state is not None:
+        gen.set_state(state["gen"])  # at the start of its epoch: that epoch's order is drawn again
         step, first_epoch, first_batch = int(state["step"]), int(state["epoch"]), int(state["next"])
         info["losses"] = state["losses"].tolist()
         best = (float(state["best_ll"]), state["best_weights"], int(state["best_epoch"]))
@@ -231,12 +233,10 @@ def _train_student(model: Student, train: StudentData, val: StudentData | None, 
                 log({"loss": float(loss.detach()), **{f"loss/{k}": v for k, v in parts.items()}}, step=step)
             step += 1
             if checkpoint is not None and step % int(train_cfg["checkpoint_every"]) == 0:
-                atomic.torch_save({"model": model.state_dict(), "optimizers": [o.state_dict() for o in opts],
-                                   "step": step, "epoch": epoch, "next": i + bs, "gen": epoch_gen,
-                                   "rng": torch.get_rng_state(), "losses": torch.tensor(info["losses"], dtype=torch.float64),
-                                   "best_ll": best[0], "best_weights": best[1], "best_epoch": best[2]}, checkpoint)
-            if train_cfg.get("fail_at_step") and step == int(train_cfg["fail_at_step"]):
-                raise RuntimeError(f"simulated failure at step {step} (train.fail_at_step)")
+                save_state(checkpoint, model, opts, step=step, epoch=epoch, next=i + bs, gen=epoch_gen,
+                           losses=torch.tensor(info["losses"], dtype=torch.float64), best_ll=best[0],
+                           best_weights=best[1], best_epoch=best[2])
+            fail_if_asked(train_cfg, step, "train")
             if max_steps is not None and step >= int(max_steps):
                 break
         if val is not None and len(val):
@@ -254,18 +254,6 @@ def _train_student(model: Student, train: StudentData, val: StudentData | None, 
     info.update(steps=step, epoch_kept=best[2], val_click_logloss=best[0] if best[1] is not None else None,
                 train_seconds=time.perf_counter() - t0, resumed_from_step=int(state["step"]) if state else None)
     return info
-
-
-def _load_state(path: Path, model: Student, opts: list[torch.optim.Optimizer], gen: torch.Generator) -> dict[str, Any]:
-    """A checkpoint of `train_student` loaded into `model`, `opts`, `gen` (at its epoch's start) and torch's RNG;
-    returns its counters and best epoch so far."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    model.load_state_dict(state["model"])
-    for opt, saved in zip(opts, state["optimizers"], strict=True):
-        opt.load_state_dict(saved)
-    gen.set_state(state["gen"])
-    torch.set_rng_state(state["rng"])
-    return state
 
 
 # ------------------------------------------------------------------------------------------------

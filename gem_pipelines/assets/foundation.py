@@ -50,6 +50,11 @@ def rescore(version_dir: Path, surfaces: list[str] | None = None, lake_uri: str 
                         uri=table_uri("training_examples", lake_uri), oracle_uri=table_uri("oracle", lake_uri))
 
 
+def run_lineage(context: dg.AssetExecutionContext) -> str:
+    """The id of the first run of this run's lineage: its step retries and re-executions share it."""
+    return context.run.root_run_id or context.run_id
+
+
 def run_version(context: dg.AssetExecutionContext, asset: str = ASSET, partition: str | None = None) -> tuple[str, bool]:
     """(version, resume) of a training run. A retry of the step (assets/retries.yaml) or a re-execution of a run
     that died before its gate ("Re-execute" in the UI) continues the version its lineage was writing: its finished
@@ -57,7 +62,7 @@ def run_version(context: dg.AssetExecutionContext, asset: str = ASSET, partition
     a lineage of runs carries the tag of its first run's id."""
     from gem_model.models.registry import list_versions, new_version, run_tag
 
-    lineage = context.run.root_run_id or context.run_id
+    lineage = run_lineage(context)
     if lineage != context.run_id or context.retry_number > 0:
         tag = f"-{run_tag(lineage)}"
         unjudged = [v for v in list_versions(asset, partition)

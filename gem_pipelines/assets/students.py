@@ -13,7 +13,7 @@ from gem_model.config import env
 from gem_model.store.paths import models_dir, reports_dir
 from gem_pipelines import quality_gate
 from gem_pipelines.assets.foundation import ASSET as FOUNDATION_ASSET
-from gem_pipelines.assets.foundation import GPU_TAGS, rescore, resumed_metadata, run_version
+from gem_pipelines.assets.foundation import GPU_TAGS, rescore, resumed_metadata, run_lineage, run_version
 from gem_pipelines.assets.refresh import ASSET as REFRESH_ASSET
 from gem_pipelines.assets.refresh import serving_foundation
 from gem_pipelines.metadata import (
@@ -264,7 +264,7 @@ def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfi
 
     wandb.apply()
     # each student's resumable state, kept for this lineage of runs (a retry, a re-execution) until the report is written
-    checkpoints = models_dir("distillation_report") / f"checkpoints-{run_tag(context.run.root_run_id or context.run_id)}"
+    checkpoints = models_dir("distillation_report") / f"checkpoints-{run_tag(run_lineage(context))}"
     accepted = _accepted_teachers()
     teachers = {name: ckpt for name, (ckpt, _) in accepted.items()}
     versions = {name: version for name, (_, version) in accepted.items()}
