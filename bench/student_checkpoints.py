@@ -24,7 +24,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")  # the comparison, not its W&B r
 from gem_model.config import env  # noqa: E402
 from gem_model.distill import run_distillation  # noqa: E402
 from gem_model.store.paths import table_uri  # noqa: E402
-from gem_pipelines.assets.students import StudentsConfig, _accepted_teachers  # noqa: E402
+from gem_pipelines.assets.students import StudentsConfig, teacher_checkpoints  # noqa: E402
 
 
 def main() -> None:
@@ -33,7 +33,7 @@ def main() -> None:
     ap.add_argument("--preset", default=str(env("GEM_MODEL_PRESET")))
     args = ap.parse_args()
     demo = StudentsConfig()
-    teachers = {name: ckpt for name, (ckpt, _) in _accepted_teachers().items()}
+    teachers = teacher_checkpoints()
     files: list[int] = []
     times: dict[str, list[float]] = {"without": [], "with": []}
     for r in range(args.rounds):

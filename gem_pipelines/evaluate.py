@@ -240,10 +240,10 @@ def main(argv: list[str] | None = None) -> None:
         # (the foundation's tables are the ones parameter_sharing copies)
         import dagster as dg
 
-        from gem_pipelines.assets.students import _accepted_teachers
+        from gem_pipelines.assets.students import teacher_checkpoints
 
         try:
-            teachers = {name: ckpt for name, (ckpt, _) in _accepted_teachers().items()}
+            teachers = teacher_checkpoints()
         except dg.Failure as missing:
             raise SystemExit(f"{missing.description}: run `make demo` first") from None
         rows = run_distillation(args.arms or list(ARMS), list(DEFAULT_PATHS), args.seeds, preset=args.preset,

@@ -340,7 +340,8 @@ def train_loop(run: Run, st: State, total_steps: int) -> None:
     amp_dtype, patience = run.amp_dtype, int(tcfg["patience"])
     epochs = int(tcfg["epochs"]) if not tcfg["max_steps"] else 10**9
     log_loss_sum: torch.Tensor | float = 0.0  # summed on the device, read back every log_every steps
-    log_n, stop = 0, False
+    # resumed from a checkpoint written where patience ran out: the loop had finished
+    log_n, stop = 0, st.best["evals_since"] > patience
     run.model.train()
     while st.epoch < epochs and not stop and st.step < total_steps:
         tick = time.perf_counter()

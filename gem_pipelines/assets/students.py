@@ -1,6 +1,7 @@
 """Post-training: domain foundation models, the shared teacher-predictions cache, the distillation
 report (every arm x path side by side) and the production student per surface."""
 
+import contextlib
 import datetime as dt
 import json
 import shutil
@@ -89,13 +90,18 @@ def _hierarchical_domains() -> list[str]:
     return [d for d in SURFACES.domains if len(SURFACES.in_domain(d)) >= 2]
 
 
-def _accepted_teachers(day: dt.date | None = None) -> dict[str, tuple[str, str]]:
+def accepted_teachers(day: dt.date | None = None) -> dict[str, tuple[str, str]]:
     """Teacher name ("foundation", "domain:<name>") -> (checkpoint, version) of every ACCEPTED teacher; with `day`,
     the foundation that serves it (its daily refresh, gem_pipelines.assets.refresh)."""
     foundation = _accepted_foundation() if day is None else _serving_foundation(day)
     return {"foundation": foundation} | {
         f"domain:{d}": accepted_checkpoint("domain_models", d, f"no ACCEPTED domain model for {d!r}: materialize "
                                            f"domain_models[{d}]") for d in _hierarchical_domains()}
+
+
+def teacher_checkpoints(day: dt.date | None = None) -> dict[str, str]:
+    """Teacher name -> checkpoint of every ACCEPTED teacher (accepted_teachers without the versions)."""
+    return {name: ckpt for name, (ckpt, _) in accepted_teachers(day).items()}
 
 
 def _accepted_student_pairs() -> dict[str, tuple[str, str]]:
@@ -219,7 +225,7 @@ def teacher_predictions(context: dg.AssetExecutionContext, lake: LakeResource, a
     from gem_model.models.registry import load_model
 
     date = dt.date.fromisoformat(context.partition_key)
-    teachers = _accepted_teachers(date)
+    teachers = accepted_teachers(date)
     written = []
     for name, (ckpt, version) in teachers.items():
         model, config = load_model(ckpt)
@@ -265,7 +271,7 @@ def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfi
     wandb.apply()
     # each student's resumable state, kept for this lineage of runs (a retry, a re-execution) until the report is written
     checkpoints = models_dir("distillation_report") / f"checkpoints-{run_tag(run_lineage(context))}"
-    accepted = _accepted_teachers()
+    accepted = accepted_teachers()
     teachers = {name: ckpt for name, (ckpt, _) in accepted.items()}
     versions = {name: version for name, (_, version) in accepted.items()}
     kept = None if config.reselect_daily else selection_to_keep(versions, config.arms)
@@ -287,6 +293,8 @@ def distillation_report(context: dg.AssetExecutionContext, config: StudentsConfi
                         keep_within=QUALITY.student_selection.keep_accepted_within, teachers=versions,
                         selection_from=kept, preset=config.preset)
     shutil.rmtree(checkpoints, ignore_errors=True)
+    with contextlib.suppress(OSError):  # the folder goes too, unless another lineage's run is writing there
+        checkpoints.parent.rmdir()
     selected_on = kept["selection"]["on"] if kept is not None else CALENDAR.roles().validation.isoformat()
     return dg.MaterializeResult(
         metadata={**report_metadata("report", distillation_page(path)), "rows": len(rows),
@@ -317,7 +325,7 @@ def students(context: dg.AssetExecutionContext, lake: LakeResource, wandb: Wandb
     surface = context.partition_key
     report = json.loads((reports_dir() / REPORT_FILE).read_text())
     arm, path = report["selected"][surface]["arm"], report["selected"][surface]["path"]
-    teachers = {name: ckpt for name, (ckpt, _) in _accepted_teachers().items()}
+    teachers = teacher_checkpoints()
     version, _ = run_version(context, "students", surface)  # a retry or re-execution: its checkpoint
     accepted = read_accepted("students", surface)  # warm start from it when it is the same model
     with progress(context.log, f"students[{surface}] training ({arm}/{path})"):

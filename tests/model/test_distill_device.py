@@ -90,9 +90,15 @@ def test_distillation_report_asset_passes_the_accelerator_device(monkeypatch, tm
 
     calls: list[dict] = []
     monkeypatch.setenv("GEM_HOME", str(tmp_path))
-    monkeypatch.setattr(assets, "_accepted_teachers", lambda: {"foundation": ("ckpt", "v1")})
+    monkeypatch.setattr(assets, "accepted_teachers", lambda day=None: {"foundation": ("ckpt", "v1")})
     monkeypatch.setattr(assets, "_accepted_foundation", lambda: ("ckpt", "v1"))
-    monkeypatch.setattr(distill, "run_distillation", lambda *a, **kw: calls.append(kw) or [])
+    def run_distillation(*_, **kw):  # leaves a student's checkpoint, as a run does
+        kw["checkpoint_dir"].mkdir(parents=True)
+        (kw["checkpoint_dir"] / "student.pt").write_bytes(b"state")
+        calls.append(kw)
+        return []
+
+    monkeypatch.setattr(distill, "run_distillation", run_distillation)
     monkeypatch.setattr(distill, "write_report", lambda rows, path, **_: path)
     monkeypatch.setattr(assets, "distillation_table", lambda rows: "")
     monkeypatch.setattr(assets, "distillation_plot", lambda rows: "")
@@ -104,3 +110,4 @@ def test_distillation_report_asset_passes_the_accelerator_device(monkeypatch, tm
     assert len(calls) == 1
     assert calls[0]["device"] == device and calls[0]["precision"] == precision
     assert calls[0]["checkpoint_dir"].parent == tmp_path / "models" / "distillation_report"  # GEM_HOME, not reports/
+    assert not calls[0]["checkpoint_dir"].parent.exists()  # the report written, no checkpoint nor its folder is left

@@ -113,7 +113,7 @@ def test_make_eval_trains_the_arms_it_is_given_and_refuses_an_unknown_one(monkey
     from gem_pipelines import evaluate
 
     calls: list = []
-    monkeypatch.setattr(students, "_accepted_teachers", lambda: {"foundation": ("ckpt", "v")})
+    monkeypatch.setattr(students, "accepted_teachers", lambda day=None: {"foundation": ("ckpt", "v")})
     monkeypatch.setattr(distill, "run_distillation", lambda arms, paths, seeds, **kw: calls.append(arms) or [])
     monkeypatch.setattr(distill, "write_report", lambda rows, path: path)
     monkeypatch.setattr(evaluate, "reports_dir", lambda: tmp_path / "reports")

@@ -168,3 +168,17 @@ def test_torchrun_two_processes_gloo(lake, tmp_path):
         torch.testing.assert_close(w0[k], w1[k], msg=k)
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["world_size"] == 2 and metrics["step"] == 6
+
+
+def test_a_run_resumed_where_it_stopped_early_trains_no_step_more(lake, tmp_path):
+    """A checkpoint written at the validation that stopped training (patience spent) resumes to a finished loop."""
+    over = {"epochs": 50, "max_steps": None, "eval_every": 5, "checkpoint_every": 5, "patience": 0, "lr": 0.05}
+    full = train(tiny_config(tmp_path / "full", **over))
+    stopped = full["step"]
+    assert stopped % 5 == 0 and full["best_step"] < stopped  # it stopped early, at a validation and a checkpoint
+    with pytest.raises(RuntimeError, match="simulated failure"):
+        train(tiny_config(tmp_path / "crash", **over, fail_at_step=stopped))
+    resumed = train(tiny_config(tmp_path / "crash", **over), resume=True)
+    assert resumed["resumed_from_step"] == stopped
+    assert resumed["step"] == stopped and resumed["best_step"] == full["best_step"]
+    assert resumed["loss_curve"] == full["loss_curve"] and resumed["valid_history"] == full["valid_history"]
