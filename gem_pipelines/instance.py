@@ -9,12 +9,15 @@ import dagster as dg
 
 from gem_model.store.atomic import write_text
 from gem_model.store.paths import gem_home
+from gem_pipelines.settings import RETRIES
 
 # Concurrency pools: dagster.yaml caps every pool at 1 (the gpu pool: one training step per GPU);
 # ingest is set wider here, since named limits live in the instance's storage, not its yaml.
 POOL_LIMITS = {"gpu": 1, "ingest": 4}
 
-DAGSTER_YAML = """\
+MARK = "# Written by gem_pipelines.instance"
+# what an earlier release wrote: still the project's, so it is brought up to date
+_EARLIER = """\
 telemetry:
   enabled: false
 concurrency:
@@ -24,13 +27,39 @@ concurrency:
 """
 
 
+def dagster_yaml() -> str:
+    """The instance's settings; the run retries from assets/retries.yaml (gem_pipelines.run_launcher says why)."""
+    runs = RETRIES.runs
+    return f"""\
+{MARK} from assets/retries.yaml: edits here are replaced (remove this line to keep your own).
+telemetry:
+  enabled: false
+concurrency:
+  pools:
+    granularity: op
+    default_limit: 1   # any pool without an explicit limit (e.g. gpu): one step at a time
+run_launcher:          # the local launcher, with a health check of each run's worker
+  module: gem_pipelines.run_launcher
+  class: WatchedRunLauncher
+run_monitoring:        # a run whose worker is gone is marked failed, and the pool slots its steps held are freed
+  enabled: true        # (a killed training step's gpu slot would hold every later training run in the queue)
+  poll_interval_seconds: {runs.check_every_s}
+  free_slots_after_run_end_seconds: {runs.check_every_s}
+run_retries:           # runs whose worker died; a step's failure had the step's own retries
+  enabled: {str(runs.max_retries > 0).lower()}
+  max_retries: {runs.max_retries}
+  retry_on_asset_or_op_failure: false
+"""
+
+
 def dagster_home() -> Path:
     home = Path(os.environ.get("DAGSTER_HOME") or gem_home() / "dagster").resolve()
     home.mkdir(parents=True, exist_ok=True)
     os.environ["DAGSTER_HOME"] = str(home)
     cfg = home / "dagster.yaml"
-    if not cfg.exists():
-        write_text(cfg, DAGSTER_YAML)
+    current = cfg.read_text() if cfg.exists() else None
+    if current is None or current == _EARLIER or (current.startswith(MARK) and current != dagster_yaml()):
+        write_text(cfg, dagster_yaml())
     return home
 
 

@@ -1,4 +1,5 @@
-"""Pipeline settings: the checks' thresholds (assets/quality.yaml), the training steps' retries (assets/retries.yaml)."""
+"""Pipeline settings: the checks' thresholds (assets/quality.yaml), the training steps' and the runs' retries
+(assets/retries.yaml)."""
 
 from __future__ import annotations
 
@@ -49,8 +50,14 @@ class TrainingRetries(_Strict):
         return dg.RetryPolicy(max_retries=self.max_retries, delay=self.delay_s, backoff=dg.Backoff.EXPONENTIAL)
 
 
+class RunRetries(_Strict):
+    max_retries: int = Field(default=1, ge=0)
+    check_every_s: int = Field(default=30, ge=1)
+
+
 class RetriesConfig(_Strict):
     training: TrainingRetries = TrainingRetries()
+    runs: RunRetries = RunRetries()
 
 
 def load_retries(path: Path | None = None) -> RetriesConfig:

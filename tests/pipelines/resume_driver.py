@@ -5,10 +5,12 @@ versions on disk (resumed step, gate record, checkpoint), ACCEPTED and what the 
 starts; a domain_models run fails and is re-executed (step retries off). `retry`: runs as `make ui` launches them
 (Dagster's multiprocess executor: each step in a child process), retried by their steps' retry policy: a
 students run whose training fails midway, a foundation_job run whose training process is SIGKILLed midway.
+`orphan`: a foundation_job run whose worker is SIGKILLed midway with nothing left to notice (as after a machine
+restart); `orphaned`: what the daemon made of it.
 
 Run as a script by tests/pipelines/test_resume_training.py on a copy of the demo world whose tiny presets fail at
 step 2, after that step's checkpoint (`fail_at_step`); the calendar, presets and retries come from
-GEM_ASSETS_DIR, read at import, hence a fresh process: `python resume_driver.py <reexecute|retry> <out.json>`."""
+GEM_ASSETS_DIR, read at import, hence a fresh process: `python resume_driver.py <mode> <out.json>`."""
 
 from __future__ import annotations
 
@@ -122,6 +124,36 @@ def retry() -> dict:
     }
 
 
+def orphan(out: str) -> dict:
+    """A foundation_job run executed in this process, as `make demo` runs it: the training SIGKILLs it after its
+    step-2 checkpoint, and with it the run's worker. Nothing is left to say the run ended (as after a machine
+    restart): it stays STARTED. The versions before it are written to `out` first; returns only if the kill did
+    not happen."""
+    json.dump({"known": list_versions("foundation_model")}, open(out, "w"))
+    location = CodeLocation(get_instance())
+    run = location.launch("foundation_job", run_config=CONFIG, tags={"gem/trigger": "ui"})
+    return {"unexpectedly_finished": run.status.value}
+
+
+def orphaned() -> dict:
+    """After `orphan` and the daemon: the foundation_job runs and their lineage, the versions, ACCEPTED, what the
+    UI shows, and why each failed run failed."""
+    instance = get_instance()
+    records = sorted(instance.get_run_records(dg.RunsFilter(job_name="foundation_job")), key=lambda r: r.create_timestamp)
+    runs = [r.dagster_run for r in records]
+    return {
+        "runs": [{"run_id": r.run_id, "status": r.status.value, "root_run_id": r.root_run_id,
+                  "parent_run_id": r.parent_run_id, "retry_number": r.tags.get("dagster/retry_number"),
+                  "executor": next(iter(r.run_config.get("execution", {}).get("config", {})), None),
+                  "failure": [e.message for e in instance.all_logs(r.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)]}
+                 for r in runs],
+        "versions": {v: state("foundation_model", None, v) for v in list_versions("foundation_model")},
+        "accepted": getattr(read_accepted("foundation_model"), "name", None),
+        "resumed_shown": shown("foundation_model"),
+    }
+
+
 if __name__ == "__main__":
     mode, out = sys.argv[1:]
-    json.dump({"reexecute": reexecute, "retry": retry}[mode](), open(out, "w"), indent=2)
+    modes = {"reexecute": reexecute, "retry": retry, "orphan": lambda: orphan(out), "orphaned": orphaned}
+    json.dump(modes[mode](), open(out, "w"), indent=2)

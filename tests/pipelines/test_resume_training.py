@@ -6,23 +6,32 @@ multiprocess executor `make ui` runs. What resumes reads the lineage and the gat
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import dagster as dg
 import pytest
 import yaml
+
+from gem_model.config import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
 DRIVER = Path(__file__).with_name("resume_driver.py")
 
 
-def _drive(mode: str, demo_copy: dict[str, str], tmp_path: Path, retries: dict, fail_with: str = "raise") -> dict:
-    """resume_driver.py `mode` on a copy of the demo world whose tiny presets (the foundation's, the domain models'
-    and the students') die right after their step-2 checkpoint, with these step retries (assets/retries.yaml)."""
+def _failing(demo_copy: dict[str, str], tmp_path: Path, retries: dict, fail_with: str = "raise",
+             runs: dict | None = None) -> dict[str, str]:
+    """The environment of a copy of the demo world whose tiny presets (the foundation's, the domain models' and the
+    students') die right after their step-2 checkpoint, with these step (and run) retries (assets/retries.yaml)."""
     assets = Path(shutil.copytree(demo_copy["GEM_ASSETS_DIR"], tmp_path / "assets"))
     tiny = yaml.safe_load((assets / "models" / "tiny.yaml").read_text())
     tiny["train"].update(checkpoint_every=1, fail_at_step=2, fail_with=fail_with)
@@ -31,18 +40,23 @@ def _drive(mode: str, demo_copy: dict[str, str], tmp_path: Path, retries: dict, 
     students["presets"]["tiny"]["domain"].update(checkpoint_every=1, fail_at_step=2)
     students["presets"]["tiny"]["train"].update(checkpoint_every=1, fail_at_step=2)
     (assets / "models" / "students.yaml").write_text(yaml.safe_dump(students))
-    (assets / "retries.yaml").write_text(yaml.safe_dump({"training": retries}))
-    out = tmp_path / "resume.json"
-    proc = subprocess.run([sys.executable, str(DRIVER), mode, str(out)],
-                          env={**demo_copy, "GEM_ASSETS_DIR": str(assets)}, capture_output=True, text=True, timeout=1000)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    (assets / "retries.yaml").write_text(yaml.safe_dump({"training": retries, **({"runs": runs} if runs else {})}))
+    return {**demo_copy, "GEM_ASSETS_DIR": str(assets)}
+
+
+def _drive(mode: str, env: dict[str, str], tmp_path: Path, returncode: int = 0) -> dict:
+    """resume_driver.py `mode` in `env`, its JSON."""
+    out = tmp_path / f"{mode}.json"
+    proc = subprocess.run([sys.executable, str(DRIVER), mode, str(out)], env=env, capture_output=True, text=True,
+                          timeout=1000)
+    assert proc.returncode == returncode, proc.stdout[-4000:] + proc.stderr[-4000:]
     return json.loads(out.read_text())
 
 
 @pytest.mark.timeout(1200)
 def test_a_run_that_died_in_training_resumes_from_its_checkpoint_when_re_executed(demo_copy: dict[str, str],
                                                                                   tmp_path: Path) -> None:
-    doc = _drive("reexecute", demo_copy, tmp_path, {"max_retries": 0})  # the failure fails its run
+    doc = _drive("reexecute", _failing(demo_copy, tmp_path, {"max_retries": 0}), tmp_path)  # the failure fails its run
     failed, again, fresh = doc["runs"]
     assert [r["status"] for r in doc["runs"]] == ["FAILURE", "SUCCESS", "FAILURE"]
     # the re-execution is in the failed run's lineage, as the UI creates it; the new run starts one of its own
@@ -76,7 +90,7 @@ def test_a_training_step_killed_or_failed_midway_is_retried_and_resumes(demo_cop
     """As `make ui` runs a job, each step in a child process: the teacher's training process SIGKILLed right after
     its step-2 checkpoint (the OOM killer's way: no exception, no clean-up), a student's training failing there, are
     retried in the same run and continue their version from step 2."""
-    doc = _drive("retry", demo_copy, tmp_path, {"max_retries": 1, "delay_s": 1}, fail_with="sigkill")
+    doc = _drive("retry", _failing(demo_copy, tmp_path, {"max_retries": 1, "delay_s": 1}, fail_with="sigkill"), tmp_path)
     assert doc["status"] == "SUCCESS" and doc["new_runs"] == 1 and doc["step_failures"] == 0
     (retry,) = doc["retries"]
     assert retry["step"] == "foundation_model" and "ChildProcessCrash" in retry["error"], retry  # no exception: a crash
@@ -90,3 +104,57 @@ def test_a_training_step_killed_or_failed_midway_is_retried_and_resumes(demo_cop
     assert student["retries"][0]["step"] == "students" and "simulated failure at step 2" in student["retries"][0]["error"]
     assert student["resumed_from_step"] == student["resumed_shown"] == 2
     assert student["gated"] and student["checkpoints_left"] == []
+
+
+@contextlib.contextmanager
+def _daemon(env: dict[str, str], log: Path) -> Iterator[Path]:
+    """`dagster-daemon run` on the workspace, as `make ui` starts it, in a process group of its own (its code server
+    and run workers with it), stopped with everything it started; its output appended to `log`."""
+    with log.open("a") as out:
+        proc = subprocess.Popen([str(Path(sys.executable).with_name("dagster-daemon")), "run", "-w", "workspace.yaml"],
+                                cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            yield log
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+
+
+def _until(what: Callable[[], object], timeout: float, why: str, log: Path) -> object:
+    end = time.monotonic() + timeout
+    while not (found := what()):
+        assert time.monotonic() < end, f"{why}; the daemon's log ends:\n{log.read_text()[-6000:]}"
+        time.sleep(1)
+    return found
+
+
+@pytest.mark.timeout(1200)
+def test_a_run_whose_worker_died_unnoticed_is_found_retried_and_resumes(demo_copy: dict[str, str],
+                                                                        tmp_path: Path) -> None:
+    """A training run whose worker died with nothing left to notice (the machine restarted, `make demo` or `make ui`
+    killed mid-run) stays STARTED. Once the daemon runs again (`make ui`), the run launcher's health check finds its
+    worker gone, the run is marked failed and re-executed from its failure (assets/retries.yaml `runs`), and the
+    foundation's training resumes its version from the step-2 checkpoint: one version, ACCEPTED."""
+    env = _failing(demo_copy, tmp_path, {"max_retries": 0}, fail_with="sigkill", runs={"max_retries": 1, "check_every_s": 2})
+    subprocess.run([sys.executable, "-c", "from gem_pipelines.instance import dagster_home; dagster_home()"], env=env,
+                   check=True)
+    instance = dg.DagsterInstance.from_config(env["DAGSTER_HOME"])
+    failures_seen = f"EVENT_LOG_CONSUMER_CURSOR-{dg.DagsterEventType.RUN_FAILURE.value}"
+    log = tmp_path / "daemon.log"
+    with _daemon(env, log):  # `make ui` ran on this instance before: its run retries read failures from then on
+        _until(lambda: instance.daemon_cursor_storage.get_cursor_values({failures_seen}), 300, "no retry daemon", log)
+    known = _drive("orphan", env, tmp_path, returncode=-signal.SIGKILL)["known"]
+    (orphan,) = instance.get_runs(dg.RunsFilter(job_name="foundation_job", statuses=[dg.DagsterRunStatus.STARTED]))
+    with _daemon(env, log):
+        _until(lambda: instance.get_runs(dg.RunsFilter(tags={"dagster/root_run_id": orphan.run_id},
+                                                       statuses=[dg.DagsterRunStatus.SUCCESS,
+                                                                 dg.DagsterRunStatus.FAILURE])), 300, "no retry ended", log)
+    doc = _drive("orphaned", env, tmp_path)
+    first, retried = (r for r in doc["runs"] if orphan.run_id in (r["run_id"], r["root_run_id"]))
+    (why,) = first["failure"]
+    assert first["status"] == "FAILURE" and "is gone" in why, why  # the launcher's health check said so
+    assert retried["status"] == "SUCCESS" and retried["parent_run_id"] == first["run_id"]
+    assert retried["retry_number"] == "1" and retried["executor"] == "in_process"  # the run's own config again
+    (version,) = set(doc["versions"]) - set(known)  # the retry continued the orphan's version
+    assert doc["versions"][version]["resumed_from_step"] == 2 and doc["versions"][version]["step"] > 2
+    assert doc["versions"][version]["gated"] and doc["accepted"] == version and doc["resumed_shown"] == 2

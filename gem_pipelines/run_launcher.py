@@ -1,0 +1,68 @@
+"""Dagster's local run launcher, able to tell the daemon's run monitoring that a run's worker is gone.
+
+The code server marks a run failed when its worker process dies while the server lives. When the server dies too
+(the machine restarted, `make ui` stopped mid-run), nothing does: the run stays STARTED for good, its steps and
+checkpoints abandoned. With this launcher (the instance's dagster.yaml, gem_pipelines/instance.py) the monitoring
+daemon finds such a run's worker gone, marks the run failed, and the run retries of assets/retries.yaml re-execute
+it from its failure: its training steps resume their versions from their checkpoints.
+
+Dagster has no public API for a worker health check: CheckRunHealthResult and WorkerStatus are private names,
+pinned with dagster==1.13.27 and exercised by tests/pipelines/test_run_launcher.py (tests/test_layout.py).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dagster as dg
+from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
+
+# a process that started this long after the run did is not its worker (its pid was reused)
+_START_SLACK_S = 5.0
+
+
+def _process_start(pid: int) -> float | None:
+    """Start time (epoch seconds) of `pid` from Linux's /proc; None where there is no /proc to read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+    except (OSError, StopIteration):
+        return None
+    ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, after the command name (which may hold spaces)
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def worker_alive(pid: int, started_at: float) -> bool:
+    """Whether the process `pid` exists and is the one that was running at `started_at` (not a reuse of its pid)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process now holds the pid
+        return False
+    start = _process_start(pid)
+    return start is None or start <= started_at + _START_SLACK_S  # no /proc (macOS): existence is all there is
+
+
+class WatchedRunLauncher(dg.DefaultRunLauncher):
+    """DefaultRunLauncher plus a worker health check: the run's worker is the process that started it (the pid
+    of its RUN_START event), alive or not, on this machine, where the local launcher runs it."""
+
+    @property
+    def supports_check_run_worker_health(self) -> bool:
+        return True
+
+    def check_run_worker_health(self, run: dg.DagsterRun) -> CheckRunHealthResult:
+        records = self._instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.RUN_START, limit=1).records
+        if not records or records[0].event_log_entry.dagster_event is None:
+            return CheckRunHealthResult(WorkerStatus.RUNNING, "not started yet")
+        entry = records[0].event_log_entry
+        pid = entry.dagster_event.pid
+        if pid is None:  # the monitor fails any status but RUNNING: no evidence, no verdict
+            return CheckRunHealthResult(WorkerStatus.RUNNING, "its RUN_START event names no process")
+        if worker_alive(pid, entry.timestamp):
+            return CheckRunHealthResult(WorkerStatus.RUNNING)
+        return CheckRunHealthResult(WorkerStatus.FAILED, f"its worker (pid {pid}) is gone: the machine restarted, "
+                                    "`make ui` stopped or the process was killed while the run was in progress")

@@ -1,0 +1,94 @@
+"""The instance `make ui` runs on: its dagster.yaml (written from assets/retries.yaml, kept when it is the user's),
+and the run launcher's health check of a run's worker (the daemon's run monitoring reads it). The daemon acting on
+it: tests/pipelines/test_resume_training.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.launcher import WorkerStatus
+
+from gem_pipelines import instance as gem_instance
+from gem_pipelines.run_launcher import WatchedRunLauncher, worker_alive
+
+MATERIALIZE = textwrap.dedent("""
+    import dagster as dg
+
+    @dg.asset
+    def one() -> int:
+        return 1
+
+    dg.materialize([one], instance=dg.DagsterInstance.get())
+""")
+
+
+def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    return gem_instance.dagster_home()
+
+
+def test_the_instance_yaml_says_how_runs_are_watched_and_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    home = _home(tmp_path, monkeypatch)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert isinstance(instance.run_launcher, WatchedRunLauncher)
+        assert instance.run_monitoring_enabled and instance.run_retries_enabled
+        # the slots a dead run's steps held are freed (else its gpu slot holds every later training run queued)
+        assert instance.run_monitoring_settings["free_slots_after_run_end_seconds"] > 0
+        assert instance.run_retries_max_retries == gem_instance.RETRIES.runs.max_retries >= 1
+        assert not instance.run_retries_retry_on_asset_or_op_failure  # a step's failure had the step's retries
+        assert instance.run_launcher.supports_check_run_worker_health
+
+
+def test_the_instance_yaml_follows_the_settings_unless_it_is_the_users(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    cfg = _home(tmp_path, monkeypatch) / "dagster.yaml"
+    cfg.write_text(cfg.read_text().replace("max_retries: 1", "max_retries: 7"))  # ours, outdated: rewritten
+    gem_instance.dagster_home()
+    assert cfg.read_text() == gem_instance.dagster_yaml()
+    cfg.write_text(gem_instance._EARLIER)  # what an earlier release wrote: brought up to date
+    gem_instance.dagster_home()
+    assert cfg.read_text() == gem_instance.dagster_yaml()
+    own = "telemetry:\n  enabled: true\n"  # no marker line: the user's, kept
+    cfg.write_text(own)
+    gem_instance.dagster_home()
+    assert cfg.read_text() == own
+
+
+def test_a_worker_is_alive_while_its_process_is():
+    assert worker_alive(os.getpid(), time.time())
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    assert not worker_alive(int(gone.stdout), time.time())
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="no /proc: a reused pid is not told apart")
+def test_a_process_that_started_after_the_run_is_not_its_worker():
+    assert not worker_alive(os.getpid(), started_at=time.time() - 10 * 86400)  # the pid, reused since
+
+
+def test_the_health_check_reads_the_process_that_started_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    home = _home(tmp_path, monkeypatch)
+    subprocess.run([sys.executable, "-c", MATERIALIZE], env={**os.environ, "DAGSTER_HOME": str(home)}, check=True,
+                   capture_output=True)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        (elsewhere,) = instance.get_runs()
+
+        @dg.asset
+        def here() -> int:
+            return 1
+
+        assert dg.materialize([here], instance=instance).success
+        (mine,) = [r for r in instance.get_runs() if r.run_id != elsewhere.run_id]
+        check = instance.run_launcher.check_run_worker_health
+        assert check(mine).status == WorkerStatus.RUNNING  # this process: alive
+        gone = check(elsewhere)
+        assert gone.status == WorkerStatus.FAILED and "is gone" in gone.msg  # the subprocess that ran it exited
+        job = dg.Definitions(assets=[here], jobs=[dg.define_asset_job("j", [here])]).resolve_job_def("j")
+        not_started = instance.create_run_for_job(job)
+        assert check(not_started).status == WorkerStatus.RUNNING  # no RUN_START yet: no verdict
