@@ -40,6 +40,7 @@ from dagster._core.workspace.load import location_origins_from_yaml_paths
 from dagster._utils.hosted_user_process import recon_job_from_origin
 
 from gem_model.config import REPO_ROOT
+from gem_pipelines.run_launcher import reap_dead_runs
 
 WORKSPACE_YAML = REPO_ROOT / "workspace.yaml"
 IMPLICIT_ASSET_JOB = "__ASSET_JOB"
@@ -62,6 +63,7 @@ class CodeLocation:
         )
         (self.repo,) = self.location.get_repositories().values()
         self.repository_origin = RemoteRepositoryOrigin(self.origin, self.repo.name)
+        reap_dead_runs(instance)  # a run that died with its machine holds no pool slot these runs wait for
 
     @property
     def name(self) -> str:
@@ -95,9 +97,11 @@ class CodeLocation:
             asset_graph=self.repo.asset_graph,
         )
 
-    def launch(self, job_name: str, **kwargs) -> DagsterRun:
-        """`create_run`, run here and now; returns the finished run (its status says whether it succeeded)."""
-        run = self.create_run(job_name, **kwargs)
+    def launch(self, job_name: str, *, tags: dict[str, str] | None = None, **kwargs) -> DagsterRun:
+        """`create_run`, run here and now; returns the finished run (its status says whether it succeeded). If this
+        process dies mid-run, the daemon marks the run failed but does not retry it (assets/retries.yaml `runs`):
+        the command that ran it (`make demo`, `make next-day`) is the one to run again, not a stale run of it."""
+        run = self.create_run(job_name, tags={**(tags or {}), "dagster/max_retries": "0"}, **kwargs)
         execute_run(recon_job_from_origin(run.job_code_origin), run, self.instance)  # type: ignore[arg-type]
         return self.instance.get_run_by_id(run.run_id)  # type: ignore[return-value]
 

@@ -66,3 +66,24 @@ class WatchedRunLauncher(dg.DefaultRunLauncher):
             return CheckRunHealthResult(WorkerStatus.RUNNING)
         return CheckRunHealthResult(WorkerStatus.FAILED, f"its worker (pid {pid}) is gone: the machine restarted, "
                                     "`make ui` stopped or the process was killed while the run was in progress")
+
+
+def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
+    """What the daemon's run monitoring does, for a process that runs without one (`make demo`, `make next-day`):
+    a STARTED run whose worker is gone is marked failed, and the pool slots of runs that ended are freed, or a dead
+    training run's `gpu` slot would hold this process's training steps for good. Returns the runs marked failed."""
+    launcher = instance.run_launcher
+    if not isinstance(launcher, WatchedRunLauncher):
+        return []
+    failed = []
+    for run in instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])):
+        health = launcher.check_run_worker_health(run)
+        if health.status == WorkerStatus.FAILED:
+            instance.report_run_failed(run, f"Marked failed: {health.msg}")
+            failed.append(run.run_id)
+    holding = instance.event_log_storage.get_concurrency_run_ids()
+    for run in instance.get_runs(dg.RunsFilter(run_ids=list(holding))) if holding else []:
+        if run.is_finished:
+            instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+    return failed
+

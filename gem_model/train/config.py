@@ -111,7 +111,9 @@ class TrainConfig(_Strict):
     dense_prior: DensePrior | None = None
     head_bias: Literal["fixed", "base_rate"] = "fixed"  # base_rate: logit of each head's training-window rate
     fail_at_step: int | None = None  # tests: raise after this step (after its checkpoint, if any)
-    fail_with: Literal["raise", "sigkill"] = "raise"  # tests: sigkill dies as the OOM killer kills, no exception
+    # tests: sigkill dies as the OOM killer kills, no exception; sigkill_group takes the whole process group with it
+    # (under a daemon: the run's worker, its code server and the daemon, as a machine restart)
+    fail_with: Literal["raise", "sigkill", "sigkill_group"] = "raise"
     dump_rank_weights: bool = False  # tests: write rank<r>.pt with each rank's final weights
     calibrate: bool = DEFAULT_CALIBRATION["enabled"]  # Platt map per (surface, task) fitted after selection
     calibration_min_positives: int = DEFAULT_CALIBRATION["min_positives"]  # fewer: the pooled map alone

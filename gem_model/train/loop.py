@@ -389,6 +389,8 @@ def train_loop(run: Run, st: State, total_steps: int) -> None:
             if tcfg["fail_at_step"] and st.step == int(tcfg["fail_at_step"]):
                 if tcfg["fail_with"] == "sigkill":
                     os.kill(os.getpid(), signal.SIGKILL)
+                if tcfg["fail_with"] == "sigkill_group":
+                    os.killpg(os.getpgid(0), signal.SIGKILL)
                 raise RuntimeError(f"simulated failure at step {st.step} (train.fail_at_step)")
             if st.step >= total_steps or st.best["evals_since"] > patience:
                 stop = True

@@ -5,8 +5,8 @@ versions on disk (resumed step, gate record, checkpoint), ACCEPTED and what the 
 starts; a domain_models run fails and is re-executed (step retries off). `retry`: runs as `make ui` launches them
 (Dagster's multiprocess executor: each step in a child process), retried by their steps' retry policy: a
 students run whose training fails midway, a foundation_job run whose training process is SIGKILLed midway.
-`orphan`: a foundation_job run whose worker is SIGKILLed midway with nothing left to notice (as after a machine
-restart); `orphaned`: what the daemon made of it.
+`submit`: a foundation_job run queued for the daemon, as the UI submits it; `orphan`: one executed here, as `make
+demo` runs it, killed midway with this process; `orphaned`: what the daemon made of them.
 
 Run as a script by tests/pipelines/test_resume_training.py on a copy of the demo world whose tiny presets fail at
 step 2, after that step's checkpoint (`fail_at_step`); the calendar, presets and retries come from
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import dagster as dg
 
@@ -124,14 +125,23 @@ def retry() -> dict:
     }
 
 
+def submit() -> dict:
+    """A foundation_job run submitted as the UI's "Materialize" submits it: queued, for the daemon to launch."""
+    instance = get_instance()
+    run = CodeLocation(instance).create_run("foundation_job", run_config=CONFIG, tags={"gem/trigger": "ui"})
+    instance.submit_run(run.run_id, workspace=None)  # type: ignore[arg-type]  # the queue needs none
+    return {"run_id": run.run_id, "known": list_versions("foundation_model")}
+
+
 def orphan(out: str) -> dict:
-    """A foundation_job run executed in this process, as `make demo` runs it: the training SIGKILLs it after its
-    step-2 checkpoint, and with it the run's worker. Nothing is left to say the run ended (as after a machine
-    restart): it stays STARTED. The versions before it are written to `out` first; returns only if the kill did
-    not happen."""
-    json.dump({"known": list_versions("foundation_model")}, open(out, "w"))
-    location = CodeLocation(get_instance())
-    run = location.launch("foundation_job", run_config=CONFIG, tags={"gem/trigger": "ui"})
+    """A foundation_job run executed in this process, as `make demo` runs it, killed with it after its step-2
+    checkpoint; nothing is left to say the run ended. The run id is written to `out` first; returns only if the
+    kill did not happen."""
+    instance = get_instance()
+    known = set(instance.get_run_ids(dg.RunsFilter(job_name="foundation_job")))
+    location = CodeLocation(instance)
+    Path(out).write_text(json.dumps({"known_runs": sorted(known)}))  # written before the kill
+    run = location.launch("foundation_job", run_config=CONFIG, tags={"gem/trigger": "demo"})
     return {"unexpectedly_finished": run.status.value}
 
 
@@ -155,5 +165,6 @@ def orphaned() -> dict:
 
 if __name__ == "__main__":
     mode, out = sys.argv[1:]
-    modes = {"reexecute": reexecute, "retry": retry, "orphan": lambda: orphan(out), "orphaned": orphaned}
+    modes = {"reexecute": reexecute, "retry": retry, "submit": submit, "orphan": lambda: orphan(out),
+             "orphaned": orphaned}
     json.dump(modes[mode](), open(out, "w"), indent=2)

@@ -44,11 +44,12 @@ def _failing(demo_copy: dict[str, str], tmp_path: Path, retries: dict, fail_with
     return {**demo_copy, "GEM_ASSETS_DIR": str(assets)}
 
 
-def _drive(mode: str, env: dict[str, str], tmp_path: Path, returncode: int = 0) -> dict:
-    """resume_driver.py `mode` in `env`, its JSON."""
+def _drive(mode: str, env: dict[str, str], tmp_path: Path, returncode: int = 0, new_session: bool = False) -> dict:
+    """resume_driver.py `mode` in `env` (in a process group of its own: `fail_with: sigkill_group` kills that), its
+    JSON."""
     out = tmp_path / f"{mode}.json"
     proc = subprocess.run([sys.executable, str(DRIVER), mode, str(out)], env=env, capture_output=True, text=True,
-                          timeout=1000)
+                          timeout=1000, start_new_session=new_session)
     assert proc.returncode == returncode, proc.stdout[-4000:] + proc.stderr[-4000:]
     return json.loads(out.read_text())
 
@@ -107,16 +108,17 @@ def test_a_training_step_killed_or_failed_midway_is_retried_and_resumes(demo_cop
 
 
 @contextlib.contextmanager
-def _daemon(env: dict[str, str], log: Path) -> Iterator[Path]:
+def _daemon(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
     """`dagster-daemon run` on the workspace, as `make ui` starts it, in a process group of its own (its code server
     and run workers with it), stopped with everything it started; its output appended to `log`."""
     with log.open("a") as out:
         proc = subprocess.Popen([str(Path(sys.executable).with_name("dagster-daemon")), "run", "-w", "workspace.yaml"],
                                 cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            yield log
+            yield proc
         finally:
-            os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=60)
 
 
@@ -129,32 +131,52 @@ def _until(what: Callable[[], object], timeout: float, why: str, log: Path) -> o
 
 
 @pytest.mark.timeout(1200)
-def test_a_run_whose_worker_died_unnoticed_is_found_retried_and_resumes(demo_copy: dict[str, str],
-                                                                        tmp_path: Path) -> None:
-    """A training run whose worker died with nothing left to notice (the machine restarted, `make demo` or `make ui`
-    killed mid-run) stays STARTED. Once the daemon runs again (`make ui`), the run launcher's health check finds its
-    worker gone, the run is marked failed and re-executed from its failure (assets/retries.yaml `runs`), and the
-    foundation's training resumes its version from the step-2 checkpoint: one version, ACCEPTED."""
-    env = _failing(demo_copy, tmp_path, {"max_retries": 0}, fail_with="sigkill", runs={"max_retries": 1, "check_every_s": 2})
+def test_a_run_whose_worker_died_unnoticed_is_found_and_retried_if_the_daemon_launched_it(demo_copy: dict[str, str],
+                                                                                          tmp_path: Path) -> None:
+    """The machine restarts while a training run of the UI is in progress: its worker, the code server and the daemon
+    die together, nothing is left to say the run ended, and it stays STARTED, holding the gpu pool's slot. `make demo`
+    then finds its worker gone (the run launcher's health check), marks it failed and frees the slot its own training
+    waits for; it is killed the same way. Once the daemon runs again (`make ui`), the UI's run is re-executed from
+    its failure (assets/retries.yaml `runs`) and the foundation's training resumes its version from the step-2
+    checkpoint, ACCEPTED; the demo's run is marked failed by the daemon, not retried: the command is the one to run
+    again, not a stale run of it."""
+    env = _failing(demo_copy, tmp_path, {"max_retries": 0}, fail_with="sigkill_group",
+                   runs={"max_retries": 1, "check_every_s": 2})
     subprocess.run([sys.executable, "-c", "from gem_pipelines.instance import dagster_home; dagster_home()"], env=env,
                    check=True)
     instance = dg.DagsterInstance.from_config(env["DAGSTER_HOME"])
     failures_seen = f"EVENT_LOG_CONSUMER_CURSOR-{dg.DagsterEventType.RUN_FAILURE.value}"
     log = tmp_path / "daemon.log"
-    with _daemon(env, log):  # `make ui` ran on this instance before: its run retries read failures from then on
+    with _daemon(env, log) as daemon:  # `make ui` ran on this instance before: its retries read failures from then on
         _until(lambda: instance.daemon_cursor_storage.get_cursor_values({failures_seen}), 300, "no retry daemon", log)
-    known = _drive("orphan", env, tmp_path, returncode=-signal.SIGKILL)["known"]
-    (orphan,) = instance.get_runs(dg.RunsFilter(job_name="foundation_job", statuses=[dg.DagsterRunStatus.STARTED]))
+        submitted = _drive("submit", env, tmp_path)
+        # the daemon launches it; after its step-2 checkpoint the training kills the daemon's whole process group
+        _until(lambda: daemon.poll() is not None, 600, "the run's training did not take its daemon down", log)
+    ui_run = instance.get_run_by_id(submitted["run_id"])
+    assert ui_run is not None and ui_run.status == dg.DagsterRunStatus.STARTED  # nobody left to say it ended
+    known_runs = set(_drive("orphan", env, tmp_path, returncode=-signal.SIGKILL, new_session=True)["known_runs"])
+    (demo_run,) = [r for r in instance.get_runs(dg.RunsFilter(job_name="foundation_job")) if r.run_id not in known_runs]
+    assert demo_run.status == dg.DagsterRunStatus.STARTED
+    assert instance.get_run_by_id(ui_run.run_id).status == dg.DagsterRunStatus.FAILURE  # the demo found it dead
     with _daemon(env, log):
-        _until(lambda: instance.get_runs(dg.RunsFilter(tags={"dagster/root_run_id": orphan.run_id},
+        _until(lambda: instance.get_runs(dg.RunsFilter(tags={"dagster/root_run_id": ui_run.run_id},
                                                        statuses=[dg.DagsterRunStatus.SUCCESS,
                                                                  dg.DagsterRunStatus.FAILURE])), 300, "no retry ended", log)
+        _until(lambda: instance.get_run_by_id(demo_run.run_id).status == dg.DagsterRunStatus.FAILURE, 60,
+               "the demo's run is not marked failed", log)
+        time.sleep(10)  # five more rounds of the run retries: none for the demo's run
     doc = _drive("orphaned", env, tmp_path)
-    first, retried = (r for r in doc["runs"] if orphan.run_id in (r["run_id"], r["root_run_id"]))
-    (why,) = first["failure"]
-    assert first["status"] == "FAILURE" and "is gone" in why, why  # the launcher's health check said so
-    assert retried["status"] == "SUCCESS" and retried["parent_run_id"] == first["run_id"]
+    runs = {r["run_id"]: r for r in doc["runs"]}
+    ui, demo = runs[ui_run.run_id], runs[demo_run.run_id]
+    (retried,) = [r for r in doc["runs"] if r["root_run_id"] == ui_run.run_id]
+    for failed in (ui, demo):  # the launcher's health check said why
+        assert failed["status"] == "FAILURE" and len(failed["failure"]) == 1 and "is gone" in failed["failure"][0]
+    assert retried["status"] == "SUCCESS" and retried["parent_run_id"] == ui_run.run_id
     assert retried["retry_number"] == "1" and retried["executor"] == "in_process"  # the run's own config again
-    (version,) = set(doc["versions"]) - set(known)  # the retry continued the orphan's version
-    assert doc["versions"][version]["resumed_from_step"] == 2 and doc["versions"][version]["step"] > 2
-    assert doc["versions"][version]["gated"] and doc["accepted"] == version and doc["resumed_shown"] == 2
+    assert not [r for r in doc["runs"] if r["root_run_id"] == demo_run.run_id]  # the demo's run: not retried
+    # the retry continued the UI run's version from step 2, gated, ACCEPTED; the demo's run left its own unjudged
+    resumed, left = sorted(set(doc["versions"]) - set(submitted["known"]),
+                           key=lambda v: doc["versions"][v]["resumed_from_step"] is None)
+    assert doc["versions"][resumed]["resumed_from_step"] == 2 and doc["versions"][resumed]["step"] > 2
+    assert doc["versions"][resumed]["gated"] and doc["accepted"] == resumed and doc["resumed_shown"] == 2
+    assert doc["versions"][left] == {"resumed_from_step": None, "step": None, "gated": False, "checkpoint": True}

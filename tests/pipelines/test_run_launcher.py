@@ -16,7 +16,7 @@ import pytest
 from dagster._core.launcher import WorkerStatus
 
 from gem_pipelines import instance as gem_instance
-from gem_pipelines.run_launcher import WatchedRunLauncher, worker_alive
+from gem_pipelines.run_launcher import WatchedRunLauncher, reap_dead_runs, worker_alive
 
 MATERIALIZE = textwrap.dedent("""
     import dagster as dg
@@ -26,6 +26,17 @@ MATERIALIZE = textwrap.dedent("""
         return 1
 
     dg.materialize([one], instance=dg.DagsterInstance.get())
+""")
+# a training step killed with its process, holding the gpu pool's slot (the run stays STARTED: nobody says it ended)
+DIES = textwrap.dedent("""
+    import os, signal
+    import dagster as dg
+
+    @dg.asset(pool="gpu")
+    def trains() -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    dg.materialize([trains], instance=dg.DagsterInstance.get())
 """)
 
 
@@ -92,3 +103,23 @@ def test_the_health_check_reads_the_process_that_started_the_run(tmp_path: Path,
         job = dg.Definitions(assets=[here], jobs=[dg.define_asset_job("j", [here])]).resolve_job_def("j")
         not_started = instance.create_run_for_job(job)
         assert check(not_started).status == WorkerStatus.RUNNING  # no RUN_START yet: no verdict
+
+
+def test_a_process_without_the_daemon_reaps_the_runs_whose_worker_died(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """`make demo` after a machine restart: the dead run is marked failed and its gpu slot freed, or the demo's
+    training steps would wait for that slot for good."""
+    home = _home(tmp_path, monkeypatch)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        instance.event_log_storage.set_concurrency_slots("gpu", 1)
+    died = subprocess.run([sys.executable, "-c", DIES], env={**os.environ, "DAGSTER_HOME": str(home)},
+                          capture_output=True)
+    assert died.returncode == -9
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        (dead,) = instance.get_runs()
+        assert dead.status == dg.DagsterRunStatus.STARTED
+        assert [c.run_id for c in instance.event_log_storage.get_concurrency_info("gpu").claimed_slots] == [dead.run_id]
+        assert reap_dead_runs(instance) == [dead.run_id]
+        assert instance.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.FAILURE
+        assert instance.event_log_storage.get_concurrency_info("gpu").claimed_slots == []
+        assert reap_dead_runs(instance) == []  # once
+
