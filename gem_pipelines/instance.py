@@ -16,8 +16,8 @@ from gem_pipelines.settings import RETRIES
 POOL_LIMITS = {"gpu": 1, "ingest": 4}
 
 MARK = "# Written by gem_pipelines.instance"
-# what an earlier release wrote: still the project's, so it is brought up to date
-_EARLIER = """\
+# the pools, as an earlier release wrote them alone: such a file is still the project's, brought up to date
+POOLS = """\
 telemetry:
   enabled: false
 concurrency:
@@ -32,13 +32,7 @@ def dagster_yaml() -> str:
     runs = RETRIES.runs
     return f"""\
 {MARK} from assets/retries.yaml: edits here are replaced (remove this line to keep your own).
-telemetry:
-  enabled: false
-concurrency:
-  pools:
-    granularity: op
-    default_limit: 1   # any pool without an explicit limit (e.g. gpu): one step at a time
-run_launcher:          # the local launcher, with a health check of each run's worker
+{POOLS}run_launcher:          # the local launcher, with a health check of each run's worker
   module: gem_pipelines.run_launcher
   class: WatchedRunLauncher
 run_monitoring:        # a run whose worker is gone is marked failed, and the pool slots its steps held are freed
@@ -58,7 +52,7 @@ def dagster_home() -> Path:
     os.environ["DAGSTER_HOME"] = str(home)
     cfg = home / "dagster.yaml"
     current = cfg.read_text() if cfg.exists() else None
-    if current is None or current == _EARLIER or (current.startswith(MARK) and current != dagster_yaml()):
+    if current is None or current == POOLS or (current.startswith(MARK) and current != dagster_yaml()):
         write_text(cfg, dagster_yaml())
     return home
 

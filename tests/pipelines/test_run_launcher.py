@@ -62,7 +62,7 @@ def test_the_instance_yaml_follows_the_settings_unless_it_is_the_users(tmp_path:
     cfg.write_text(cfg.read_text().replace("max_retries: 1", "max_retries: 7"))  # ours, outdated: rewritten
     gem_instance.dagster_home()
     assert cfg.read_text() == gem_instance.dagster_yaml()
-    cfg.write_text(gem_instance._EARLIER)  # what an earlier release wrote: brought up to date
+    cfg.write_text(gem_instance.POOLS)  # what an earlier release wrote: brought up to date
     gem_instance.dagster_home()
     assert cfg.read_text() == gem_instance.dagster_yaml()
     own = "telemetry:\n  enabled: true\n"  # no marker line: the user's, kept
