@@ -23,7 +23,7 @@ _START_SLACK_S = 5.0
 
 
 def _process_start(pid: int) -> float | None:
-    """Start time (epoch seconds) of `pid` from Linux's /proc; None where there is no /proc to read."""
+    """Start time (epoch seconds) of `pid` from Linux's /proc; None when it is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
@@ -38,34 +38,34 @@ def worker_alive(pid: int, started_at: float) -> bool:
     """Whether the process `pid` exists and is the one that was running at `started_at` (not a reuse of its pid)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):  # gone, or someone else's process holds the pid now
         return False
-    except PermissionError:  # someone else's process now holds the pid
-        return False
+    if not Path("/proc/stat").is_file():  # no /proc (macOS): existence is all there is to go on
+        return True
     start = _process_start(pid)
-    return start is None or start <= started_at + _START_SLACK_S  # no /proc (macOS): existence is all there is
+    return start is not None and start <= started_at + _START_SLACK_S
 
 
 class WatchedRunLauncher(dg.DefaultRunLauncher):
-    """DefaultRunLauncher plus a worker health check: the run's worker is the process that started it (the pid
-    of its RUN_START event), alive or not, on this machine, where the local launcher runs it."""
+    """DefaultRunLauncher plus a worker health check: a run is alive while the process that started it (its
+    RUN_START event) or one that started a step of it (STEP_START: the multiprocess executor's children, which
+    outlive a killed parent) lives, on this machine, where the local launcher runs them."""
 
     @property
     def supports_check_run_worker_health(self) -> bool:
         return True
 
     def check_run_worker_health(self, run: dg.DagsterRun) -> CheckRunHealthResult:
-        records = self._instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.RUN_START, limit=1).records
-        if not records or records[0].event_log_entry.dagster_event is None:
-            return CheckRunHealthResult(WorkerStatus.RUNNING, "not started yet")
-        entry = records[0].event_log_entry
-        pid = entry.dagster_event.pid
-        if pid is None:  # the monitor fails any status but RUNNING: no evidence, no verdict
-            return CheckRunHealthResult(WorkerStatus.RUNNING, "its RUN_START event names no process")
-        if worker_alive(pid, entry.timestamp):
+        started = self._instance.get_records_for_run(
+            run.run_id, of_type={dg.DagsterEventType.RUN_START, dg.DagsterEventType.STEP_START}).records
+        procs = [(e.dagster_event.pid, e.timestamp) for e in (r.event_log_entry for r in started)
+                 if e.dagster_event is not None and e.dagster_event.pid is not None]
+        if not procs:  # the monitor fails any status but RUNNING: no evidence, no verdict
+            return CheckRunHealthResult(WorkerStatus.RUNNING, "no process has started it yet")
+        if any(worker_alive(pid, at) for pid, at in procs):
             return CheckRunHealthResult(WorkerStatus.RUNNING)
-        return CheckRunHealthResult(WorkerStatus.FAILED, f"its worker (pid {pid}) is gone: the machine restarted, "
-                                    "`make ui` stopped or the process was killed while the run was in progress")
+        return CheckRunHealthResult(WorkerStatus.FAILED, f"its worker (pid {procs[0][0]}) is gone, its steps' too: the "
+                                    "machine restarted, `make ui` stopped or they were killed while the run was in progress")
 
 
 def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
@@ -86,4 +86,3 @@ def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
         if run.is_finished:
             instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
     return failed
-

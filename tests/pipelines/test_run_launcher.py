@@ -4,6 +4,7 @@ it: tests/pipelines/test_resume_training.py."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -123,3 +124,49 @@ def test_a_process_without_the_daemon_reaps_the_runs_whose_worker_died(tmp_path:
         assert instance.event_log_storage.get_concurrency_info("gpu").claimed_slots == []
         assert reap_dead_runs(instance) == []  # once
 
+
+
+SLOW_JOB = textwrap.dedent("""
+    import time
+    import dagster as dg
+
+    @dg.asset
+    def slow() -> None:
+        time.sleep(300)
+
+    defs = dg.Definitions(assets=[slow], jobs=[dg.define_asset_job("slow_job", [slow], executor_def=dg.multiprocess_executor)])
+""")
+
+
+def test_a_run_lives_while_a_step_process_outlives_its_killed_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The multiprocess executor's step processes outlive a killed run worker, and still write the run's events: not
+    dead (a retry beside them would train the same version twice) until they are gone too."""
+    home = _home(tmp_path, monkeypatch)
+    (tmp_path / "slow.py").write_text(SLOW_JOB)
+    cli = subprocess.Popen([str(Path(sys.executable).with_name("dagster")), "job", "execute", "-f",
+                            str(tmp_path / "slow.py"), "-j", "slow_job"], env={**os.environ, "DAGSTER_HOME": str(home)},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            end = time.monotonic() + 120
+            while not (runs := instance.get_runs()) or not instance.get_records_for_run(
+                    runs[0].run_id, of_type=dg.DagsterEventType.STEP_START).records:
+                assert time.monotonic() < end and cli.poll() is None, "the step did not start"
+                time.sleep(0.5)
+            (run,) = runs
+            step_pid = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.STEP_START).records[0] \
+                .event_log_entry.dagster_event.pid
+            assert step_pid != cli.pid
+            check = instance.run_launcher.check_run_worker_health
+            assert check(run).status == WorkerStatus.RUNNING
+            cli.kill()  # the run worker alone
+            cli.wait(timeout=30)
+            assert check(run).status == WorkerStatus.RUNNING  # its step's process lives on
+            os.kill(step_pid, 9)
+            end = time.monotonic() + 30
+            while check(run).status != WorkerStatus.FAILED:
+                assert time.monotonic() < end, "the step's process did not go"
+                time.sleep(0.2)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # whatever of its group is left
+            os.killpg(cli.pid, 9)
