@@ -18,7 +18,9 @@ export WANDB_MODE ?= offline
 export WANDB_SILENT := true
 # pytest's "no tests collected" exit code (5) is a failure here, not a pass. Two xdist workers for CI's two
 # cores, a test file per worker at a time (tests/conftest.py schedules them); PYTEST_ARGS="-n 0" runs serially.
-PYTEST_ARGS ?= -n 2
+# A worker that crashes (a native fault) ends the run naming its test: replaced, it could leave the scope scheduler
+# waiting for good (seen once on a clean clone: both workers idle until killed).
+PYTEST_ARGS ?= -n 2 --max-worker-restart=0
 
 .PHONY: demo next-day week test chromium ui bench eval lint clean
 
