@@ -51,9 +51,10 @@ def dagster_home() -> Path:
     home.mkdir(parents=True, exist_ok=True)
     os.environ["DAGSTER_HOME"] = str(home)
     cfg = home / "dagster.yaml"
-    current = cfg.read_text() if cfg.exists() else None
-    if current is None or current == POOLS or (current.startswith(MARK) and current != dagster_yaml()):
-        write_text(cfg, dagster_yaml())
+    current, wanted = cfg.read_text() if cfg.exists() else None, dagster_yaml()
+    # ours (written by an earlier release, or from other settings) follows the settings; a user's own stays
+    if current != wanted and (current is None or current == POOLS or current.startswith(MARK)):
+        write_text(cfg, wanted)
     return home
 
 

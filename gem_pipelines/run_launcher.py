@@ -12,6 +12,7 @@ pinned with dagster==1.13.27 and exercised by tests/pipelines/test_run_launcher.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -22,16 +23,20 @@ from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
 _START_SLACK_S = 5.0
 
 
+@functools.cache
+def _boot_time() -> float:
+    return next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                if line.startswith("btime "))
+
+
 def _process_start(pid: int) -> float | None:
     """Start time (epoch seconds) of `pid` from Linux's /proc; None when it is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime "))
-    except (OSError, StopIteration):
+    except OSError:
         return None
     ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, after the command name (which may hold spaces)
-    return boot + ticks / os.sysconf("SC_CLK_TCK")
+    return _boot_time() + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def worker_alive(pid: int, started_at: float) -> bool:
