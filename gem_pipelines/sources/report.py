@@ -157,15 +157,17 @@ def to_markdown(doc: dict[str, Any]) -> str:
         f"Oracle: {doc['oracle']}.",
         f"Foundation version {doc['foundation_version']} ({'ACCEPTED' if doc['foundation_accepted'] else 'not accepted by the gate'}).",
         "",
-        "| surface | task | n | positives | foundation NE | single-surface NE | peer NE | foundation AUC | single-surface AUC | foundation calibration |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| surface | task | n | positives | foundation NE | single-surface NE | peer NE | foundation AUC | single-surface AUC | foundation calibration "
+        "| single-surface calibration |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in doc["rows"]:
         f, b = r.get("foundation"), r.get("single_surface")
         peer = f"{r['peer_ne']:.3f}" if r.get("peer_ne") is not None else "-"
         lines.append(
             f"| {r['surface']} | {r['task']} | {f['n'] if f else '-'} | {f['positives'] if f else '-'} | {_fmt(f, 'ne')} | "
-            f"{_fmt(b, 'ne')} | {peer} | {_fmt(f, 'auc')} | {_fmt(b, 'auc')} | {_fmt(f, 'calibration')} |"
+            f"{_fmt(b, 'ne')} | {peer} | {_fmt(f, 'auc')} | {_fmt(b, 'auc')} | {_fmt(f, 'calibration')} | "
+            f"{_fmt(b, 'calibration')} |"
         )
     lines += ["", "Hierarchical distillation path per domain:", ""]
     lines += [f"- {d}: {v}" for d, v in doc["hierarchical"].items()]
