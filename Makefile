@@ -1,6 +1,7 @@
 # Every target runs inside .venv, which is (re)built when pyproject.toml changes.
 PY := .venv/bin/python
-# DATA: sim (the simulator) or a public dataset of assets/sources/ (douban, taobao, aliccp, mind),
+# DATA: sim (the simulator) or a public dataset of assets/sources/ (douban, kuairand, taobao, aliccp, mind, mind_full,
+# aliccp_full),
 # each in a GEM_HOME of its own so worlds never mix: `make demo DATA=douban`.
 DATA ?= sim
 ifneq ($(shell printf '%s' '$(DATA)' | grep -xE '[a-z0-9_]+'),$(DATA))

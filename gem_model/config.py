@@ -48,7 +48,7 @@ ENV_VARS: dict[str, EnvVar] = {v.name: v for v in (
     EnvVar("GEM_MODEL_PRESET", "small", "preset of assets/models/<preset>.yaml and of students.yaml"),
     # where and how it runs
     EnvVar("GEM_ENV", "local", "resource set: local (embedded) or prod (object-store lake, CUDA)"),
-    EnvVar("GEM_DEVICE", "auto", "training device: auto, cpu, cuda, cuda:<n>"),
+    EnvVar("GEM_DEVICE", "auto", "training device: auto, cpu, cuda (CUDA_VISIBLE_DEVICES picks the card)"),
     EnvVar("GEM_NPROC", "1", "GPUs (torchrun processes) of the foundation step on one node"),
     EnvVar("GEM_EXECUTOR", "default", "Dagster executor: default or k8s (one pod per step)"),
     # kernels/ (read there)
@@ -67,6 +67,8 @@ ENV_VARS: dict[str, EnvVar] = {v.name: v for v in (
     EnvVar("WANDB_PROJECT", "gem", "W&B project (set by WandbResource)"),
     EnvVar("WANDB_ENTITY", None, "W&B entity (set by WandbResource)"),
     EnvVar("DAGSTER_HOME", None, "the Dagster instance; unset: $GEM_HOME/dagster (make demo / make ui)"),
+    EnvVar("DAGSTER_DISABLE_TELEMETRY", "1", "Dagster's usage statistics (the Makefile keeps them off)"),
+    EnvVar("WANDB_SILENT", "true", "W&B's console output (the Makefile quiets it)"),
     EnvVar("DAGSTER_PIPES_CONTEXT", None, "set by Dagster Pipes: rank 0 reports to the step"),
     EnvVar("RANK", "0", "torchrun: global rank"),
     EnvVar("WORLD_SIZE", "1", "torchrun: number of processes"),

@@ -335,7 +335,7 @@ class ImportResult:
     dataset: str
     source_dir: Path
     files: dict[str, int]  # source file -> data rows read
-    unmapped: dict[str, int]  # source file -> rows written verbatim (quarantined as unparseable)
+    unmapped: dict[str, int]  # source file -> rows not mapped: unparseable, or of an undeclared surface (unknown_enum)
     partitions: dict[str, int]  # "<date>|<surface>" -> landing records
     history_records: int = 0
     notes: dict[str, Any] = field(default_factory=dict)  # e.g. purchase_without_click rows and rule
