@@ -95,9 +95,18 @@ def test_cpu_defaults_to_reference(qkv, backend_env, monkeypatch):
     assert rel_err(out, naive_jagged_attention(q, k, v, offsets, causal=True)) < 1e-5
 
 
-def test_forced_torch(qkv, backend_env):
+class _OnCuda:
+    """What backend_for reads of a tensor (device, dtype), on a CUDA device this machine need not have."""
+
+    device = torch.device("cuda", 0)
+    dtype = torch.float32
+
+
+def test_forced_torch(backend_env):
+    # on CUDA the automatic choice is Triton: the variable must override it
+    assert kernels.backend_for(_OnCuda()) == "triton"
     backend_env("torch")
-    assert kernels.backend_for(qkv[0]) == "torch"
+    assert kernels.backend_for(_OnCuda()) == "torch"
 
 
 @pytest.mark.skipif(not tja.interpreting(), reason="needs TRITON_INTERPRET=1 before import")

@@ -10,7 +10,7 @@ import torch
 
 from gem_model.config import SurfacesConfig, load_features, load_surfaces
 from gem_model.data.loader import Encoder
-from gem_model.data.vocab import lookup
+from gem_model.data.vocab import hash_int64, lookup
 from gem_model.eval.metrics import bootstrap_ne, paired_difference
 from gem_model.models import GEM
 from gem_model.store.schemas import ACTIONS, CREATIVE_FORMATS, DEVICES, OBJECTIVES
@@ -80,8 +80,13 @@ def test_paired_bootstrap_separates_a_better_model_and_not_a_copy():
 
 @pytest.mark.parametrize("name", ["user_id", "ad_id"])
 def test_open_vocabularies_are_hashed(name):
-    enc = Encoder(load_features(), load_surfaces())
-    assert name not in enc.vocab
+    features = load_features()
+    enc = Encoder(features, load_surfaces())
+    assert name not in enc.vocab  # no closed vocabulary: an id never seen still gets a row
+    buckets = int(next(f.buckets for f in features.sparse if f.name == name))
+    rows = enc._ids(name, pa.array([1, 2, 2**40, None], pa.int64()), buckets)
+    assert rows[:3].tolist() == hash_int64(np.array([1, 2, 2**40]), buckets).tolist()
+    assert rows[3] == 0 and ((rows[:3] >= 1) & (rows[:3] < buckets)).all()  # 0 is null's row alone
 
 
 def test_din_sum_pooling_keeps_the_strength_of_the_match():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -125,18 +126,21 @@ def test_resume_after_kill(lake, tmp_path):
     env = {**os.environ, "WANDB_MODE": "disabled"}
     proc = subprocess.Popen([sys.executable, "-m", "gem_model.train.loop", "--config", str(cfg_path)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = False
     try:
         for line in proc.stdout:  # wait for progress past the second checkpoint, then SIGKILL
             if "step 10/" in line:
+                seen = True
                 break
         proc.kill()
     finally:
         proc.wait(timeout=60)
-    assert (out / "checkpoint.pt").exists()
+    assert seen and proc.returncode == -signal.SIGKILL  # killed midway, not a run that finished on its own
+    assert (out / "checkpoint.pt").exists() and not (out / "model.pt").exists()
     step = torch.load(out / "checkpoint.pt", weights_only=True)["step"]
     assert step >= 5
     summary = train(cfg, resume=True)
-    assert summary["resumed_from_step"] == step
+    assert summary["resumed_from_step"] == step and summary["step"] > step
     assert (out / "model.pt").exists()
 
 

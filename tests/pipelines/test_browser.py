@@ -79,6 +79,8 @@ def test_make_installs_chromium_through_apt_only_when_missing(tmp_path: Path) ->
         elif os.getuid() == 0:  # apt-get needs root: otherwise make leaves it to the skip below
             assert log.read_text().splitlines() == ["install -y -qq chromium"]
             assert out.stdout.count("\n") == 1 and "apt-get install chromium" in out.stdout
+        else:
+            assert out.stdout == "" and not log.exists()
 
 
 @pytest.mark.timeout(600)

@@ -244,6 +244,7 @@ def _check_report(home: Path, summaries: list[dict], acc1: dict[str, str]) -> No
     for d, summary in zip(days, summaries, strict=True):
         assert d["wall_s"] == summary["wall_s"] > 0 and d["failed"] == []
         assert {r["surface"] for r in d["surfaces"]} == set(SURFACES)
+        assert sum(r["new_ad_impressions"] for r in d["surfaces"]) > 0  # churn: ads born that day are shown
         for r in d["surfaces"]:
             assert r["impressions"] > 0 and 0.2 < r["calibration"] < 5  # mean prediction / mean oracle p
             # the yardstick: the oracle's own p behind a map fitted like the foundation's, on its days

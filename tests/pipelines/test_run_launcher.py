@@ -60,7 +60,10 @@ def test_the_instance_yaml_says_how_runs_are_watched_and_retried(tmp_path: Path,
 
 def test_the_instance_yaml_follows_the_settings_unless_it_is_the_users(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     cfg = _home(tmp_path, monkeypatch) / "dagster.yaml"
-    cfg.write_text(cfg.read_text().replace("max_retries: 1", "max_retries: 7"))  # ours, outdated: rewritten
+    ours = cfg.read_text()
+    outdated = ours.replace(f"max_retries: {gem_instance.RETRIES.runs.max_retries}", "max_retries: 7")
+    assert outdated != ours
+    cfg.write_text(outdated)  # ours, outdated: rewritten
     gem_instance.dagster_home()
     assert cfg.read_text() == gem_instance.dagster_yaml()
     cfg.write_text(gem_instance.POOLS)  # what an earlier release wrote: brought up to date
@@ -143,6 +146,8 @@ def test_a_run_lives_while_a_step_process_outlives_its_killed_worker(tmp_path: P
     dead (a retry beside them would train the same version twice) until they are gone too."""
     home = _home(tmp_path, monkeypatch)
     (tmp_path / "slow.py").write_text(SLOW_JOB)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert instance.get_runs() == []  # the storage's tables exist before the CLI opens them too (a race otherwise)
     cli = subprocess.Popen([str(Path(sys.executable).with_name("dagster")), "job", "execute", "-f",
                             str(tmp_path / "slow.py"), "-j", "slow_job"], env={**os.environ, "DAGSTER_HOME": str(home)},
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

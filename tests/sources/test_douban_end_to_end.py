@@ -96,9 +96,9 @@ def test_douban_slice_runs_the_whole_graph(tmp_path: Path) -> None:
         for model in ("foundation", "single_surface"):
             m = r[model]
             assert m["n"] > 0
-            for k in ("ne", "auc", "calibration"):
+            for k in ("ne", "auc", "calibration"):  # each figure inside an interval of its own resamples
                 lo, hi = m[f"{k}_ci"]
-                assert lo <= hi
+                assert lo < hi and lo <= m[k] <= hi, (r["surface"], model, k)
     assert "| movie | click |" in (home / "reports" / "real_data_report.md").read_text()
 
     # distillation: the direct path for every surface, the hierarchical one reported not applicable
