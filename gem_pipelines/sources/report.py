@@ -76,6 +76,17 @@ def _metric_block(preds: pl.DataFrame, surface: str, task: str, n_boot: int) -> 
             "positives": int(y.sum())}
 
 
+def _paired(a: pl.DataFrame, b: pl.DataFrame, surface: str, task: str, n_boot: int) -> dict[str, Any]:
+    """NE(a) - NE(b) on the same rows of E with its interval over the same resamples: two models' own intervals
+    overlap long before the paired one contains 0."""
+    rows = a.filter((pl.col("surface") == surface) & pl.col(f"{task}_mask")).select("request_id", task, pa=f"p_{task}")
+    rows = rows.join(b.select("request_id", pb=f"p_{task}"), on="request_id", how="inner")
+    y, pa, pb = rows[task].to_numpy().astype(float), rows["pa"].to_numpy(), rows["pb"].to_numpy()
+    boot = bootstrap_ne(y, {"a": pa, "b": pb}, n_boot=n_boot, seed=0)
+    point = normalized_entropy(y, pa) - normalized_entropy(y, pb)
+    return {"n": rows.height, **paired_difference(boot["a"], boot["b"], point)}
+
+
 # The counters' evidence: earlier impressions of the row's user on its surface, of the user elsewhere, of its
 # ad on its surface and elsewhere.
 EVIDENCE = ("user_impressions_before", "user_other_impressions_before", "ad_impressions_before",
@@ -135,6 +146,9 @@ def real_data_report(dataset: str, *, n_boot: int = 200, lake: str | None = None
             for model, key in (("foundation", "foundation"), ("single_surface", f"single_surface:{s}")):
                 if key in preds:
                     row[model] = _metric_block(preds[key], s, task, n_boot)
+            if row.get("foundation") and row.get("single_surface"):
+                row["foundation_minus_single"] = _paired(preds["foundation"], preds[f"single_surface:{s}"], s, task,
+                                                         n_boot)
             doc["rows"].append(row)
     doc["counter_evidence"] = counter_evidence(surfaces.names, lake)
     dist = reports_dir() / "distillation_report.json"
@@ -157,16 +171,17 @@ def to_markdown(doc: dict[str, Any]) -> str:
         f"Oracle: {doc['oracle']}.",
         f"Foundation version {doc['foundation_version']} ({'ACCEPTED' if doc['foundation_accepted'] else 'not accepted by the gate'}).",
         "",
-        "| surface | task | n | positives | foundation NE | single-surface NE | peer NE | foundation AUC | single-surface AUC | foundation calibration "
-        "| single-surface calibration |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| surface | task | n | positives | foundation NE | single-surface NE | foundation - single, paired [95%] | peer NE "
+        "| foundation AUC | single-surface AUC | foundation calibration | single-surface calibration |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in doc["rows"]:
         f, b = r.get("foundation"), r.get("single_surface")
         peer = f"{r['peer_ne']:.3f}" if r.get("peer_ne") is not None else "-"
         lines.append(
             f"| {r['surface']} | {r['task']} | {f['n'] if f else '-'} | {f['positives'] if f else '-'} | {_fmt(f, 'ne')} | "
-            f"{_fmt(b, 'ne')} | {peer} | {_fmt(f, 'auc')} | {_fmt(b, 'auc')} | {_fmt(f, 'calibration')} | "
+            f"{_fmt(b, 'ne')} | {_diff(d) if (d := r.get('foundation_minus_single')) else 'n/a'} | {peer} | "
+            f"{_fmt(f, 'auc')} | {_fmt(b, 'auc')} | {_fmt(f, 'calibration')} | "
             f"{_fmt(b, 'calibration')} |"
         )
     lines += ["", "Hierarchical distillation path per domain:", ""]

@@ -99,6 +99,10 @@ def test_douban_slice_runs_the_whole_graph(tmp_path: Path) -> None:
             for k in ("ne", "auc", "calibration"):  # each figure inside an interval of its own resamples
                 lo, hi = m[f"{k}_ci"]
                 assert lo < hi and lo <= m[k] <= hi, (r["surface"], model, k)
+        d = r["foundation_minus_single"]  # the two models on the same rows of E, paired
+        assert d["n"] == r["foundation"]["n"] == r["single_surface"]["n"] and d["lo"] < d["hi"]
+        assert d["diff"] == pytest.approx(r["foundation"]["ne"] - r["single_surface"]["ne"])
+        assert d["verdict"] == ("a better" if d["hi"] < 0 else "b better" if d["lo"] > 0 else "no difference shown")
     assert "| movie | click |" in (home / "reports" / "real_data_report.md").read_text()
 
     # distillation: the direct path for every surface, the hierarchical one reported not applicable
