@@ -186,7 +186,7 @@ def kd_effectiveness(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     for r in rows:
         r.setdefault("kd_effectiveness", None)
-        if r["arm"] in (BASELINE, STANDARD):
+        if r["arm"] in (BASELINE, STANDARD) or r["task"] != "click":  # a click-task figure: not on conversion rows
             r["kd_effectiveness"] = None
             continue
         lo = mean_ne(BASELINE, "none", r["surface"], r["split"])

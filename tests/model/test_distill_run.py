@@ -87,8 +87,11 @@ def test_report_has_every_arm_path_surface_split(report):
 
 def test_kd_effectiveness_only_for_kd_arms(report):
     rows, _ = report
-    assert all(r["kd_effectiveness"] is None for r in rows if r["arm"] in ("labels_only", "standard_kd"))
-    kd = [r for r in rows if r["arm"] not in ("labels_only", "standard_kd") and "status" not in r]
+    assert all(r["kd_effectiveness"] is None for r in rows if r["arm"] in ("labels_only", "standard_kd")
+               or r["task"] != "click")  # conversion rows included: the ratio is of the click task
+    assert any(r["task"] == "conversion" for r in rows)
+    kd = [r for r in rows if r["arm"] not in ("labels_only", "standard_kd") and "status" not in r
+          and r["task"] == "click"]
     assert kd and all("kd_gain" in r and "kd_gain_standard" in r for r in kd)  # every trained KD cell: both gains
     for r in kd:  # a ratio exactly where standard KD gained measurably (on E: with its interval above 0)
         defined = r["kd_gain_standard"] > KD_EPS and r.get("kd_report") != TWO_GAINS
