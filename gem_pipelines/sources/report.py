@@ -2,9 +2,10 @@
 
 Per surface on the evaluation day E: the foundation model and its single-surface baseline (the
 same version), each with click NE, AUC and calibration and their 95% percentile-bootstrap
-intervals, and their NE difference paired on the same rows and resamples; the peer targets of source.yaml; whether the hierarchical path applies (a domain of one
-surface has no domain model worth the name); the students the distillation report selected; and how
-much the counters knew on the days the models were fitted, selected and evaluated on (features only).
+intervals, and their NE difference paired on the same rows and resamples; the peer targets of
+source.yaml; whether the hierarchical path applies (a domain of one surface has no domain model
+worth the name); the students the distillation report selected; and how much the counters knew on
+the days the models were fitted, selected and evaluated on (features only).
 Written to reports/real_data_report.json and .md.
 """
 
