@@ -1,4 +1,6 @@
-# Every target runs inside .venv, which is (re)built when pyproject.toml changes.
+# Every target runs inside .venv, which is (re)built when pyproject.toml changes, with $(PYTHON) (3.11, as
+# pyproject.toml requires). A failed install removes .venv, so the next make starts over instead of using half of it.
+PYTHON ?= python3
 PY := .venv/bin/python
 # DATA: sim (the simulator) or a public dataset of assets/sources/ (douban, kuairand, taobao, aliccp, mind, mind_full,
 # aliccp_full),
@@ -26,9 +28,11 @@ PYTEST_ARGS ?= -n 2 --max-worker-restart=0
 .PHONY: demo next-day week test chromium ui bench eval lint clean
 
 .venv: pyproject.toml
-	python3 -m venv .venv
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else \
+	    f"$(PYTHON) is Python {sys.version.split()[0]}; pyproject.toml needs 3.11: make PYTHON=python3.11 ...")'
+	$(PYTHON) -m venv .venv
+	$(PY) -m pip install --quiet --upgrade pip || { rm -rf .venv; exit 1; }
+	$(PY) -m pip install --quiet -e '.[dev]' || { rm -rf .venv; exit 1; }
 	touch .venv
 
 demo: .venv
@@ -63,9 +67,10 @@ chromium:
 	        >/dev/null 2>&1 || echo "apt-get install chromium failed: the browser test will be reported as not run"; \
 	fi
 
+UI_PORT ?= 3000
 ui: .venv
 	$(PY) -c "from gem_pipelines.instance import dagster_home; dagster_home()"
-	$(PY) -m gem_pipelines.reports & trap 'kill $$!' EXIT; .venv/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	$(PY) -m gem_pipelines.reports & trap 'kill $$!' EXIT; .venv/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)
 
 bench: .venv
 	$(PY) bench/ingest.py

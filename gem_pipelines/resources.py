@@ -76,8 +76,10 @@ class AcceleratorResource(dg.ConfigurableResource):
     device: str = "auto"  # auto | cpu | cuda
     nproc_per_node: int = 1
     precision: str = "bf16"  # bf16 autocast on CUDA; CPU always trains in fp32
-    compile: bool = False
-    embedding_sharding: str = "replicated"  # "row": tables row-wise across the ranks, dense params FSDP2
+    # None: the preset's train.compile / train.embedding_sharding (replicated, or row: tables row-wise across
+    # the ranks, dense params FSDP2); a value set here overrides every preset
+    compile: bool | None = None
+    embedding_sharding: str | None = None
 
     def resolved_device(self) -> str:
         if self.device not in ("auto", "cpu", "cuda"):
@@ -95,8 +97,9 @@ class AcceleratorResource(dg.ConfigurableResource):
         return self.precision if self.resolved_device() == "cuda" else "fp32"
 
     def train_overrides(self) -> dict[str, object]:
-        return {"compile": self.compile, "precision": self.train_precision(),
-                "embedding_sharding": self.embedding_sharding}
+        """The train settings this resource decides: the precision always, the others where set."""
+        chosen = {"compile": self.compile, "embedding_sharding": self.embedding_sharding}
+        return {"precision": self.train_precision(), **{k: v for k, v in chosen.items() if v is not None}}
 
 
 class WandbResource(dg.ConfigurableResource):

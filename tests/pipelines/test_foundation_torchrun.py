@@ -15,7 +15,7 @@ import yaml
 from gem_model.config import load_calendar, load_surfaces
 from gem_model.data.synthetic import write_synthetic_lake
 from gem_model.models.registry import list_versions
-from gem_model.train.config import load_preset
+from gem_model.train.config import load_preset, resolve_config
 from gem_pipelines.assets import foundation as foundation_module
 from gem_pipelines.assets.foundation import ASSET, FoundationConfig, foundation_model, launch_args
 from gem_pipelines.resources import AcceleratorResource, LakeResource, WandbResource
@@ -55,6 +55,23 @@ def test_launch_args_are_the_config_verbatim(gem_home):
                     "lake": "/lake", "overrides": {"train": {"compile": True, "precision": "fp32", "embedding_sharding": "row"}},
                     "version": "v", "resume": False}
     assert launch_args(FoundationConfig(preset="tiny"), AcceleratorResource(device="cpu"), None, None, "v", True)["resume"]
+
+
+def test_the_resource_overrides_only_what_it_sets(gem_home):
+    """An accelerator left at its defaults keeps the preset's compile and sharding (base and large compile); the
+    resource's own values win over every preset."""
+    def train(preset: str, accelerator: AcceleratorResource) -> dict:
+        config = {"preset": preset, "data": {"train": ["2026-11-01", "2026-11-02"]},
+                  "train": accelerator.train_overrides()}
+        return resolve_config(config)["train"]
+
+    assert load_preset("large")["train"]["compile"] is True
+    kept = train("large", AcceleratorResource(device="cpu"))
+    assert kept["compile"] is True and kept["embedding_sharding"] == "replicated" and kept["precision"] == "fp32"
+    chosen = train("large", AcceleratorResource(device="cpu", compile=False, embedding_sharding="row"))
+    assert chosen["compile"] is False and chosen["embedding_sharding"] == "row"
+    with pytest.raises(ValueError, match="embedding_sharding"):
+        train("tiny", AcceleratorResource(device="cpu", embedding_sharding="rows"))
 
 
 def test_foundation_asset_two_gloo_ranks_through_pipes(gem_home, monkeypatch):
