@@ -7,10 +7,11 @@ import dagster as dg
 import polars as pl
 
 from gem_model.config import load_features
+from gem_model.store.paths import reports_dir
 from gem_pipelines.data import lake as lake_io
 from gem_pipelines.data.formats import training_examples_schema
 from gem_pipelines.data.history import build_training_examples, leakage_report
-from gem_pipelines.metadata import preview
+from gem_pipelines.metadata import preview, suite_metadata
 from gem_pipelines.partitions import date_partitions_def
 from gem_pipelines.resources import LakeResource
 
@@ -67,7 +68,9 @@ def activity_by_day(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
             blocking=True,
             description="every hist_seconds_before > 0, histories oldest first, empty lists not nulls",
             partitions_def=date_partitions_def,
-        )
+        ),
+        dg.AssetCheckSpec("gx_suite", asset="training_examples", blocking=True, partitions_def=date_partitions_def,
+                          description="GX suite assets/expectations/training_examples.json, before the Delta commit"),
     ],
 )
 def training_examples(context: dg.AssetExecutionContext, lake: LakeResource):
@@ -80,6 +83,14 @@ def training_examples(context: dg.AssetExecutionContext, lake: LakeResource):
     if not clean:
         yield dg.AssetCheckResult(check_name="no_leakage", passed=False, metadata=report)
         raise dg.Failure(f"training_examples {date}: history leakage or disorder {report}; nothing written")
+    from gem_pipelines.data.validation import validate_frame  # GX imports in ~3 s: only where a suite runs
+
+    suite = validate_frame("training_examples", df, partition_key=context.partition_key,
+                           docs_dir=reports_dir() / "data_docs") if df.height else None  # as ingest: none to check
+    if suite and not suite.success:
+        yield dg.AssetCheckResult(check_name="gx_suite", passed=False, metadata=suite_metadata(suite))
+        raise dg.Failure(f"training_examples {date}: {suite.evaluated - suite.successful} expectation(s) of its GX "
+                         "suite failed (the check's metadata lists them); nothing written")
     version = lake_io.write_partition(df, "training_examples", {"date": date}, training_examples_schema(features.context),
                                        root=lake.uri())
     lengths = df["hist_item_id"].list.len()
@@ -93,3 +104,5 @@ def training_examples(context: dg.AssetExecutionContext, lake: LakeResource):
         }
     )
     yield dg.AssetCheckResult(check_name="no_leakage", passed=True, metadata=report)
+    yield dg.AssetCheckResult(check_name="gx_suite", passed=True,
+                              metadata=suite_metadata(suite) if suite else {"note": "no rows to validate"})

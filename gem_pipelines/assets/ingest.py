@@ -54,16 +54,24 @@ def raw_logs(context: dg.AssetExecutionContext, lake: LakeResource, simulator: S
                                             ["reason", "records"]),
         },
     )
+    from gem_pipelines.data.validation import validate_frame
+
+    # Not an asset check: with `source: landing` (real logs) there is no oracle, and a check must report every run.
+    suite = validate_frame("oracle", sim.oracle, partition_key=context.partition_key,
+                           docs_dir=reports_dir() / "data_docs")
+    if not suite.success:
+        raise dg.Failure(f"oracle {context.partition_key}: its GX suite failed; the raw files are landed, the oracle "
+                         "is not written", metadata=suite_metadata(suite))
     version = lake_io.write_partition(
         sim.oracle, "oracle", {"date": date, "surface": surface}, ORACLE_SCHEMA, root=lake.uri()
     )
     yield dg.MaterializeResult(
-        asset_key="oracle", metadata={"rows": sim.oracle.height, "delta_version": version}
+        asset_key="oracle", metadata={"rows": sim.oracle.height, "delta_version": version, **suite_metadata(suite)}
     )
 
 
 _P = {"partitions_def": date_surface_partitions_def}  # results recorded per partition, as the UI shows them
-SUITES = ("events", "user_activity")  # the tables with a GX suite
+SUITES = ("events", "user_activity")  # the ingested tables with a blocking GX suite
 INGEST_CHECKS = [
     *(dg.AssetCheckSpec("gx_suite", asset=t, blocking=True, description=f"GX suite assets/expectations/{t}.json", **_P)
       for t in SUITES),

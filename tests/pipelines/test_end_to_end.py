@@ -23,6 +23,7 @@ CHECKS = [
     ("events", "row_conservation"),
     ("events_quarantine", "quarantine_rate"),
     ("training_examples", "no_leakage"),
+    ("training_examples", "gx_suite"),
     ("foundation_model", "quality_gate"),
     ("domain_models", "quality_gate"),
     ("students", "quality_gate"),

@@ -27,6 +27,7 @@ CHECKS = [
     ("user_activity", "gx_suite"),
     ("events", "row_conservation"),
     ("training_examples", "no_leakage"),
+    ("training_examples", "gx_suite"),
     ("foundation_model", "quality_gate"),
 ]
 

@@ -118,7 +118,8 @@ def test_douban_slice_runs_the_whole_graph(tmp_path: Path) -> None:
 
     os.environ["DAGSTER_HOME"] = str(home / "dagster")
     with dg.DagsterInstance.get() as instance:
-        for asset, check in [("events", "gx_suite"), ("events", "row_conservation"), ("user_activity", "gx_suite")]:
+        for asset, check in [("events", "gx_suite"), ("events", "row_conservation"), ("user_activity", "gx_suite"),
+                             ("training_examples", "gx_suite")]:
             records = instance.event_log_storage.get_asset_check_execution_history(
                 dg.AssetCheckKey(dg.AssetKey(asset), check), limit=1000)
             statuses = {r.status.value for r in records}
