@@ -18,15 +18,19 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.functional_validators import AfterValidator
 
+from gem_model.yaml_strict import load_yaml
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 class EnvVar(NamedTuple):
-    """default: what env() gives when unset or empty (None: unset, or a call-site default `meaning` states)."""
+    """default: what env() gives when unset or empty (None: unset, or a call-site default `meaning` states);
+    choices: the values env() accepts (empty: any)."""
 
     name: str
     default: str | None
     meaning: str
+    choices: tuple[str, ...] = ()
 
 
 # Every environment variable the project reads or sets. GEM_* reads go through env(), except kernels/ (it imports
@@ -47,10 +51,11 @@ ENV_VARS: dict[str, EnvVar] = {v.name: v for v in (
     EnvVar("GEM_IMPRESSIONS_PER_DAY", None, "overrides the simulator's impressions_per_day (local env)"),
     EnvVar("GEM_MODEL_PRESET", "small", "preset of assets/models/<preset>.yaml and of students.yaml"),
     # where and how it runs
-    EnvVar("GEM_ENV", "local", "resource set: local (embedded) or prod (object-store lake, CUDA)"),
-    EnvVar("GEM_DEVICE", "auto", "training device: auto, cpu, cuda (CUDA_VISIBLE_DEVICES picks the card)"),
+    EnvVar("GEM_ENV", "local", "resource set: local (embedded) or prod (object-store lake, CUDA)", ("local", "prod")),
+    EnvVar("GEM_DEVICE", "auto", "training device: auto, cpu, cuda (CUDA_VISIBLE_DEVICES picks the card)",
+           ("auto", "cpu", "cuda")),
     EnvVar("GEM_NPROC", "1", "GPUs (torchrun processes) of the foundation step on one node"),
-    EnvVar("GEM_EXECUTOR", "default", "Dagster executor: default or k8s (one pod per step)"),
+    EnvVar("GEM_EXECUTOR", "default", "Dagster executor: default or k8s (one pod per step)", ("default", "k8s")),
     # kernels/ (read there)
     EnvVar("GEM_KERNEL_BACKEND", "auto", "jagged attention backend: auto, torch or triton"),
     EnvVar("GEM_KERNEL_SHORT_MAX", "128", "longest sequence the Triton short-sequence kernel takes"),
@@ -84,9 +89,13 @@ ENV_VARS: dict[str, EnvVar] = {v.name: v for v in (
 
 
 def env(name: str) -> str | None:
-    """The variable's value, or its ENV_VARS default when unset or empty; a name not in ENV_VARS is a KeyError."""
+    """The variable's value, or its ENV_VARS default when unset or empty; a name not in ENV_VARS is a KeyError, a
+    value outside its choices a ConfigError naming the variable."""
     var = ENV_VARS[name]
-    return os.environ.get(name) or var.default
+    value = os.environ.get(name) or var.default
+    if var.choices and value not in var.choices:
+        raise ConfigError(f"{name}={value!r}: must be one of {', '.join(var.choices)}")
+    return value
 
 
 ASSETS_DIR = Path(env("GEM_ASSETS_DIR") or REPO_ROOT / "assets")
@@ -359,7 +368,7 @@ class SimulatorConfig(_Strict):
 
 def _read_yaml(path: Path) -> Any:
     try:
-        return yaml.safe_load(path.read_text())
+        return load_yaml(path.read_text())
     except FileNotFoundError as e:
         raise ConfigError(f"{path}: file not found") from e
     except yaml.YAMLError as e:

@@ -51,10 +51,10 @@ def _with_description(checks_def: dg.AssetsDefinition, description: str) -> dg.A
 # Dagster 1.13 prefers FreshnessPolicy, which has no check results to show or gate on; we want checks.
 warnings.filterwarnings("ignore", message=".*freshness_checks.*superseded", category=Warning)
 freshness_checks = [
-    _with_description(check, _description(name, QUALITY.freshness_hours[name]))
+    _with_description(check, _description(name, getattr(QUALITY.freshness_hours, name)))
     for name in ("events", "training_examples")
     for check in dg.build_last_update_freshness_checks(
-        assets=[dg.AssetKey(name)], lower_bound_delta=dt.timedelta(hours=QUALITY.freshness_hours[name])
+        assets=[dg.AssetKey(name)], lower_bound_delta=dt.timedelta(hours=getattr(QUALITY.freshness_hours, name))
     )
 ]
 freshness_sensor = dg.build_sensor_for_freshness_checks(

@@ -8,13 +8,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from dagster import DagsterRunStatus
 
 from gem_model.store.paths import gem_home, lake_root, reports_dir
-from gem_pipelines.code_location import CodeLocation
-from gem_pipelines.instance import get_instance
 from gem_pipelines.next_day import rejected_by_gate, start_automation
+
+if TYPE_CHECKING:  # imported in main(): they read the specs, whose errors run_main reports as such
+    from gem_pipelines.code_location import CodeLocation
 
 
 def _run(location: CodeLocation, job: str, partition_key: str | None = None, ops: dict | None = None, *,
@@ -58,6 +60,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     start = time.time()
     from gem_pipelines import sources  # GEM_DATA=<dataset>: its files go to landing/ first (no-op for sim)
+    from gem_pipelines.code_location import CodeLocation
+    from gem_pipelines.instance import get_instance
 
     # before the code location loads: a timed dataset's import writes the calendar its partitions read
     note = None if args.models_only else sources.before_ingest()
@@ -94,4 +98,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from gem_pipelines.cli import run_main
+
+    run_main(main)

@@ -289,4 +289,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from gem_pipelines.cli import run_main
+
+    run_main(main)

@@ -10,6 +10,7 @@ import dagster as dg
 from gem_model.config import SIM, SimulatorConfig, dataset_name, load_simulator, validate_name
 from gem_model.config import env as env_value
 from gem_model.store.paths import gem_home, lake_root, table_uri
+from gem_model.train.config import load_preset
 
 
 class LakeResource(dg.ConfigurableResource):
@@ -48,6 +49,7 @@ class SimulatorResource(dg.ConfigurableResource):
 
 def resources_for(env: str | None = None) -> dict[str, object]:
     env = env or env_value("GEM_ENV")
+    load_preset(str(env_value("GEM_MODEL_PRESET")))  # a wrong GEM_MODEL_PRESET fails the load, not the first training
     if env == "local":
         return {
             "lake": LakeResource(),

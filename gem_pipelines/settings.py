@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import dagster as dg
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from gem_model.config import _load, _Strict, spec_path
 
@@ -22,12 +22,24 @@ class StudentSelection(_Strict):
     keep_accepted_within: float = Field(default=0.005, ge=0)
 
 
+class FreshnessHours(_Strict):  # the assets with a freshness check (gem_pipelines/checks.py)
+    events: float = Field(default=36, gt=0)
+    training_examples: float = Field(default=36, gt=0)
+
+
 class QualityConfig(_Strict):
     quarantine_warn_rate: float = Field(default=0.01, ge=0, le=1)
     quarantine_fail_rate: float = Field(default=0.10, ge=0, le=1)
-    freshness_hours: dict[str, float] = Field(default_factory=lambda: {"events": 36, "training_examples": 36})
+    freshness_hours: FreshnessHours = FreshnessHours()
     model_gate: ModelGate = ModelGate()
     student_selection: StudentSelection = StudentSelection()
+
+    @model_validator(mode="after")
+    def _warn_before_fail(self) -> QualityConfig:
+        if self.quarantine_warn_rate > self.quarantine_fail_rate:  # the rate check tests warn first: fail never came
+            raise ValueError(f"quarantine_warn_rate {self.quarantine_warn_rate} is above quarantine_fail_rate "
+                             f"{self.quarantine_fail_rate}")
+        return self
 
 
 def load_quality(path: Path | None = None) -> QualityConfig:

@@ -102,7 +102,7 @@ def _mappings(node: Any, path: tuple = ()) -> Iterator[tuple]:
 
 def _typo_paths(raw: dict) -> list[tuple]:
     """Where a typo can go: the root and the first mapping of each depth (fields, not free-form dicts)."""
-    free_form = ("freshness_hours", "node_selector", "tolerations", "owners", "kinds", "traffic_share")
+    free_form = ("node_selector", "tolerations", "owners", "kinds", "traffic_share")
     out: dict[int, tuple] = {}
     for path in _mappings(raw):
         if any(k in free_form for k in path if isinstance(k, str)) or (path and path[-1] == "presets"):
@@ -311,6 +311,51 @@ def test_env_gives_the_default_when_unset_or_empty(monkeypatch: pytest.MonkeyPat
     assert env("GEM_EXECUTOR") == "k8s"
     with pytest.raises(KeyError):
         env("GEM_" + "NOT_A_VARIABLE")  # spelt in two: the scan above would find it
+
+
+@pytest.mark.parametrize("name", ["GEM_DEVICE", "GEM_ENV", "GEM_EXECUTOR"])
+def test_a_value_outside_a_variables_choices_is_refused_naming_it(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    for value in ENV_VARS[name].choices:
+        monkeypatch.setenv(name, value)
+        assert env(name) == value
+    monkeypatch.setenv(name, "gpu")
+    with pytest.raises(ConfigError, match=f"{name}='gpu': must be one of"):
+        env(name)
+
+
+def test_a_key_given_twice_in_a_spec_is_refused(tmp_path: Path) -> None:
+    """Plain YAML keeps the last of two equal keys: a fail rate of 0.10 then 0.90 would load 0.9."""
+    text = (ASSETS_DIR / "quality.yaml").read_text()
+    assert load_quality(ASSETS_DIR / "quality.yaml").quarantine_fail_rate == 0.10
+    twice = tmp_path / "quality.yaml"
+    twice.write_text(text + "quarantine_fail_rate: 0.90\n")
+    with pytest.raises(ConfigError, match=r"(?s)quality\.yaml: not valid YAML.*'quarantine_fail_rate' is given twice"):
+        load_quality(twice)
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("model_gate:\n  max_ne: 1.0\n  max_ne: 2.0\n")
+    with pytest.raises(ConfigError, match="'max_ne' is given twice"):
+        load_quality(nested)
+
+
+def test_quality_thresholds_that_contradict_are_refused(tmp_path: Path) -> None:
+    bad = {"freshness_hours:\n  eventz: 36\n": "freshness_hours.eventz",
+           "freshness_hours:\n  training_examples: -5\n": "freshness_hours.training_examples",
+           "quarantine_warn_rate: 0.5\nquarantine_fail_rate: 0.05\n": "quarantine_warn_rate 0.5 is above"}
+    for i, (text, named) in enumerate(bad.items()):
+        path = tmp_path / f"q{i}.yaml"
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=re.escape(named)):
+            load_quality(path)
+
+
+def test_a_preset_is_a_name_of_assets_models_or_a_file() -> None:
+    from gem_model.train.config import load_preset
+
+    assert load_preset("tiny")["model"]
+    with pytest.raises(ConfigError, match=r"preset '\.\./\.\./x' must match"):
+        load_preset("../../x")  # no suffix: a name, never a path out of assets/models/
+    with pytest.raises(ConfigError, match=r"preset 'huge' .*known: \['base', 'large', 'small', 'tiny'\]"):
+        load_preset("huge")
 
 
 

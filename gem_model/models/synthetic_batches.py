@@ -25,9 +25,9 @@ ASSETS = Path(__file__).resolve().parents[2] / "assets"
 
 
 def _yaml(path: Path) -> dict[str, Any]:
-    import yaml  # PyYAML: deliberately not pydantic (see the module doc)
+    from gem_model.yaml_strict import load_yaml  # PyYAML: deliberately not pydantic (see the module doc)
 
-    return yaml.safe_load(path.read_text()) or {}
+    return load_yaml(path.read_text()) or {}
 
 
 def preset_dims(preset: str) -> dict[str, Any]:

@@ -10,10 +10,18 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 
-from gem_model.config import ASSETS_DIR, SOURCES_DIR, _Strict, _validate, dataset_name
+from gem_model.config import (
+    ASSETS_DIR,
+    SOURCES_DIR,
+    ConfigError,
+    _read_yaml,
+    _Strict,
+    _validate,
+    dataset_name,
+    validate_name,
+)
 from gem_model.models.calibration import DEFAULT_CALIBRATION
 from gem_model.models.config import model_keys
 from gem_model.train.item_svd import MAX_ROWS
@@ -186,12 +194,16 @@ def load_preset(preset: str | Path) -> dict[str, Any]:
     top (a real dataset's click rate and size are not the simulator's). Every file's keys are checked."""
     path = Path(preset)
     layers = [path]
-    if not path.suffix:
-        path = ASSETS_DIR / "models" / f"{preset}.yaml"
-        layers = [path, SOURCES_DIR / dataset_name() / "models" / f"{preset}.yaml"]
+    if not path.suffix:  # a name (GEM_MODEL_PRESET, a run's `preset`): a file of assets/models/, nothing else
+        name = validate_name(str(preset), "preset", ConfigError)
+        path = ASSETS_DIR / "models" / f"{name}.yaml"
+        if not path.is_file():
+            known = sorted(p.stem for p in path.parent.glob("*.yaml") if p.stem != "students")  # students.yaml: theirs
+            raise ConfigError(f"preset {name!r} (GEM_MODEL_PRESET or a run's preset): no {path}; known: {known}")
+        layers = [path, SOURCES_DIR / dataset_name() / "models" / f"{name}.yaml"]
     out: dict[str, Any] = {"model": {}, "train": {}}
     for p in layers:
-        raw = (yaml.safe_load(p.read_text()) or {}) if p == path or p.is_file() else {}
+        raw = (_read_yaml(p) or {}) if p == path or p.is_file() else {}
         _validate(_PresetFile, raw, str(p), "key")
         for k in out:
             out[k].update(raw.get(k) or {})
@@ -200,8 +212,7 @@ def load_preset(preset: str | Path) -> dict[str, Any]:
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """A run config (JSON or YAML), its keys checked here so that an error names the file."""
-    text = Path(path).read_text()
-    raw = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
+    raw = json.loads(Path(path).read_text()) if str(path).endswith(".json") else _read_yaml(Path(path))
     _validate(RunConfig, raw, str(path), "key")
     return raw
 

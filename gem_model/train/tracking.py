@@ -24,9 +24,14 @@ def scrub(obj: Any) -> Any:
 
 
 def wandb_mode() -> str:
+    """WANDB_MODE, or when unset: online with WANDB_API_KEY, else offline. A value W&B does not know is refused:
+    read as unset, a typo of `disabled` would upload a run wherever a key is set."""
     mode = os.environ.get("WANDB_MODE", "").strip().lower()
     if mode in ("disabled", "offline", "online", "dryrun"):
         return "offline" if mode == "dryrun" else mode
+    if mode:
+        raise ValueError(f"WANDB_MODE={mode!r}: must be disabled, offline, online or dryrun (unset: online with "
+                         "WANDB_API_KEY, else offline)")
     return "online" if os.environ.get("WANDB_API_KEY") else "offline"
 
 

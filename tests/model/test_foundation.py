@@ -11,7 +11,7 @@ import torch
 from gem_model.config import CalendarConfig
 from gem_model.models.registry import list_versions, load_model, new_version, read_accepted, write_accepted
 from gem_model.train.foundation import run_foundation, write_eval_report
-from gem_model.train.tracking import Tracker, scrub
+from gem_model.train.tracking import Tracker, scrub, wandb_mode
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -104,6 +104,19 @@ def test_tracker_disabled_is_a_noop(gem_home, monkeypatch):
     assert t.info()["run_id"] is None and not t.enabled
     assert not (gem_home / "wandb").exists()
     t.finish()
+
+
+def test_a_wandb_mode_wandb_does_not_know_is_refused(gem_home, monkeypatch):
+    """Read as unset, a typo of `disabled` would upload the run wherever WANDB_API_KEY is set."""
+    monkeypatch.setenv("WANDB_API_KEY", "k")
+    for typo in ("disabeld", "off"):
+        monkeypatch.setenv("WANDB_MODE", typo)
+        with pytest.raises(ValueError, match=f"WANDB_MODE='{typo}': must be disabled, offline, online or dryrun"):
+            Tracker()
+    monkeypatch.delenv("WANDB_MODE")
+    assert wandb_mode() == "online"
+    monkeypatch.delenv("WANDB_API_KEY")
+    assert wandb_mode() == "offline"
 
 
 def test_scrub_hides_secrets():
