@@ -78,11 +78,14 @@ LANDING_FILES: dict[str, tuple[str, ...]] = {
 
 # Quarantine reason codes: every quarantined record carries exactly one of these.
 REASONS: dict[str, str] = {
-    "unparseable": "the line is not a record of the format (invalid JSON, more CSV fields than the header, broken quoting, blank line)",
+    "unparseable": "the line is not a record of the format (invalid JSON, more CSV fields than the header, broken quoting, "
+    "blank line, invalid UTF-8: kept with its bytes as \\x escapes)",
     "truncated": "the line ends mid-record (JSON cut off, fewer CSV fields than the header)",
     "missing_id": "a required id (request_id, user_id, ad_id, advertiser_id, item_id) is missing or empty",
-    "bad_type": "a field has the wrong type or cannot be cast (e.g. bid='abc', position=2.5)",
-    "out_of_range_value": "a numeric field is outside its domain (negative bid/position/tenure)",
+    "bad_type": "a field has the wrong type or cannot be cast (e.g. bid='abc', position=2.5), or a click/conversion "
+    "without its time",
+    "out_of_range_value": "a numeric field is outside its domain (negative or non-finite bid/tenure, a negative id, "
+    "position outside 1..50)",
     "out_of_range_ts": "an impression/activity timestamp outside the partition's day, or a click/conversion "
     "before its impression or more than 24 h after it",
     "unknown_enum": "objective, creative_format, device, action, record kind or event type not in the allowed set",

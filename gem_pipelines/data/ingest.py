@@ -78,8 +78,12 @@ def ingest_partition(
             raise SuiteFailed(key, suites)
     part = {"date": date, "surface": surface.name}
     schemas = {"events": events_schema(context), "user_activity": USER_ACTIVITY_SCHEMA, "events_quarantine": QUARANTINE_SCHEMA}
+    for table, frame in frames.items():  # every refusal (a schema, an old lake's) before any commit: none half-done
+        lake.check_write(frame, table, part, schemas[table], root=lake_root)
     # Three independent commits; delta-rs releases the GIL, so write them side by side, and meanwhile run
-    # the non-blocking quarantine suite and render the run's Data Docs (pure Python) on this thread.
+    # the non-blocking quarantine suite and render the run's Data Docs (pure Python) on this thread. A write
+    # that still fails (I/O, a schema changed by another version meanwhile) raises here and may leave the other
+    # tables committed: re-running the partition rewrites all three, each partition-exact, so that is the recovery.
     with ThreadPoolExecutor(max_workers=len(frames)) as pool:
         futures = {t: pool.submit(lake.write_partition, frames[t], t, part, schemas[t], root=lake_root) for t in frames}
         if validate:

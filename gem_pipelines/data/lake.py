@@ -50,6 +50,40 @@ def check_schema(df: pl.DataFrame, schema: Mapping[str, pl.DataType], table: str
         raise SchemaMismatch(f"{table}: dtypes differ from the declared schema (actual, declared): {wrong}")
 
 
+def check_write(
+    df: pl.DataFrame,
+    table: str,
+    partition: Mapping[str, object],
+    schema: Mapping[str, pl.DataType],
+    *,
+    root: str | None = None,
+) -> None:
+    """Every reason `write_partition` would refuse `df`, checked without writing: the declared schema, the
+    partition's columns and values, and the existing table's own schema. delta-rs refuses only other column
+    names and casts any other dtype silently (float 2.7 -> int 2), so a dtype the table does not have is
+    refused here too. A caller writing several tables checks them all first, so a bad frame commits none."""
+    check_schema(df, schema, table)
+    columns = PARTITION_COLUMNS[table]
+    if set(partition) != set(columns):
+        raise ValueError(f"{table}: partition must name exactly {columns}, got {sorted(partition)}")
+    for col, value in partition.items():
+        _literal(value)  # a value the commit's predicate cannot name
+        if df.height and df.filter(pl.col(col) != value).height:
+            raise ValueError(f"{table}: frame has rows outside partition {col}={value!r}")
+    uri = table_uri(table, root)
+    try:
+        existing = dict(pl.scan_delta(DeltaTable(uri, storage_options=storage_options())).collect_schema())
+    except TableNotFoundError:
+        return  # the first write creates the table with the declared schema
+    if existing != dict(schema):
+        new, gone = sorted(set(schema) - set(existing)), sorted(set(existing) - set(schema))
+        wrong = {c: (str(existing[c]), str(t)) for c, t in schema.items() if c in existing and existing[c] != t}
+        raise SchemaMismatch(f"{uri}: the table lacks columns {new}, has others {gone}, other dtypes (table, "
+                             f"declared) {wrong}; the lake was written by another version: "
+                             "re-materialize every partition of the table (`make clean && make demo` rebuilds the "
+                             "demo's lake)")
+
+
 def write_partition(
     df: pl.DataFrame,
     table: str,
@@ -59,14 +93,9 @@ def write_partition(
     root: str | None = None,
 ) -> int:
     """Replace exactly `partition` (e.g. {"date": d, "surface": "feed"}) of `table` with `df`; returns the
-    Delta version this write's commit created. Rows of `df` outside the partition are a bug and raise."""
-    check_schema(df, schema, table)
+    Delta version this write's commit created. A frame `check_write` refuses raises before any commit."""
+    check_write(df, table, partition, schema, root=root)
     columns = PARTITION_COLUMNS[table]
-    if set(partition) != set(columns):
-        raise ValueError(f"{table}: partition must name exactly {columns}, got {sorted(partition)}")
-    for col, value in partition.items():
-        if df.height and df.filter(pl.col(col) != value).height:
-            raise ValueError(f"{table}: frame has rows outside partition {col}={value!r}")
     predicate = " AND ".join(f"{c} = {_literal(partition[c])}" for c in columns)
     lock_key = "__".join(f"{c}={partition[c]}" for c in columns)
     return overwrite_partition(df, table_uri(table, root), partition_by=columns, lock_keys=[lock_key],

@@ -28,6 +28,9 @@ from gem_pipelines.data.parsers import TS_UNIT
 
 KINDS = ("impression", "click", "conversion", "organic")
 LABEL_WINDOW = dt.timedelta(hours=24)
+# The events suite's position range (assets/expectations/events.json): a row rule, so one record outside it is
+# quarantined instead of failing the suite and blocking its whole partition.
+POSITIONS = (1, 50)
 _TRUE = ("true", "1")
 _FALSE = ("false", "0")
 
@@ -145,6 +148,8 @@ def normalize_partition(
             _bad("conversion", "conversion_t"), _bad("conversion_ts", "conversion_ts_t"),
             (pl.col("click_t") == 1) & pl.col("click_ts_t").is_null(),
             pl.lit(has_conversion) & pl.col("conversion").is_null(),
+            # without the task, a conversion is unexpected_label, whatever its time
+            pl.lit(has_conversion) & (pl.col("conversion_t") == 1) & pl.col("conversion_ts_t").is_null(),
         )
     enums = {"objective": OBJECTIVES, "creative_format": CREATIVE_FORMATS, "device": DEVICES}
     rules: list[tuple[str, pl.Expr]] = [
@@ -161,7 +166,12 @@ def normalize_partition(
         ("bad_type", lab & pl.col("ts_t").is_null()),
         ("unknown_enum", imp & ~pl.all_horizontal(pl.col(c).is_in(v).fill_null(False) for c, v in enums.items())),
         ("unknown_enum", org & ~pl.col("action").is_in(ORGANIC_ACTIONS).fill_null(False)),
-        ("out_of_range_value", imp & ((pl.col("bid_t") < 0) | (pl.col("position_t") < 1) | (pl.col("tenure_t") < 0))),
+        ("out_of_range_value", imp & pl.any_horizontal(
+            ~pl.col("bid_t", "tenure_t").is_finite(),  # NaN reads as null to the suites
+            pl.col("bid_t", "tenure_t", "ad_id_t", "advertiser_id_t") < 0,
+            ~pl.col("position_t").is_between(*POSITIONS),
+        )),
+        ("out_of_range_value", org & (pl.col("item_id_t") < 0)),  # item ids share the ads' id space
         ("out_of_range_value", pl.col("user_id_t") < 0),
         ("out_of_range_ts", (imp | org) & ~in_day),
         ("out_of_range_ts", imp & ~label_ts_ok),

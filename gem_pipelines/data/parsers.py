@@ -28,19 +28,34 @@ class ContainerError(RuntimeError):
     """A raw file cannot be read at all; the partition fails and the tables keep their version."""
 
 
-def read_lines(path: Path) -> pl.DataFrame:
-    """A text file as (source_file, line_no, raw): one row per line, 1-based, nothing skipped."""
+def _decode(line: bytes) -> tuple[str, bool]:
     try:
-        text = path.read_bytes().decode("utf-8", errors="replace")
+        return line.decode("utf-8"), True
+    except UnicodeDecodeError:
+        return line.decode("utf-8", errors="backslashreplace"), False
+
+
+def read_lines(path: Path) -> pl.DataFrame:
+    """A text file as (source_file, line_no, raw, utf8): one row per line, 1-based, nothing skipped. A line that
+    is not valid UTF-8 has `utf8` false and its bad bytes kept as \\x escapes in `raw`: the parsers quarantine it,
+    as replacing the bytes by U+FFFD would make distinct ids equal."""
+    try:
+        data = path.read_bytes()
     except OSError as e:
         raise ContainerError(f"{path}: cannot read raw file: {e}") from e
-    lines = text.split("\n")
+    utf8: list[bool] | None = None  # None: every line is valid
+    try:
+        lines = data.decode("utf-8").split("\n")
+    except UnicodeDecodeError:  # rare: decode line by line (b"\n" never occurs inside a UTF-8 sequence)
+        decoded = [_decode(line) for line in data.split(b"\n")]
+        lines, utf8 = [text for text, _ in decoded], [ok for _, ok in decoded]
     if lines and lines[-1] == "":
         lines.pop()  # the newline that ends the last line is not a record
     return pl.DataFrame({"raw": pl.Series(lines, dtype=pl.String)}).select(
         source_file=pl.lit(path.name),
         line_no=pl.int_range(1, pl.len() + 1, dtype=pl.Int64),
         raw=pl.col("raw").str.strip_suffix("\r"),
+        utf8=pl.lit(True) if utf8 is None else pl.Series(utf8[: len(lines)], dtype=pl.Boolean),
     )
 
 
@@ -62,7 +77,7 @@ def _json_lines(path: Path, dtype: pl.Struct) -> pl.DataFrame:
     """Lines + decoded struct column `rec` + parse_reason for lines that are not JSON objects."""
     stripped = pl.col("raw").str.strip_chars()
     lines = read_lines(path).with_columns(
-        valid=pl.col("raw").str.json_path_match("$").is_not_null() & stripped.str.starts_with("{")
+        valid=pl.col("utf8") & pl.col("raw").str.json_path_match("$").is_not_null() & stripped.str.starts_with("{")
     )
     valid = lines.filter("valid")
     decoded, failed = _decode_json(valid["raw"], dtype)
@@ -70,7 +85,9 @@ def _json_lines(path: Path, dtype: pl.Struct) -> pl.DataFrame:
     invalid = lines.filter(~pl.col("valid")).with_columns(rec=pl.lit(None, dtype=dtype), decode_failed=pl.lit(False))
     out = pl.concat([valid, invalid]).sort("line_no")
     return out.with_columns(
-        parse_reason=pl.when(~pl.col("valid") & stripped.str.starts_with("{") & ~stripped.str.ends_with("}"))
+        parse_reason=pl.when(~pl.col("utf8"))
+        .then(pl.lit("unparseable"))
+        .when(~pl.col("valid") & stripped.str.starts_with("{") & ~stripped.str.ends_with("}"))
         .then(pl.lit("truncated"))
         .when(~pl.col("valid"))
         .then(pl.lit("unparseable"))
@@ -133,7 +150,7 @@ def _csv_file(path: Path, fields: dict[str, tuple[str, ...]], kind: str) -> pl.D
         plain = pl.concat([plain, quoted]).sort("line_no")
     nf = pl.col("fields").list.len()
     df = plain.with_columns(
-        parse_reason=pl.when(pl.col("raw").str.strip_chars() == "")
+        parse_reason=pl.when(~pl.col("utf8") | (pl.col("raw").str.strip_chars() == ""))
         .then(pl.lit("unparseable"))
         .when(nf < n)
         .then(pl.lit("truncated"))

@@ -289,3 +289,82 @@ def test_validated_ingest_renders_data_docs_once_with_a_page_per_suite(landing: 
         page = Path(suite.page)
         assert page.is_relative_to(docs / "validations" / table) and f"{table}__{D.isoformat()}_feed" in str(page)
         assert page.exists()
+
+
+def test_row_rules_quarantine_each_record_the_blocking_suites_would_refuse(landing: Path) -> None:
+    """One record outside a per-row expectation of the events/user_activity suites is quarantined; the
+    other rows pass the suites and commit (before, the suite failed and blocked all of them)."""
+    from gem_pipelines.data.validation import suite_path
+
+    ranges = {e["kwargs"]["column"]: (e["kwargs"].get("min_value"), e["kwargs"].get("max_value"))
+              for e in json.loads(suite_path("events").read_text())["expectations"]
+              if e["type"] == "expect_column_values_to_be_between"}
+    lo, hi = (int(v) for v in ranges["position"])
+    good = [json.dumps(feed_ad(i, engagement={"click": False, "click_ts": None, "conversion": False,
+                                               "conversion_ts": None})) for i in range(40)]
+    ad = {"id": 7, "advertiser_id": 3, "objective": "traffic", "creative_format": "video", "bid": 1.5}
+    user = {"id": 1, "device": "ios", "tenure_days": 12.5}
+    bad = [
+        feed_ad(50, slot={"position": hi + 1}),
+        feed_ad(51, slot={"position": lo - 1}),
+        feed_ad(52, engagement={"click": False, "click_ts": None, "conversion": True, "conversion_ts": None}),
+        feed_ad(53, ad={**ad, "id": -7}),  # a negative ad id, as a negative user id is
+        feed_ad(54, ad={**ad, "advertiser_id": -3}),
+        feed_ad(55, ad={**ad, "bid": "NaN"}),  # NaN is null to the suites
+        feed_ad(56, user={**user, "tenure_days": "inf"}),
+        {"kind": "organic", "ts": iso(T0), "user": {"id": 5}, "item_id": -9001, "action": "like"},
+    ]
+    write(landing / "feed" / D.isoformat() / "feed.jsonl", good + [json.dumps(r) for r in bad])
+    result = ingest_partition(FEED, D, landing, docs_dir=landing.parent / "docs")
+    got = dict(zip(result.normalized.quarantine["line_no"], result.normalized.quarantine["reason"], strict=True))
+    n = len(good)
+    assert got == {n + 3: "bad_type", **{n + k: "out_of_range_value" for k in (1, 2, 4, 5, 6, 7, 8)}}
+    assert all(s.success for s in result.suites.values())
+    assert pl.read_delta(table_uri("events")).height == n
+    assert conservation(FEED, D, landing)["missing"] == 0
+
+
+@pytest.mark.parametrize("alter", ["extra_column", "other_dtype"])
+def test_a_table_of_another_schema_fails_the_ingest_before_any_commit(landing: Path, alter: str) -> None:
+    """The lake written by another version: the ingest refuses before committing any of its three tables
+    (before, the other two committed), and a dtype delta-rs would cast silently is refused as well."""
+    make_feed(landing)
+    ingest_partition(FEED, D, landing, validate=False)
+    uri = table_uri("events")
+    old = pl.read_delta(uri)
+    changed = (old.with_columns(ad_quality=pl.lit(0.5)) if alter == "extra_column"
+               else old.with_columns(pl.col("position").cast(pl.Int64)))
+    changed.write_delta(uri, mode="overwrite", delta_write_options={"schema_mode": "overwrite",
+                                                                     "partition_by": ["date", "surface"]})
+    tables = ("events", "user_activity", "events_quarantine")
+    versions = {t: DeltaTable(table_uri(t)).version() for t in tables}
+    with pytest.raises(lake.SchemaMismatch, match="re-materialize"):
+        ingest_partition(FEED, D, landing, validate=False)
+    assert {t: DeltaTable(table_uri(t)).version() for t in tables} == versions
+
+
+@pytest.mark.parametrize("surface", ["feed", "marketplace"])
+def test_a_line_of_invalid_utf8_is_quarantined_with_its_bytes_kept(landing: Path, surface: str) -> None:
+    """Two ids that differ only in an invalid byte stay two records, each quarantined as unparseable with
+    its raw bytes visible, not decoded to one replacement character (which merged them)."""
+    d = landing / surface / D.isoformat()
+    d.mkdir(parents=True)
+    if surface == "feed":
+        lines = [json.dumps(feed_ad(i, request_id=f"caf{c}")).encode().replace(c.encode(), bytes([b]))
+                 for i, (c, b) in enumerate([("Q", 0xE9), ("Z", 0xE8)])]
+        (d / "feed.jsonl").write_bytes(b"\n".join([json.dumps(feed_ad(5)).encode(), *lines]) + b"\n")
+    else:
+        ms = int(T0.timestamp() * 1000)
+        header = "req_id,event_time_ms,uid,device_type,tenure_d,ad,advertiser,objective,format,slot,bid_usd,clicked,click_time_ms,converted,conversion_time_ms"
+        rows = [f"m{c},{ms},1,web,1.0,5,2,traffic,image,3,0.9,0,,0,".encode().replace(c.encode(), bytes([b]))
+                for c, b in [("Q", 0xE9), ("Z", 0xE8)]]
+        (d / "impressions.csv").write_bytes(b"\n".join([header.encode(), b"m1,%d,1,web,1.0,5,2,traffic,image,3,0.9,0,,0," % ms, *rows]) + b"\n")
+        (d / "activity.csv").write_text("uid,event_time_ms,item,action\n")
+    surf = {"feed": FEED, "marketplace": MARKET}[surface]
+    norm = normalize_partition(stage_partition(surf.format, d), surf, D)
+    assert norm.quarantine["reason"].to_list() == ["unparseable", "unparseable"]
+    assert norm.quarantine["line_no"].to_list() == ([2, 3] if surface == "feed" else [3, 4])
+    raw = norm.quarantine["raw"].to_list()
+    assert "\\xe9" in raw[0] and "\\xe8" in raw[1]
+    assert norm.events.height == 1
+    assert norm.raw_records == count_raw_records(surf.format, d) == 3
