@@ -1,7 +1,7 @@
 """Every number docs/scaling.md cites, computed from the repo: presets, features, the lake schema,
 the model itself and the measured CPU throughput in bench/RESULTS.md.
 
-    python bench/scaling.py                 # about 2 minutes on 2 CPU cores (the large preset's FLOPs)
+    python bench/scaling.py                 # under a minute on 2 CPU cores (most of it the large preset's FLOPs)
     python bench/scaling.py --gpu-samples-per-s 120000 --preset large   # GPUs from a throughput you measured
 
 Sections: (1) parameters and embedding rows per preset (built on the meta device); (2) bytes per
@@ -37,7 +37,7 @@ from gem_model.train.config import load_preset  # noqa: E402
 
 PRESETS = ("tiny", "small", "base", "large")
 GB = 1e9
-# Training state per parameter, fp32 master weights (DESIGN §5: dense gradients everywhere):
+# Training state per parameter, fp32 master weights (dense gradients everywhere):
 DENSE_BYTES = 4 + 4 + 8  # weight + grad + AdamW (m, v)
 EMB_BYTES = 4 + 4  # weight + dense grad (per element); RowWiseAdagrad adds 4 bytes per row
 ADAGRAD_ROW_BYTES = 4

@@ -1,4 +1,4 @@
-"""Imports point one way: gem_pipelines -> gem_model -> kernels (DESIGN.md §1), and inside gem_model the
+"""Imports point one way: gem_pipelines -> gem_model -> kernels, and inside gem_model the
 sub-packages are layered config < store (and clock) < data < models < eval < train < distill; no module imports
 itself back through a circle (function-level imports count too); the private APIs of Dagster and of Great
 Expectations are each imported by one module only."""

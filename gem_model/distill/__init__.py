@@ -1,4 +1,4 @@
-"""Post-training knowledge transfer (DESIGN.md §6): foundation -> domain models -> per-surface
+"""Post-training knowledge transfer: foundation -> domain models -> per-surface
 students, the distillation arms side by side, and the production students' serving export."""
 
 from gem_model.distill.adapter import StudentAdapter

@@ -1,6 +1,6 @@
 """Distillation arms: config switches over one student architecture and one dataset.
 
-The arms are cumulative, as in DESIGN.md §6: (c) aux_head, (d) = (c) + Student Adapter,
+The arms are cumulative: (c) aux_head, (d) = (c) + Student Adapter,
 (e) = (d) + representation transfer, (f) = (e) + parameter sharing.
 
     kd:             none | single (standard KD on the serving head) | aux (separate distillation head)

@@ -1,7 +1,7 @@
 """The distillation experiment (every arm x path x surface x seed, side by side) and the production
 student per surface.
 
-Calendar (DESIGN.md §3): students train on roles().student (up to E-2), the Student Adapter on
+Calendar (assets/calendar.yaml): students train on roles().student (up to E-2), the Student Adapter on
 roles().adapter (E-2) alone, the epoch kept and the (arm, path) selected on roles().validation (E-1),
 and both E-1 (split "validation") and E (split "evaluation") are reported. Selection never reads E.
 

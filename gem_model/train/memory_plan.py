@@ -202,7 +202,7 @@ def _rows_arg(item: str) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])  # the first paragraph, whole
     ap.add_argument("--preset", default="all", help="a preset of assets/models, or 'all'")
     ap.add_argument("--gpus", type=int, nargs="+", default=[8], help="one or more world sizes")
     ap.add_argument("--gpu-gb", type=float, default=80.0, help="memory of one GPU, GB")
