@@ -10,8 +10,12 @@ ifneq ($(shell printf '%s' '$(DATA)' | grep -xE '[a-z0-9_]+'),$(DATA))
 $(error DATA must match [a-z0-9_]+ (sim or a folder of assets/sources/), got '$(DATA)')
 endif
 export GEM_DATA := $(DATA)
+# GEM_SIMULATOR=<name> (assets/simulator_<name>.yaml, e.g. eval) is another world: a home of its own, .gem/sim_<name>/
+ifneq ($(shell printf '%s' '$(GEM_SIMULATOR)' | grep -xE '[a-z0-9_]*'),$(GEM_SIMULATOR))
+$(error GEM_SIMULATOR must match [a-z0-9_]+, got '$(GEM_SIMULATOR)')
+endif
 ifeq ($(DATA),sim)
-export GEM_HOME ?= $(CURDIR)/.gem
+export GEM_HOME ?= $(CURDIR)/.gem$(if $(GEM_SIMULATOR),/sim_$(GEM_SIMULATOR))
 else
 export GEM_HOME ?= $(CURDIR)/.gem/$(DATA)
 endif
