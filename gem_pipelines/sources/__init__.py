@@ -21,12 +21,14 @@ from gem_model.config import (
     load_features,
     load_surfaces,
 )
+from gem_model.store.atomic import write_text
 from gem_model.store.paths import gem_home
 from gem_pipelines.sources.accounting import write_accounting
 from gem_pipelines.sources.aliccp import read_tianchi
 from gem_pipelines.sources.common import (
     ImportResult,
     SourceConfig,
+    check_surfaces,
     load_source,
     side_files,
     source_dir,
@@ -68,6 +70,7 @@ def run_importer(name: str, home: Path, src: Path, cfg: SourceConfig | None = No
     cfg = cfg or load_source(name)
     check_context(name, cfg)
     surfaces = load_surfaces(SOURCES_DIR / name / "surfaces.yaml")
+    check_surfaces(cfg, surfaces, SOURCES_DIR / name / "source.yaml")
     calendar = None if cfg.time else load_calendar(SOURCES_DIR / name / "calendar.yaml")
     if cfg.importer == "spec":
         return import_spec(src, cfg, surfaces, calendar, home, dataset=name)
@@ -85,8 +88,10 @@ def import_dataset(name: str, home: Path | None = None, *, force: bool = False) 
     fp = _fingerprint(name, cfg, src)
     if not force and stamp.is_file() and json.loads(stamp.read_text()) == fp:
         return None
+    # no stamp while landing/ is rewritten: an import that fails midway is redone in full next time
+    stamp.unlink(missing_ok=True)
     result = run_importer(name, home, src, cfg)
-    stamp.write_text(json.dumps(fp))
+    write_text(stamp, json.dumps(fp))
     return result
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import hashlib
+import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import accumulate
@@ -26,11 +27,13 @@ from gem_model.config import (
     REPO_ROOT,
     SOURCES_DIR,
     CalendarConfig,
+    ConfigError,
     Name,
     SurfacesConfig,
     _load,
     _Strict,
     env,
+    load_surfaces,
     validate_name,
 )
 from gem_model.store.atomic import atomic_path, write_json, write_text
@@ -42,6 +45,9 @@ PURCHASE_WITHOUT_CLICK = "purchase_without_click"  # the import's note: rows the
 # docs/real_data.md. They carry no signal, so the model learns nothing from them.
 DEVICE, OBJECTIVE, CREATIVE_FORMAT, POSITION, BID, TENURE = "web", "traffic", "image", "1", "0.0", "0.0"
 NOON = 12 * 3600  # datasets without time: every impression of day D at D 12:00:00Z (see split rules)
+# lands before a row that could not be read and would otherwise parse as a JSON record of its own:
+# the parsers see no JSON and quarantine it `unparseable` (other such rows land verbatim)
+UNPARSEABLE = "unparseable: "
 CLICK_DELAY_S = 1  # a click (and a conversion) is stamped 1 s after its impression
 
 
@@ -92,7 +98,7 @@ class SourceConfig(_Strict):
     # as duplicate_record; keep: every line is its own impression
     duplicates: Literal["keep", "quarantine"] = "keep"
     seed: int = 0
-    surfaces: dict[str, SurfaceName]  # raw value of the dataset's surface column -> surface name
+    surfaces: dict[str, SurfaceName] = Field(min_length=1)  # raw value of the dataset's surface column -> surface name
     train_days: TrainDays = TrainDays()
     user_split: UserSplit = UserSplit()
     # surface -> share of its val rows moved to the train days
@@ -119,8 +125,23 @@ class SourceConfig(_Strict):
 
 
 def load_source(name: str) -> SourceConfig:
+    """assets/sources/<name>/source.yaml, its surface names checked against the dataset's surfaces.yaml."""
     validate_name(name, "dataset")
-    return _load(SourceConfig, SOURCES_DIR / name / "source.yaml")
+    path = SOURCES_DIR / name / "source.yaml"
+    cfg = _load(SourceConfig, path)
+    if (SOURCES_DIR / name / "surfaces.yaml").is_file():
+        check_surfaces(cfg, load_surfaces(SOURCES_DIR / name / "surfaces.yaml"), path)
+    return cfg
+
+
+def check_surfaces(cfg: SourceConfig, surfaces: SurfacesConfig, where: Path | str) -> None:
+    """Every surface source.yaml names (`surfaces` values, `val_to_train` and `peer_ne` keys) is declared
+    in the dataset's surfaces.yaml: a typo would land rows in no partition."""
+    declared = set(surfaces.names)
+    for key, named in (("surfaces", cfg.surfaces.values()), ("val_to_train", cfg.val_to_train), ("peer_ne", cfg.peer_ne)):
+        if unknown := sorted(set(named) - declared):
+            raise ConfigError(f"{where}: `{key}` names {unknown}, not declared in surfaces.yaml "
+                              f"(declared: {sorted(declared)})")
 
 
 def source_dir(cfg: SourceConfig) -> Path:
@@ -162,11 +183,34 @@ def side_files(cfg: SourceConfig, directory: Path) -> list[Path]:
 # Reading rows
 
 
-def read_lines(path: Path) -> list[str]:
-    """The file's lines (gunzipped by suffix), without the empty one after a final newline."""
-    data = path.read_bytes()
-    lines = (gzip.decompress(data) if path.suffix == ".gz" else data).decode("utf-8", errors="replace").split("\n")
-    return lines[:-1] if lines and lines[-1] == "" else lines
+def read_bytes(path: Path) -> bytes:
+    """The file's bytes, gunzipped by suffix; a file that cannot be read is an error naming it."""
+    try:
+        data = path.read_bytes()
+        return gzip.decompress(data) if path.suffix == ".gz" else data
+    except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+        raise ValueError(f"{path}: cannot read the file: {e}") from e
+
+
+def read_lines(path: Path) -> tuple[list[str], list[bool]]:
+    """The file's lines, without the empty one after a final newline, and which are not valid UTF-8:
+    those are decoded with backslash escapes (byte 0xff as the text `\\xff`) and must be quarantined: a
+    replacement character could merge two distinct ids."""
+    data = read_bytes(path)
+    try:
+        lines, bad = data.decode("utf-8").split("\n"), None
+    except UnicodeDecodeError:  # line by line only then ("\n" is never inside a UTF-8 sequence)
+        lines, bad = [], []
+        for b in data.split(b"\n"):
+            try:
+                lines.append(b.decode("utf-8"))
+                bad.append(False)
+            except UnicodeDecodeError:
+                lines.append(b.decode("utf-8", errors="backslashreplace"))
+                bad.append(True)
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines, bad[: len(lines)] if bad is not None else [False] * len(lines)
 
 
 def read_rows(path: Path, *, sep: str = ",", header: bool = True, n_fields: int | None = None) -> tuple[pl.DataFrame, list[str]]:
@@ -175,11 +219,14 @@ def read_rows(path: Path, *, sep: str = ",", header: bool = True, n_fields: int 
     line_no is the 1-based line of the file (a header is line 1). ok: the row has as many fields
     as the header (or `n_fields`); rows are split on `sep` only (these datasets use no quoting).
     """
-    lines = [ln.removesuffix("\r") for ln in read_lines(path)]
+    lines, bad = read_lines(path)
+    lines = [ln.removesuffix("\r") for ln in lines]
     if header and not lines:
         raise ValueError(f"{path}: empty file, expected a header line")
+    if header and bad[0]:
+        raise ValueError(f"{path}: line 1 (the header) is not valid UTF-8: {lines[0][:200]!r}")
     head, first = (lines[0].split(sep), 2) if header else ([], 1)
-    lines = lines[first - 1:]
+    lines, bad = lines[first - 1:], bad[first - 1:]
     n = n_fields or len(head)
     df = pl.DataFrame(
         {
@@ -188,7 +235,8 @@ def read_rows(path: Path, *, sep: str = ",", header: bool = True, n_fields: int 
             "raw": pl.Series(lines, dtype=pl.String),
         }
     ).with_columns(fields=pl.col("raw").str.split(sep))
-    return df.with_columns(ok=(pl.col("fields").list.len() == n) & (pl.col("raw").str.strip_chars() != "")), head
+    ok = (pl.col("fields").list.len() == n) & (pl.col("raw").str.strip_chars() != "") & ~pl.lit(pl.Series(bad, dtype=pl.Boolean))
+    return df.with_columns(ok=ok), head
 
 
 def field_at(i: int) -> pl.Expr:
@@ -290,7 +338,8 @@ def _iso(seconds: pl.Expr) -> pl.Expr:
 
 def impression_lines(rows: pl.DataFrame) -> pl.Series:
     """jsonl_nested `ad` records of mapped rows; a record of kind `unmapped_surface` holding the line for
-    a row of an undeclared surface (unknown_enum); the raw line of a row that could not be parsed.
+    a row of an undeclared surface (unknown_enum); the raw line of a row that could not be parsed (after
+    UNPARSEABLE where it looks like a JSON record: it must not parse as one).
     Optional columns: unmapped, the spec's fields tenure_days, position, bid (null: the constant), and its
     context columns `context.<name>` (text), written as the record's `context` object."""
     c = pl.col
@@ -314,7 +363,8 @@ def impression_lines(rows: pl.DataFrame) -> pl.Series:
     ).struct.json_encode()
     unmapped = pl.struct(pl.lit("unmapped_surface").alias("kind"), c("raw")).struct.json_encode()
     is_unmapped = c("unmapped") if "unmapped" in rows.columns else pl.lit(False)
-    return rows.select(line=pl.when(c("ok")).then(rec).when(is_unmapped).then(unmapped).otherwise(c("raw")))["line"]
+    raw = pl.when(c("raw").str.strip_chars_start().str.starts_with("{")).then(UNPARSEABLE + c("raw")).otherwise(c("raw"))
+    return rows.select(line=pl.when(c("ok")).then(rec).when(is_unmapped).then(unmapped).otherwise(raw))["line"]
 
 
 def organic_lines(hist: pl.DataFrame) -> pl.Series:
@@ -367,6 +417,7 @@ def write_landing(
         parts.append(hist.select(cols))
     allrec = pl.concat(parts).sort("surface", "date", "seconds", "kind", "source_file", "line_no")
     allrec = allrec.with_columns(feed_line=pl.int_range(1, pl.len() + 1).over("surface", "date").cast(pl.Int64))
+    check_partitions(dataset, allrec, surfaces, calendar)  # before any write: a failure leaves landing/ as it was
     landing = home / "landing"
     counts: dict[str, int] = {}
     for day in calendar.dates():
@@ -374,9 +425,6 @@ def write_landing(
             part = allrec.filter((pl.col("surface") == s) & (pl.col("date") == day))
             write_text(landing / s / day.isoformat() / FEED, "".join(line + "\n" for line in part["line"].to_list()))
             counts[f"{day.isoformat()}|{s}"] = part.height
-    outside = allrec.filter(~pl.col("surface").is_in(surfaces.names) | ~pl.col("date").is_in(calendar.dates()))
-    if outside.height:
-        raise ValueError(f"{dataset}: {outside.height} records fall outside the window or the declared surfaces")
     lineage = allrec.select(
         "surface", "date", pl.lit(FEED).alias("feed_file"), "feed_line", "kind", "source_file", "line_no",
         "request_id",  # the impression's own id (a source line may hold several impressions: MIND behaviors)
@@ -397,6 +445,20 @@ def write_landing(
     return result
 
 
+def check_partitions(dataset: str, records: pl.DataFrame, surfaces: SurfacesConfig, calendar: CalendarConfig) -> None:
+    """Every record falls in a partition landing/ will hold, else an error naming the values and a row."""
+    for what, bad, allowed in (
+        ("surface", ~pl.col("surface").is_in(surfaces.names), f"not declared in surfaces.yaml {list(surfaces.names)}"),
+        ("date", ~pl.col("date").is_in(calendar.dates()), f"outside the window {calendar.start} .. {calendar.end()}"),
+    ):
+        out = records.filter(bad)
+        if out.height:
+            values = sorted({str(v) for v in out[what].unique().head(5).to_list()})
+            first = out.row(0, named=True)
+            raise ValueError(f"{dataset}: {out.height} records of {what} {values} {allowed} "
+                             f"(first: {first['source_file']} line {first['line_no']})")
+
+
 def apply_purchase_rule(rows: pl.DataFrame, cfg: SourceConfig) -> tuple[pl.DataFrame, dict[str, Any]]:
     """source.yaml `purchase_without_click` on purchase = 1 with click = 0: (rows, the import's notes)."""
     rule = cfg.purchase_without_click
@@ -410,5 +472,6 @@ def apply_purchase_rule(rows: pl.DataFrame, cfg: SourceConfig) -> tuple[pl.DataF
 
 
 def request_ids() -> pl.Expr:
-    """`<file stem>:<line>`: unique per dataset, and it names the source row of every event."""
-    return pl.col("source_file").str.replace(r"\.[^.]*$", "") + ":" + pl.col("line_no").cast(pl.String)
+    """`<file name>:<line>`: unique per dataset (the whole name: `log.csv` and `log.txt` differ), and it
+    names the source row of every event."""
+    return pl.col("source_file") + ":" + pl.col("line_no").cast(pl.String)

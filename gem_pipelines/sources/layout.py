@@ -10,6 +10,7 @@ import re
 import zoneinfo
 from typing import Annotated, Literal
 
+import polars as pl
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from gem_model.config import _Strict
@@ -97,19 +98,22 @@ class Time(_Strict):
     day: DayColumn | None = None
     teacher_lag_days: int = Field(default=1, ge=0)
     # optional bounds of the window; rows outside are quarantined out_of_range_ts. Without them the
-    # window is the data's first to last day (E = the last day), so a longer copy moves E.
+    # window is the data's first to last day (E = the last day), so a longer copy moves E; a few stray
+    # days far from the rest do not count (spec._window)
     first_day: dt.date | None = None
     last_day: dt.date | None = None
 
     @field_validator("timezone")
     @classmethod
     def _tz(cls, v: str) -> str:
-        if re.match(r"^[+-]\d\d:\d\d$", v):
-            return v
         try:
-            zoneinfo.ZoneInfo(v)
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError) as e:
-            raise ValueError(f"timezone {v!r}: expected an IANA name (Asia/Shanghai) or an offset (+08:00)") from e
+            if not re.match(r"^[+-]\d\d:\d\d$", v):
+                zoneinfo.ZoneInfo(v)
+            # the reader's own check: polars takes whole-hour offsets up to +-14:00 only (not +99:99, +05:30)
+            pl.Series([0], dtype=pl.Datetime("us", "UTC")).dt.convert_time_zone(v)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError, pl.exceptions.PolarsError) as e:
+            raise ValueError(f"timezone {v!r}: expected an IANA name (Asia/Shanghai) or a whole-hour offset "
+                             f"(+08:00)") from e
         return v
 
     @model_validator(mode="after")

@@ -62,8 +62,8 @@ def test_every_sample_is_imported_or_quarantined(imported) -> None:
 def test_user_from_common_features_and_the_purchase_rule(imported) -> None:
     _, result, parts = imported
     events = pl.concat([p.events for p in parts.values()]).sort("request_id")
-    assert events["request_id"].to_list() == ["sample_skeleton_train:1", "sample_skeleton_train:2",
-                                              "sample_skeleton_train:3"]
+    assert events["request_id"].to_list() == ["sample_skeleton_train.csv:1", "sample_skeleton_train.csv:2",
+                                              "sample_skeleton_train.csv:3"]
     assert events["user_id"].to_list() == [7001, 7001, 7002]
     assert events["ad_id"].to_list() == [501, 502, 503] and events["advertiser_id"].to_list() == [601, 602, 603]
     assert events["surface"].to_list() == ["scenario_1", "scenario_2", "scenario_1"]

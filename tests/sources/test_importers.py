@@ -51,7 +51,7 @@ def test_douban_split_keeps_the_files_roles(imported) -> None:
     home, _, parts = imported["douban"]
     roles = load_calendar(SOURCES_DIR / "douban" / "calendar.yaml").roles()
     events = pl.concat([p.events for p in parts.values()])
-    file_of = pl.col("request_id").str.split(":").list.first()
+    file_of = pl.col("request_id").str.split(":").list.first().str.strip_suffix(".csv")
     by = events.with_columns(f=file_of).group_by("f").agg(pl.col("date").unique().sort())
     dates = {f: d for f, d in by.iter_rows()}
     for surface in ("music", "book", "movie"):
@@ -237,12 +237,12 @@ def _blake31(text: str) -> int:
 
 
 def _expected_rows(dataset: str) -> pl.DataFrame:
-    """Each raw line's impression, read with polars alone: request id `<file stem>:<line>`, surface, ids, labels."""
+    """Each raw line's impression, read with polars alone: request id `<file name>:<line>`, surface, ids, labels."""
     cfg = load_source(dataset)
     frames = []
     for name in (n for names in cfg.files.values() for n in names):
         df = pl.read_csv(need(Path(cfg.default_dir).name) / name, infer_schema=False).with_row_index("i")
-        rid = pl.lit(name.removesuffix(".csv") + ":") + (pl.col("i") + 2).cast(pl.String)  # line 1 is the header
+        rid = pl.lit(name + ":") + (pl.col("i") + 2).cast(pl.String)  # line 1 is the header
         if dataset == "douban":
             frames.append(df.select(request_id=rid, surface=pl.col("0").replace_strict(cfg.surfaces),
                                     user_id=pl.col("1").cast(pl.Int64), ad_id=pl.col("2").cast(pl.Int64),

@@ -65,8 +65,8 @@ def test_days_follow_the_data_time_and_categories_are_surfaces(imported) -> None
     _, _, parts = imported
     days = load_calendar(SOURCES_DIR / "mind_full" / "calendar.yaml").dates()
     events = pl.concat([p.events for p in parts.values()]).sort("ts", "request_id")
-    assert events["request_id"].to_list() == [f"behaviors_train:{line}:{k}" for line, k in
-                                              [(1, 0), (1, 1), (2, 0), (2, 1), (2, 2), (3, 0)]] + ["behaviors_dev:1:3"]
+    assert events["request_id"].to_list() == [f"behaviors_train.tsv:{line}:{k}" for line, k in
+                                              [(1, 0), (1, 1), (2, 0), (2, 1), (2, 2), (3, 0)]] + ["behaviors_dev.tsv:1:3"]
     # Nov 9 -> the first day, Nov 14 -> E-1, Nov 15 -> E; the time of day is kept (23:59:59 -> :58)
     assert [t.date() for t in events["ts"]] == [days[0]] * 2 + [days[1]] * 3 + [days[5], days[6]]
     assert events["ts"][0].time() == dt.time(8, 55, 22) and events["ts"][2].time() == dt.time(23, 59, 58)

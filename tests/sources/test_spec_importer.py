@@ -106,7 +106,7 @@ def test_a_new_layout_is_imported_by_its_spec_alone(tmp_path: Path) -> None:
     assert dict(zip(q["line_no_right"].to_list(), q["reason"].to_list(), strict=True)) == bad
 
     events = pl.concat([p.events for p in out["parts"].values()])
-    first = events.filter(pl.col("request_id") == "events_march.tsv:2").row(0, named=True)
+    first = events.filter(pl.col("request_id") == "events_march.tsv.gz:2").row(0, named=True)
     # local 22:30 on March 1 (03:30 UTC on March 2): the row's day and hour are the data's local ones
     assert (first["date"], first["hour_of_day"], first["surface"]) == (dt.date(2024, 3, 1), 22, "slot_a")
     assert (first["user_id"], first["ad_id"], first["advertiser_id"]) == (10, 110, 7000 + 110 % 3)
@@ -146,7 +146,7 @@ def test_context_columns_land_typed_and_a_bad_dense_value_is_quarantined(tmp_pat
     assert table["imported"].item() == 19 and table["quarantined"].item() == 8  # item 153's row is bad_type now
     events = pl.concat([p.events for p in out["parts"].values()])
     assert dict(events.schema) == events_schema(context) and list(events.columns[-2:]) == ["genre", "word_count"]
-    first = events.filter(pl.col("request_id") == "events_march.tsv:2").row(0, named=True)
+    first = events.filter(pl.col("request_id") == "events_march.tsv.gz:2").row(0, named=True)
     assert (first["ad_id"], first["genre"], first["word_count"]) == (110, "politics", 220.0)
     q = pl.concat([p.quarantine for p in out["parts"].values()])
     assert q.filter(pl.col("raw").str.contains('"word_count":"many"'))["reason"].to_list() == ["bad_type"]
