@@ -259,6 +259,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.days < 1:
         parser.error("--days must be at least 1")
+    from gem_model.config import SIM, dataset_name
+
+    if (name := dataset_name()) != SIM:  # a real log has no next day to simulate: its days are its files'
+        raise SystemExit(f"make next-day simulates the next day of the simulated world; GEM_DATA={name} is a "
+                         "dataset whose days come from its files")
     if args.days > 1:
         return _several_days(args.days, args.summary)
     from gem_model import clock

@@ -9,6 +9,7 @@ every landing line back to (source file, line).
 
 from __future__ import annotations
 
+import codecs
 import datetime as dt
 import gzip
 import hashlib
@@ -184,12 +185,14 @@ def side_files(cfg: SourceConfig, directory: Path) -> list[Path]:
 
 
 def read_bytes(path: Path) -> bytes:
-    """The file's bytes, gunzipped by suffix; a file that cannot be read is an error naming it."""
+    """The file's bytes, gunzipped by suffix, without a UTF-8 byte-order mark (spreadsheet exports write one: it
+    would be part of the first column's name); a file that cannot be read is an error naming it."""
     try:
         data = path.read_bytes()
-        return gzip.decompress(data) if path.suffix == ".gz" else data
+        data = gzip.decompress(data) if path.suffix == ".gz" else data
     except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
         raise ValueError(f"{path}: cannot read the file: {e}") from e
+    return data.removeprefix(codecs.BOM_UTF8)
 
 
 def read_lines(path: Path) -> tuple[list[str], list[bool]]:

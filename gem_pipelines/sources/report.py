@@ -39,7 +39,7 @@ from gem_model.eval.metrics import (
 from gem_model.models.config import GEMConfig
 from gem_model.models.registry import list_versions, load_model, read_accepted
 from gem_model.store.atomic import write_json
-from gem_model.store.paths import models_dir, reports_dir, storage_options, table_uri
+from gem_model.store.paths import gem_home, models_dir, reports_dir, storage_options, table_uri
 from gem_model.train.config import load_preset
 from gem_model.train.foundation import run_foundation
 from gem_pipelines.sources.common import load_source
@@ -389,6 +389,9 @@ def main(argv: list[str] | None = None) -> None:
     name = dataset_name()
     if name == SIM:
         raise SystemExit("GEM_DATA names no dataset: the simulated world has an oracle (reports/foundation_eval.json)")
+    if not args.seeds and _foundation_version() is None:
+        raise SystemExit(f"no foundation_model under {gem_home()}/models: run `make demo DATA={name}` first (or set "
+                         "GEM_HOME to the home it wrote)")
     path = run_seeds(name, args.seeds, args.preset) if args.seeds else write_real_report(name)
     print((path.with_suffix(".md")).read_text())
     print(f"written: {path}")

@@ -41,3 +41,13 @@ def test_the_demo_refuses_a_wrong_variable_before_it_runs_anything(variable: str
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith(message), proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert not (gem_home / "lake").exists()
+
+
+def test_next_day_refuses_a_dataset(gem_home, monkeypatch) -> None:
+    """A real log has no next day to simulate: the command says so before it moves any clock."""
+    from gem_pipelines.next_day import main
+
+    monkeypatch.setenv("GEM_DATA", "douban")
+    with pytest.raises(SystemExit, match="GEM_DATA=douban is a dataset whose days come from its files"):
+        main(["--days", "1"])
+    assert not (gem_home / "clock.json").exists()

@@ -196,6 +196,11 @@ def test_a_line_of_invalid_utf8_is_quarantined_not_altered(tmp_path: Path) -> No
     assert sorted(q["raw"].to_list()) == [f"77,caf\\xe8,a,{_epoch(3, 5)},0", f"77,caf\\xe9,a,{_epoch(3)},1"]
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path: Path) -> None:
+    _, _, _, table = _import(tmp_path, {"log.csv": b"\xef\xbb\xbf" + _csv(*_rows()).encode()})
+    assert table.to_dicts() == [{"source_file": "log.csv", "read": 12, "imported": 12, "quarantined": 0}]
+
+
 # --- 5. request ids
 
 

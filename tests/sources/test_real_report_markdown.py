@@ -3,7 +3,9 @@ of both."""
 
 from __future__ import annotations
 
-from gem_pipelines.sources.report import to_markdown
+import pytest
+
+from gem_pipelines.sources.report import main, to_markdown
 
 
 def _block(ne: float, auc: float, cal: float) -> dict[str, object]:
@@ -27,3 +29,11 @@ def test_the_table_shows_the_paired_difference_and_the_calibration_of_both_model
     assert tab_2.endswith("| 0.833 [0.733, 0.933] | n/a |") and tab_2.split("|")[7].strip() == "n/a"
     rows = [line for line in md.splitlines() if line.startswith("| tab_")]
     assert {line.count("|") for line in rows} == {header.count("|")}
+
+
+def test_the_command_refuses_a_home_without_a_foundation(gem_home, monkeypatch) -> None:
+    """Run before the demo (or with another GEM_HOME), it once wrote an empty table and exited 0."""
+    monkeypatch.setenv("GEM_DATA", "douban")
+    with pytest.raises(SystemExit, match=r"no foundation_model under .*: run `make demo DATA=douban` first"):
+        main([])
+    assert not (gem_home / "reports").exists()
