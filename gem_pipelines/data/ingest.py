@@ -85,7 +85,8 @@ def ingest_partition(
     # that still fails (I/O, a schema changed by another version meanwhile) raises here and may leave the other
     # tables committed: re-running the partition rewrites all three, each partition-exact, so that is the recovery.
     with ThreadPoolExecutor(max_workers=len(frames)) as pool:
-        futures = {t: pool.submit(lake.write_partition, frames[t], t, part, schemas[t], root=lake_root) for t in frames}
+        futures = {t: pool.submit(lake.write_partition, frames[t], t, part, schemas[t], root=lake_root, checked=True)
+                   for t in frames}
         if validate:
             run_suites("events_quarantine")
             build_docs(list(suites.values()), docs_dir)  # once per run: rendering costs more than a suite

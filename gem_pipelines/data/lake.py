@@ -91,10 +91,13 @@ def write_partition(
     schema: Mapping[str, pl.DataType],
     *,
     root: str | None = None,
+    checked: bool = False,
 ) -> int:
     """Replace exactly `partition` (e.g. {"date": d, "surface": "feed"}) of `table` with `df`; returns the
-    Delta version this write's commit created. A frame `check_write` refuses raises before any commit."""
-    check_write(df, table, partition, schema, root=root)
+    Delta version this write's commit created. A frame `check_write` refuses raises before any commit
+    (`checked`: the caller ran check_write on this frame already, as ingest does for its three tables)."""
+    if not checked:
+        check_write(df, table, partition, schema, root=root)
     columns = PARTITION_COLUMNS[table]
     predicate = " AND ".join(f"{c} = {_literal(partition[c])}" for c in columns)
     lock_key = "__".join(f"{c}={partition[c]}" for c in columns)

@@ -28,34 +28,39 @@ class ContainerError(RuntimeError):
     """A raw file cannot be read at all; the partition fails and the tables keep their version."""
 
 
-def _decode(line: bytes) -> tuple[str, bool]:
+def split_lines(data: bytes) -> tuple[list[str], list[bool]]:
+    """A text file's lines (without the empty one after a final newline) and whether each is valid UTF-8. A line
+    that is not keeps its bad bytes as \\x escapes and must be quarantined: replacing them by U+FFFD would make
+    distinct ids equal. The importer (gem_pipelines.sources) reads its source files the same way."""
     try:
-        return line.decode("utf-8"), True
-    except UnicodeDecodeError:
-        return line.decode("utf-8", errors="backslashreplace"), False
+        lines, utf8 = data.decode("utf-8").split("\n"), None
+    except UnicodeDecodeError:  # rare: decode line by line (b"\n" never occurs inside a UTF-8 sequence)
+        lines, utf8 = [], []
+        for line in data.split(b"\n"):
+            try:
+                lines.append(line.decode("utf-8"))
+                utf8.append(True)
+            except UnicodeDecodeError:
+                lines.append(line.decode("utf-8", errors="backslashreplace"))
+                utf8.append(False)
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last line is not a record
+    return lines, utf8[: len(lines)] if utf8 is not None else [True] * len(lines)
 
 
 def read_lines(path: Path) -> pl.DataFrame:
-    """A text file as (source_file, line_no, raw, utf8): one row per line, 1-based, nothing skipped. A line that
-    is not valid UTF-8 has `utf8` false and its bad bytes kept as \\x escapes in `raw`: the parsers quarantine it,
-    as replacing the bytes by U+FFFD would make distinct ids equal."""
+    """A text file as (source_file, line_no, raw, utf8): one row per line, 1-based, nothing skipped; `utf8` false
+    for a line that is not valid UTF-8 (see split_lines: the parsers quarantine it)."""
     try:
         data = path.read_bytes()
     except OSError as e:
         raise ContainerError(f"{path}: cannot read raw file: {e}") from e
-    utf8: list[bool] | None = None  # None: every line is valid
-    try:
-        lines = data.decode("utf-8").split("\n")
-    except UnicodeDecodeError:  # rare: decode line by line (b"\n" never occurs inside a UTF-8 sequence)
-        decoded = [_decode(line) for line in data.split(b"\n")]
-        lines, utf8 = [text for text, _ in decoded], [ok for _, ok in decoded]
-    if lines and lines[-1] == "":
-        lines.pop()  # the newline that ends the last line is not a record
+    lines, utf8 = split_lines(data)
     return pl.DataFrame({"raw": pl.Series(lines, dtype=pl.String)}).select(
         source_file=pl.lit(path.name),
         line_no=pl.int_range(1, pl.len() + 1, dtype=pl.Int64),
         raw=pl.col("raw").str.strip_suffix("\r"),
-        utf8=pl.lit(True) if utf8 is None else pl.Series(utf8[: len(lines)], dtype=pl.Boolean),
+        utf8=pl.Series(utf8, dtype=pl.Boolean),
     )
 
 

@@ -38,6 +38,7 @@ from gem_model.config import (
     validate_name,
 )
 from gem_model.store.atomic import atomic_path, write_json, write_text
+from gem_pipelines.data.parsers import split_lines
 from gem_pipelines.sources.layout import ColumnRef, Columns, Fields, PlainName, Read, SideTable, Time
 
 FEED = "feed.jsonl"  # every imported surface uses the jsonl_nested format
@@ -195,41 +196,20 @@ def read_bytes(path: Path) -> bytes:
     return data.removeprefix(codecs.BOM_UTF8)
 
 
-def read_lines(path: Path) -> tuple[list[str], list[bool]]:
-    """The file's lines, without the empty one after a final newline, and which are not valid UTF-8:
-    those are decoded with backslash escapes (byte 0xff as the text `\\xff`) and must be quarantined: a
-    replacement character could merge two distinct ids."""
-    data = read_bytes(path)
-    try:
-        lines, bad = data.decode("utf-8").split("\n"), None
-    except UnicodeDecodeError:  # line by line only then ("\n" is never inside a UTF-8 sequence)
-        lines, bad = [], []
-        for b in data.split(b"\n"):
-            try:
-                lines.append(b.decode("utf-8"))
-                bad.append(False)
-            except UnicodeDecodeError:
-                lines.append(b.decode("utf-8", errors="backslashreplace"))
-                bad.append(True)
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines, bad[: len(lines)] if bad is not None else [False] * len(lines)
-
-
 def read_rows(path: Path, *, sep: str = ",", header: bool = True, n_fields: int | None = None) -> tuple[pl.DataFrame, list[str]]:
     """Data rows of a delimited text file: (source_file, line_no, raw, fields, ok), and the header.
 
     line_no is the 1-based line of the file (a header is line 1). ok: the row has as many fields
     as the header (or `n_fields`); rows are split on `sep` only (these datasets use no quoting).
     """
-    lines, bad = read_lines(path)
+    lines, utf8 = split_lines(read_bytes(path))  # a line that is not UTF-8 is no row (ok false): quarantined
     lines = [ln.removesuffix("\r") for ln in lines]
     if header and not lines:
         raise ValueError(f"{path}: empty file, expected a header line")
-    if header and bad[0]:
+    if header and not utf8[0]:
         raise ValueError(f"{path}: line 1 (the header) is not valid UTF-8: {lines[0][:200]!r}")
     head, first = (lines[0].split(sep), 2) if header else ([], 1)
-    lines, bad = lines[first - 1:], bad[first - 1:]
+    lines, utf8 = lines[first - 1:], utf8[first - 1:]
     n = n_fields or len(head)
     df = pl.DataFrame(
         {
@@ -238,7 +218,7 @@ def read_rows(path: Path, *, sep: str = ",", header: bool = True, n_fields: int 
             "raw": pl.Series(lines, dtype=pl.String),
         }
     ).with_columns(fields=pl.col("raw").str.split(sep))
-    ok = (pl.col("fields").list.len() == n) & (pl.col("raw").str.strip_chars() != "") & ~pl.lit(pl.Series(bad, dtype=pl.Boolean))
+    ok = (pl.col("fields").list.len() == n) & (pl.col("raw").str.strip_chars() != "") & pl.lit(pl.Series(utf8, dtype=pl.Boolean))
     return df.with_columns(ok=ok), head
 
 

@@ -27,6 +27,7 @@ import yaml
 
 from gem_model.config import CalendarConfig, SurfacesConfig, validate_name
 from gem_model.store.atomic import write_text
+from gem_pipelines.data.parsers import split_lines
 from gem_pipelines.sources.common import (
     NOON,
     ImportResult,
@@ -37,7 +38,6 @@ from gem_pipelines.sources.common import (
     map_surface,
     need_file,
     read_bytes,
-    read_lines,
     read_rows,
     request_ids,
     source_files,
@@ -87,11 +87,11 @@ def read_table(path: Path, read: Read, need: list[str], optional: list[str]) -> 
             source_file=pl.lit(path.name), line_no=pl.int_range(1, pl.len() + 1, dtype=pl.Int64),
             raw=pl.struct(pl.all()).struct.json_encode(), ok=pl.lit(True), **text,
         ).with_columns(pl.when(pl.col(c).str.strip_chars() != "").then(pl.col(c)).alias(c) for c in text)
-    lines, bad = read_lines(path)
+    lines, utf8 = split_lines(read_bytes(path))
     records: list[dict | None] = []
-    for line, invalid in zip(lines, bad, strict=True):
+    for line, valid in zip(lines, utf8, strict=True):
         try:
-            rec = None if invalid else json.loads(line)
+            rec = json.loads(line) if valid else None
         except ValueError:
             rec = None
         records.append(rec if isinstance(rec, dict) else None)
