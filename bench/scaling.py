@@ -49,10 +49,6 @@ H200_BF16_DENSE_PEAK = 989e12  # FLOP/s, NVIDIA's H100/H200 SXM spec sheet (dens
 GPU_GB = 80  # the GPU memory the memory plan asks about
 
 
-def fmt(x: float) -> str:
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:,.3g}"
-
-
 def preset_configs() -> dict[str, GEMConfig]:
     return {p: GEMConfig.from_specs(load_preset(p)["model"]) for p in PRESETS}
 

@@ -10,7 +10,6 @@ from gem_model.distill.export import export_student
 from gem_model.distill.run import (
     DEFAULT_PATHS,
     kd_effectiveness,
-    report_grid_complete,
     run_distillation,
     score_student,
     select_student,
@@ -24,7 +23,6 @@ from gem_model.distill.trainer import load_student, train_student
 __all__ = [
     "DEFAULT_PATHS",
     "kd_effectiveness",
-    "report_grid_complete",
     "run_distillation",
     "save_domain_model",
     "score_student",

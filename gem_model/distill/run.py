@@ -432,12 +432,3 @@ def score_student(
     raw = predict_student(model, data, calibrated=False) if getattr(model, "calibrator", None) is not None else None
     preds = preds_frame(data, predict_student(model, data), surface, raw)
     return [r for r in metric_rows(preds, oracle_df) if r["task"] in cfg.get("tasks", TASKS)]
-
-
-def report_grid_complete(rows: list[dict[str, Any]], arms: Sequence[str], paths: Sequence[str],
-                         surfaces: Sequence[str]) -> list[tuple[str, str, str, str]]:
-    """Missing (arm, path, surface, split) cells of a report (empty when complete)."""
-    have = {(r["arm"], r["path"], r["surface"], r["split"]) for r in rows}
-    return [(a, p, s, sp) for a in arms for p in arm_paths(a, list(paths)) for s in surfaces for sp in SPLITS
-            if (a, p, s, sp) not in have]
-

@@ -190,11 +190,6 @@ def smaller_surfaces(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     return [r for r in kept if r is not largest]
 
 
-def mean_ne(rows: list[dict[str, Any]], task: str | None = "click") -> float:
-    vals = [r["ne"] for r in rows if (task is None or r["task"] == task) and math.isfinite(r["ne"])]
-    return float(np.mean(vals)) if vals else float("nan")
-
-
 # ------------------------------------------------------------------------------------------------
 # Bootstrap intervals (Poisson bootstrap over rows: every model of a comparison sees the same
 # resampled rows, so differences are paired).

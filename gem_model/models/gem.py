@@ -15,7 +15,7 @@
         sequence arch:     S <- S + PFFN(S | X_sum);  S <- S + MHA(S)  (kernels.jagged_attention)
         (the two arches read the block's input: they are independent within a block)
 
-    summary h = MLP(flatten([X || S_sum]))      <- `summary_embedding`, used for distillation
+    summary h = MLP(flatten([X || S_sum]))      <- `summary_embedding`; teacher_predictions stores it (`forward_with_summary`)
     logits[b, t] = head[surface_b, t](h_b) + wide[surface_b, t](dense_b) + sum_j w_t[id_bj]
                    + sum_i (w_t[item_i] + w_t[item_i x ad_b]) / sqrt(len_b)   (wide_cross_rows > 0)
                    (one deep head per (surface, task), keyed by surface name, plus a wide linear
@@ -254,7 +254,7 @@ class GEM(nn.Module):
         return self.summary_ln(self.summary(torch.cat([x, s_sum], dim=1).flatten(1)))
 
     def summary_embedding(self, batch: Batch) -> torch.Tensor:
-        """The trunk's pooled representation h [B, summary_dim] (distillation reads this)."""
+        """The trunk's pooled representation h [B, summary_dim] (`forward_with_summary` returns it with the logits)."""
         return self.trunk(self.embed(batch))
 
     def head_logits(
