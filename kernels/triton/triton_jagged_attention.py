@@ -34,8 +34,7 @@ import triton
 import triton.language as tl
 
 __all__ = [
-    "triton_jagged_attention", "triton_forward", "triton_backward", "TritonJaggedAttention", "SUPPORTED_DTYPES",
-    "interpreting",
+    "triton_forward", "triton_backward", "SUPPORTED_DTYPES", "interpreting",
 ]
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -606,39 +605,3 @@ def triton_backward(do, q, k, v, out, lse, offsets, max_len: int, causal: bool, 
     """(dq, dk, dv) from the stored output and logsumexp."""
     q, k, v = _contig(q), _contig(k), _contig(v)
     return _backward(_contig(do.to(q.dtype)), q, k, v, out, lse, offsets.contiguous(), max_len, causal, scale)
-
-
-class TritonJaggedAttention(torch.autograd.Function):
-    """Autograd wrapper: ``apply(q, k, v, offsets, max_len, causal, scale)``; grads for q, k, v."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, offsets, max_len, causal, scale):
-        q, k, v, offsets = _contig(q), _contig(k), _contig(v), offsets.contiguous()
-        out, lse = _forward(q, k, v, offsets, max_len, causal, scale)
-        ctx.save_for_backward(q, k, v, out, lse, offsets)
-        ctx.max_len, ctx.causal, ctx.scale = max_len, causal, scale
-        return out
-
-    @staticmethod
-    def backward(ctx, do):
-        q, k, v, out, lse, offsets = ctx.saved_tensors
-        dq, dk, dv = triton_backward(do, q, k, v, out, lse, offsets, ctx.max_len, ctx.causal, ctx.scale)
-        return dq, dk, dv, None, None, None, None
-
-
-def triton_jagged_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    offsets: torch.Tensor,
-    *,
-    causal: bool = False,
-    scale: float | None = None,
-    max_len: int | None = None,
-) -> torch.Tensor:
-    """Run the Triton kernels (no validation; see :func:`kernels.jagged_attention`)."""
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    if max_len is None:
-        offs = offsets.detach().to("cpu", torch.int64)
-        max_len = int((offs[1:] - offs[:-1]).max()) if offs.numel() > 1 else 0
-    return TritonJaggedAttention.apply(q, k, v, offsets, int(max_len), bool(causal), float(scale))

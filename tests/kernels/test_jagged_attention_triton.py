@@ -13,6 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kernel_helpers import make_offsets, naive_jagged_attention, random_qkv, rel_err
 
+from kernels import jagged_attention
+from kernels.jagged_attention import BACKEND_ENV
 from kernels.triton import triton_jagged_attention as tja
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -26,8 +28,10 @@ if not (torch.cuda.is_available() or tja.interpreting()):
 
 @pytest.fixture(autouse=True)
 def poison_outputs(monkeypatch):
-    """Outputs and gradients start as NaN: any element a kernel fails to write shows up."""
+    """Outputs and gradients start as NaN: any element a kernel fails to write shows up. The public entry point
+    (its custom op and autograd) runs the Triton backend, whatever the device."""
     monkeypatch.setattr(tja, "POISON_OUTPUTS", True)
+    monkeypatch.setenv(BACKEND_ENV, "triton")
 
 
 @pytest.fixture
@@ -50,7 +54,7 @@ def check_against_reference(lengths, heads, dim, causal, dtype, *, scale=None, o
     offsets = make_offsets(lengths, offsets_dtype, DEVICE)
     total = int(offsets[-1])
     q, k, v = (t.requires_grad_() for t in random_qkv(total, heads, dim, dtype, DEVICE, seed))
-    out = tja.triton_jagged_attention(q, k, v, offsets, causal=causal, scale=scale)
+    out = jagged_attention(q, k, v, offsets, causal=causal, scale=scale)
     assert out.shape == q.shape and out.dtype == dtype
     assert not torch.isnan(out).any(), "output has unwritten (NaN-poisoned) elements"
 
@@ -128,7 +132,7 @@ def test_triton_strided_inputs_from_fused_qkv():
     qkv = torch.randn(total, heads, 3 * dim, device=DEVICE, requires_grad=True)
     q, k, v = qkv.split(dim, dim=-1)
     assert not q.is_contiguous()
-    out = tja.triton_jagged_attention(q, k, v, offsets, causal=True)
+    out = jagged_attention(q, k, v, offsets, causal=True)
     out.square().sum().backward()
     qkv64 = qkv.detach().double().requires_grad_()
     q64, k64, v64 = qkv64.split(dim, dim=-1)
@@ -148,7 +152,7 @@ def test_triton_fp32_with_tf32_allowed_stays_within_tf32_tolerance():
         assert tja._precision(torch.float32) == "tf32"
         offsets = make_offsets([40, 7, 64, 0, 33], device=DEVICE)
         q, k, v = (t.requires_grad_() for t in random_qkv(int(offsets[-1]), 2, 32, torch.float32, DEVICE))
-        out = tja.triton_jagged_attention(q, k, v, offsets)
+        out = jagged_attention(q, k, v, offsets)
         grads = torch.autograd.grad(out.square().sum(), (q, k, v))
         q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
         ref = naive_jagged_attention(q64, k64, v64, offsets.cpu())
@@ -181,13 +185,13 @@ def test_deterministic_backward_is_two_pass_and_bitwise_reproducible(tiled, monk
     q, k, v = (t.requires_grad_() for t in random_qkv(int(offsets[-1]), 2, 32, torch.float32, DEVICE))
     runs = []
     for _ in range(2):
-        out = tja.triton_jagged_attention(q, k, v, offsets, causal=True)
+        out = jagged_attention(q, k, v, offsets, causal=True)
         runs.append(torch.autograd.grad(out.square().sum(), (q, k, v)))
     for a, b in zip(*runs, strict=True):
         assert torch.equal(a, b)
     monkeypatch.setattr(tja, "_jagged_attn_bwd_dq", _Forbidden())
     with pytest.raises(AssertionError, match="dQ kernel was launched"):
-        out = tja.triton_jagged_attention(q, k, v, offsets, causal=True)
+        out = jagged_attention(q, k, v, offsets, causal=True)
         torch.autograd.grad(out.sum(), (q, k, v))
 
 
