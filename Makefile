@@ -6,6 +6,8 @@ PY := .venv/bin/python
 # aliccp_full),
 # each in a GEM_HOME of its own so worlds never mix: `make demo DATA=douban`.
 DATA ?= sim
+# The checks below quote each value for the shell: a value with a quote in it is refused before any shell sees it.
+$(foreach v,DATA GEM_SIMULATOR DAYS UI_PORT,$(if $(findstring ',$($(v))),$(error $(v) must not contain a quote)))
 ifneq ($(shell printf '%s' '$(DATA)' | grep -xE '[a-z0-9_]+'),$(DATA))
 $(error DATA must match [a-z0-9_]+ (sim or a folder of assets/sources/), got '$(DATA)')
 endif
@@ -72,6 +74,9 @@ chromium:
 	fi
 
 UI_PORT ?= 3000
+ifneq ($(shell printf '%s' '$(UI_PORT)' | grep -xE '[0-9]{1,5}'),$(UI_PORT))
+$(error UI_PORT must be a port number, got '$(UI_PORT)')
+endif
 ui: .venv
 	$(PY) -c "from gem_pipelines.instance import dagster_home; dagster_home()"
 	$(PY) -m gem_pipelines.reports & trap 'kill $$!' EXIT; .venv/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(UI_PORT)

@@ -27,6 +27,7 @@ from gem_model.config import (
     env,
     load_features,
     simulator_path,
+    validate_name,
 )
 from gem_model.store.paths import table_uri
 from gem_model.store.schemas import (
@@ -85,7 +86,8 @@ def _files(path: Path, pattern: str) -> list[Path]:
 
 def config_files(group: str | None, assets_dir: Path = ASSETS_DIR) -> list[Path]:
     """The spec files of assets/ behind `group` that exist (shared ones, then the GEM_DATA dataset's)."""
-    rels = [r.format(preset=env("GEM_MODEL_PRESET"), simulator=simulator_path().name)
+    preset = validate_name(str(env("GEM_MODEL_PRESET")), "GEM_MODEL_PRESET", ConfigError)
+    rels = [r.format(preset=preset, simulator=simulator_path().name)
             for r in _CONFIG.get(group or "", [])]
     roots = [assets_dir]
     if (name := dataset_name()) != "sim":

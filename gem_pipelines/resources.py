@@ -9,6 +9,7 @@ import dagster as dg
 
 from gem_model.config import SIM, SimulatorConfig, dataset_name, load_simulator, validate_name
 from gem_model.config import env as env_value
+from gem_model.store.object_store import check_lake_uri
 from gem_model.store.paths import gem_home, lake_root, table_uri
 from gem_model.train.config import load_preset
 
@@ -20,7 +21,7 @@ class LakeResource(dg.ConfigurableResource):
     root: str | None = None
 
     def uri(self) -> str:
-        return (self.root or lake_root()).rstrip("/")
+        return check_lake_uri((self.root or lake_root()).rstrip("/"))
 
     def table(self, name: str) -> str:
         return table_uri(name, self.uri())

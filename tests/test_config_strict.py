@@ -348,12 +348,20 @@ def test_quality_thresholds_that_contradict_are_refused(tmp_path: Path) -> None:
             load_quality(path)
 
 
-def test_a_preset_is_a_name_of_assets_models_or_a_file() -> None:
+def test_a_preset_is_a_name_of_assets_models_or_a_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gem_model.models.synthetic_batches import preset_dims
     from gem_model.train.config import load_preset
+    from gem_pipelines.catalog import config_files
 
-    assert load_preset("tiny")["model"]
-    with pytest.raises(ConfigError, match=r"preset '\.\./\.\./x' must match"):
-        load_preset("../../x")  # no suffix: a name, never a path out of assets/models/
+    assert load_preset("tiny")["model"] == load_preset(ASSETS_DIR / "models" / "tiny.yaml")["model"]  # a Path: a file
+    for given in ("../../x", "../../etc/passwd.yaml", "/etc/hostname", "tiny.yaml"):  # a string: a name, never a path
+        with pytest.raises(ConfigError, match=rf"preset '{re.escape(given)}' must match"):
+            load_preset(given)
+        with pytest.raises(ValueError, match="must match"):
+            preset_dims(given)  # the bench's plain-YAML reader too
+    monkeypatch.setenv("GEM_MODEL_PRESET", "../models/tiny")
+    with pytest.raises(ConfigError, match=r"GEM_MODEL_PRESET '\.\./models/tiny' must match"):
+        config_files("foundation")  # the catalog's file list (hashed for code versions)
     with pytest.raises(ConfigError, match=r"preset 'huge' .*known: \['base', 'large', 'small', 'tiny'\]"):
         load_preset("huge")
 

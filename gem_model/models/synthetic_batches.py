@@ -12,6 +12,7 @@ dense-feature effect. Histories are uniform in [min_len, max_len] (default 0..se
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,8 @@ def _yaml(path: Path) -> dict[str, Any]:
 
 def preset_dims(preset: str) -> dict[str, Any]:
     """The `model:` mapping of assets/models/<preset>.yaml."""
+    if not re.fullmatch(r"[a-z0-9_]+", preset):  # a name, as gem_model.config.validate_name checks (no pydantic here)
+        raise ValueError(f"preset {preset!r} must match [a-z0-9_]+")
     return dict(_yaml(ASSETS / "models" / f"{preset}.yaml").get("model") or {})
 
 

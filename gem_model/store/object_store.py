@@ -42,9 +42,14 @@ def is_uri(location: str) -> bool:
     return bool(_URI_RE.match(location)) and not location.startswith("file://")
 
 
+# Azure's URIs name the container before an @ (abfss://<container>@<account>.dfs.core.windows.net/...): no secret
+_AT_IS_CONTAINER = ("abfs", "abfss")
+
+
 def check_lake_uri(uri: str) -> str:
     """Refuse credentials inside the URI (s3://key:secret@bucket): they would end up in logs and metadata."""
-    if is_uri(uri) and "@" in urlsplit(uri).netloc:
+    parts = urlsplit(uri)
+    if is_uri(uri) and "@" in parts.netloc and (parts.password is not None or parts.scheme not in _AT_IS_CONTAINER):
         raise ObjectStoreConfigError(
             "the lake URI must not carry credentials (user:secret@...); set them in the environment (AWS_* etc.)"
         )

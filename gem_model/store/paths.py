@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from gem_model.config import env, gem_home, validate_name
-from gem_model.store.object_store import resolve_storage_options
+from gem_model.store.object_store import check_lake_uri, resolve_storage_options
 
 
 def lake_root() -> str:
-    """GEM_LAKE_URI (e.g. s3://bucket/lake) or $GEM_HOME/lake."""
-    return (env("GEM_LAKE_URI") or str(gem_home() / "lake")).rstrip("/")
+    """GEM_LAKE_URI (e.g. s3://bucket/lake; refused with credentials in it) or $GEM_HOME/lake."""
+    return check_lake_uri((env("GEM_LAKE_URI") or str(gem_home() / "lake")).rstrip("/"))
 
 
 def table_uri(table: str, root: str | None = None) -> str:

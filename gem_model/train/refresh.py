@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gem_model.config import CalendarConfig, load_calendar
+from gem_model.models.registry import version_dir
 from gem_model.store import atomic
 from gem_model.store.paths import models_dir
 
@@ -56,10 +57,11 @@ def days_to_refresh(init_dir: str | Path, day: dt.date, calendar: CalendarConfig
 
 def foundation_version_dir(version: str) -> Path | None:
     """A foundation version's directory by name: a retrain's (models/foundation_model/) or a refresh's
-    (models/foundation_refresh/<YYYYMMDD>/); None when neither holds it."""
+    (models/foundation_refresh/<YYYYMMDD>/); None when neither holds it. The name (read from a table's
+    teacher_version) is checked before it touches a path."""
     from gem_model.train.foundation import FOUNDATION_ASSET
 
-    if (direct := models_dir(FOUNDATION_ASSET) / version).is_dir():
+    if (direct := version_dir(FOUNDATION_ASSET, version)).is_dir():
         return direct
     return next((p for p in sorted(models_dir(REFRESH_ASSET).glob(f"*/{version}")) if p.is_dir()), None)
 

@@ -80,11 +80,20 @@ class UserSplit(_Shares):
 SurfaceName = Annotated[str, AfterValidator(lambda v: validate_name(v, "surface"))]
 
 
+def _relative(value: str) -> str:
+    if not value or Path(value).is_absolute() or value.startswith("~"):
+        raise ValueError(f"{value!r} must be a folder relative to the repository (an absolute one: GEM_SOURCE_DIR)")
+    return value
+
+
+RelativeDir = Annotated[str, AfterValidator(_relative)]
+
+
 class SourceConfig(_Strict):
     # spec: the generic importer reads the layout below (gem_pipelines/sources/spec.py); the others
     # are modules for layouts a spec cannot express (docs/real_data.md says why)
     importer: Literal["spec", "taobao", "aliccp", "mind_tsv"] = "spec"
-    default_dir: str  # relative to the repo root (the shared samples); GEM_SOURCE_DIR overrides it
+    default_dir: RelativeDir  # relative to the repo root (the shared samples); GEM_SOURCE_DIR overrides it
     # role (train | val | test | all) -> file names or globs in the source dir. Timed data: `all`
     # (the time decides the day); untimed: split files by role, or `all` with the per-user split
     files: dict[Literal["train", "val", "test", "all"], tuple[PlainName, ...]]

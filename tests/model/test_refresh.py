@@ -69,6 +69,8 @@ def test_a_refresh_continues_a_version_on_the_new_teacher_day_and_records_its_ro
     # a version is found by its name, wherever it lives; a version that is no refresh has no record
     assert foundation_version_dir(vdir.name) == vdir and foundation_version_dir(init.name) == init
     assert foundation_version_dir("20260101T000000Z-nosuch") is None and read_refresh(init) is None
+    with pytest.raises(ValueError, match="is not <UTC time>-<run id>"):  # a table's teacher_version, checked first
+        foundation_version_dir("../../etc")
 
 
 def test_the_refresh_is_on_where_the_preset_sets_its_epochs():

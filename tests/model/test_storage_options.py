@@ -72,7 +72,17 @@ def test_dynamodb_locking_provider_is_refused_with_a_reason(clean_env):
 
 
 def test_credentials_in_the_lake_uri_are_refused_without_echoing_them(clean_env):
+    from gem_model.store.paths import lake_root
+    from gem_pipelines.resources import LakeResource
+
     clean_env.setenv("GEM_LAKE_URI", "s3://AKIA1:topsecret@bucket/lake")
-    with pytest.raises(ObjectStoreConfigError) as err:
-        storage_options()
-    assert "topsecret" not in str(err.value)
+    # refused where the URI is first read (the demo prints it, training records it), not at the first table
+    for read in (storage_options, lake_root, LakeResource().uri, LakeResource(root="gs://k:topsecret@b/lake").uri):
+        with pytest.raises(ObjectStoreConfigError) as err:
+            read()
+        assert "topsecret" not in str(err.value)
+    clean_env.setenv("GEM_LAKE_URI", "abfss://lake@account.dfs.core.windows.net/gem")  # Azure's container@account
+    assert lake_root() == "abfss://lake@account.dfs.core.windows.net/gem"
+    clean_env.setenv("GEM_LAKE_URI", "abfss://lake:topsecret@account.dfs.core.windows.net/gem")
+    with pytest.raises(ObjectStoreConfigError):
+        lake_root()

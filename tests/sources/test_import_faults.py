@@ -255,6 +255,9 @@ def test_a_file_that_cannot_be_read_is_an_error_naming_it(tmp_path: Path, files:
 def test_a_spec_refuses_no_surfaces_and_an_offset_no_reader_takes(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="surfaces"):
         _cfg(tmp_path, {**SPEC, "surfaces": {}})
+    for where in ("/data/kuairand", "~/kuairand"):  # the repo's default is relative; a download is GEM_SOURCE_DIR
+        with pytest.raises(ConfigError, match=r"default_dir.*relative to the repository"):
+            _cfg(tmp_path, {**SPEC, "default_dir": where})
     for tz in ("+99:99", "+05:30"):
         with pytest.raises(ConfigError, match=r"time\.timezone"):
             _cfg(tmp_path, {**SPEC, "time": {**SPEC["time"], "timezone": tz}})
