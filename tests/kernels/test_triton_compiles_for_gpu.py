@@ -103,7 +103,7 @@ def test_kernels_compile_for_sm90():
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300
     )
-    if proc.returncode != 0 and ("ptxas" in proc.stderr.lower() and "not found" in proc.stderr.lower()):
+    if proc.returncode != 0 and "Cannot find ptxas" in proc.stderr:  # triton.knobs' words for a missing binary
         pytest.skip("no ptxas available to compile for an NVIDIA target")
     assert proc.returncode == 0, proc.stderr[-4000:]
     expected = int(proc.stdout.rsplit("EXPECTED", 1)[1])

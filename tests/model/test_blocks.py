@@ -195,9 +195,9 @@ def test_config_roundtrip_is_plain_data():
     import json
 
     json.dumps(d)  # plain data only
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"unknown GEMConfig fields \['bogus'\]"):
         GEMConfig.from_dict({**d, "bogus": 1})
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"d_model/n_heads = 24/1 must be one of"):
         GEMConfig.from_dict({**d, "d_model": 24, "n_heads": 1})
 
 

@@ -192,6 +192,8 @@ def test_batches_carry_max_len_computed_on_the_host():
 
 
 def test_stream_batches_carry_max_len(lake):
-    for b in _stream(max_len=8):
+    batches = list(_stream(max_len=8))
+    assert batches
+    for b in batches:
         assert b.max_len == int((b.offsets[1:] - b.offsets[:-1]).max())
         assert b.max_len <= 8

@@ -48,7 +48,7 @@ def test_domain_model_fits_saves_and_applies_its_own_calibrator(world, tmp_path)
     kw = dict(uri=world.te_uri, oracle_uri=f"{world.lake}/oracle")
     fresh = {(r["surface"], r["task"]): r for r in evaluate_day(model, day, names, **kw)}
     again = {(r["surface"], r["task"]): r for r in evaluate_day(loaded, day, names, **kw)}
-    assert fresh.keys() == again.keys()
+    assert fresh and fresh.keys() == again.keys()
     for k, r in fresh.items():
         assert r["calibration_raw"] is not None  # scored through its calibrator
         assert again[k]["ne"] == pytest.approx(r["ne"], rel=1e-5)

@@ -34,10 +34,10 @@ def test_eval_world_is_the_demo_world_with_more_traffic(monkeypatch):
 
 
 def test_traffic_share_override_is_validated(monkeypatch):
-    with pytest.raises(ConfigError):
-        load_simulator(traffic_share={"feed": 0.5, "shops": 0.2})  # does not sum to 1
+    with pytest.raises(ConfigError, match="traffic_share sums to 0.7, not 1"):
+        load_simulator(traffic_share={"feed": 0.5, "shops": 0.2})
     monkeypatch.setenv("GEM_SIMULATOR", "../simulator")
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match=r"GEM_SIMULATOR '\.\./simulator' must match"):
         load_simulator()
 
 

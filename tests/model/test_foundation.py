@@ -86,9 +86,9 @@ def test_registry_versions(gem_home):
     v = new_version("AbC-123xyz", now=dt.datetime(2026, 11, 29, 15, 30, tzinfo=dt.UTC))
     assert v == "20261129T153000Z-abc123"
     assert len(new_version().split("-")[1]) == 6
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match="cannot accept a version that was never written"):
         write_accepted("foundation_model", v)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"version '\.\./\.\./etc' is not <UTC time>-<run id>"):
         write_accepted("foundation_model", "../../etc")
     (gem_home / "models" / "single_surface_baseline" / "shops" / v).mkdir(parents=True)
     write_accepted("single_surface_baseline", v, partition="shops")

@@ -29,7 +29,9 @@ def test_enums_surfaces_and_actions_never_collide():
 
 
 def test_lookup_rows_do_not_move_when_the_vocabulary_grows():
-    assert lookup(pa.array(["b", "a"]), ["a", "b"]).tolist() == lookup(pa.array(["b", "a"]), ["a", "b", "c"]).tolist()
+    # value i of the vocabulary is row i + 1 (row 0: unknown), whatever comes after it
+    assert lookup(pa.array(["b", "a"]), ["a", "b"]).tolist() == [2, 1]
+    assert lookup(pa.array(["b", "a", "c"]), ["a", "b", "c"]).tolist() == [2, 1, 3]
 
 
 def test_warm_start_with_one_more_surface_keeps_the_other_heads():

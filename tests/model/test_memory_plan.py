@@ -5,19 +5,26 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
-from gem_model.models import GEMConfig
+from gem_model.models import GEM, GEMConfig
 from gem_model.train.config import load_preset
 from gem_model.train.memory_plan import FP32, main, measured_activation_bytes, plan
 
 
 def test_sharded_embeddings_are_a_world_size_fraction_plus_padding():
     cfg = GEMConfig.from_specs(load_preset("large")["model"])
+    with torch.device("meta"):
+        model = GEM(cfg)
+    emb = sum(p.numel() for p in model.embedding_parameters())  # what gem_model.train.sharding shards
+    one = plan("large", 1, 80)
+    assert one.sparse_params == emb and one.dense_params == sum(p.numel() for p in model.parameters()) - emb
+    assert one.embedding_sharded == one.embedding_replicated == emb * FP32  # one GPU holds every row
     for gpus in (1, 8, 64):
         p = plan("large", gpus, 80)
         # every table: ceil(rows / N) rows of d_model (the wide tables: one column per task)
         padding = sum(FP32 * cfg.d_model + FP32 * 2 for _ in cfg.tables)
-        assert p.embedding_sharded <= p.embedding_replicated / gpus + padding
+        assert p.embedding_replicated / gpus <= p.embedding_sharded <= p.embedding_replicated / gpus + padding
         assert p.dense_weights == math.ceil(p.dense_params / gpus) * FP32
         assert p.optimizer == 2 * p.dense_weights
     assert plan("large", 8, 80).total < plan("large", 8, 80).total_replicated

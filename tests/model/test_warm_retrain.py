@@ -133,7 +133,7 @@ def test_an_ad_born_after_the_first_training_gets_a_topic_vector_on_the_warm_ret
     warm, _ = load_model(tmp_path / "warm")
     rows = torch.from_numpy(hash_int64(np.array(new_ids, dtype=np.int64), first.cfg.tables["item"]))
     born = rows[first.item_topic[rows].norm(dim=1) == 0]  # a hash collision with an old id is not new
-    assert len(born) >= 0.9 * len(rows)
+    assert len(rows) > 0 and len(born) >= 0.9 * len(rows)
     assert bool((warm.item_topic[born].norm(dim=1) > 0.99).all())
     old = first.item_topic.norm(dim=1) > 0
     assert int(old.sum()) > 100 and torch.equal(warm.item_topic[old], first.item_topic[old])  # the old basis kept
@@ -206,7 +206,7 @@ def test_a_served_day_folds_in_the_ads_born_since_the_window_and_leaves_the_mode
     before = {k: v.clone() for k, v in model.state_dict().items()}
     rows = torch.from_numpy(hash_int64(np.array(new_ids, dtype=np.int64), model.cfg.tables["item"]))
     born = rows[model.item_topic[rows].norm(dim=1) == 0]
-    assert len(born) >= 0.9 * len(rows)
+    assert len(rows) > 0 and len(born) >= 0.9 * len(rows)
 
     assert fold_window(model, config, days[5]) == (days[3], days[4]) and fold_window(model, config, days[3]) is None
     with serving_fold_in(model, config, days[3], uri=uri) as stats:  # the day after the window: nothing between
@@ -329,6 +329,7 @@ def test_a_served_day_maps_each_fold_status_by_what_the_maps_days_left(gem_home,
     both = plain.join(shifted.select("request_id", pl.col("p_click").alias("s")), on="request_id").join(ads, on="request_id")
     odds = lambda p: p / (1 - p)  # noqa: E731
     new, old = both.filter(pl.col("ad_id") > 50000), both.filter(pl.col("ad_id") < 50000)
+    assert new.height and old.height
     assert np.allclose(odds(new["s"].to_numpy()), np.e * odds(new["p_click"].to_numpy()), rtol=1e-4)
     assert np.allclose(old["s"].to_numpy(), old["p_click"].to_numpy(), rtol=1e-6)
 
@@ -500,7 +501,7 @@ def test_a_domain_model_starts_with_the_ads_born_since_its_teachers_window_and_s
     tp = predict_teacher(foundation, student_days, FOUNDATION, "f", uri=uri, fold_in=config)
     rows = torch.from_numpy(hash_int64(np.array(new_ids, dtype=np.int64), foundation.cfg.tables["item"]))
     born = rows[foundation.item_topic[rows].norm(dim=1) == 0]
-    assert len(born) >= 0.9 * len(rows)
+    assert len(rows) > 0 and len(born) >= 0.9 * len(rows)
     short = {"domain": {"max_steps": 3}}
     kept, kept_info = train_domain_model("social", foundation, teacher_predictions=tp, dates=student_days,
                                          preset="tiny", overrides=short, uri=uri)

@@ -31,11 +31,13 @@ def test_daily_schedule_requests_yesterday_of_the_simulator_clock_for_every_surf
         )
         for s in SURFACES.names:
             instance.report_runless_asset_event(dg.AssetMaterialization("events", partition=f"{CALENDAR.end()}|{s}"))
-        assert isinstance(daily_ingest_schedule(ctx), dg.SkipReason)
+        skip = daily_ingest_schedule(ctx)
+        assert isinstance(skip, dg.SkipReason) and "already ingested" in (skip.skip_message or "")
 
 
 def test_daily_requests_skip_days_outside_the_calendar() -> None:
-    assert isinstance(ingest_requests_for(dt.date(2031, 1, 1)), dg.SkipReason)
+    skip = ingest_requests_for(dt.date(2031, 1, 1))
+    assert isinstance(skip, dg.SkipReason) and "outside the calendar" in (skip.skip_message or "")
 
 
 def _land(gem_home: Path, surface: str, day: dt.date, files: tuple[str, ...]) -> None:

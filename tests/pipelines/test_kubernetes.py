@@ -74,7 +74,7 @@ def test_training_assets_share_the_gpu_pool() -> None:
 def test_gpu_count_reaches_the_pod_spec() -> None:
     spec = _pod_spec(_as_step_tags(gpu_step_tags(8)))
     assert spec.containers[0].resources.limits[load_kubernetes().gpu_resource] == "8"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least one GPU, got 0"):
         gpu_step_tags(0)
 
 

@@ -85,7 +85,7 @@ def test_seeds_report_averages_seeds_with_intervals(tmp_path: Path, monkeypatch:
             g.with_columns(p_click=pl.lit(0.7)).write_parquet(b)
             (b.parent / "metrics.json").write_text(json.dumps({"valid_rows": [{"surface": s, "task": "click", "ne": 0.9}]}))
     doc = seeds_report("douban", versions, n_boot=200)
-    assert doc["seeds"] == [0, 1, 2]
+    assert doc["seeds"] == [0, 1, 2] and {r["surface"] for r in doc["rows"]} == set(surfaces)
     for r in doc["rows"]:
         f, b = r["foundation"], r["single_surface"]
         assert len(f["per_seed"]) == 3 and f["ne"] == pytest.approx(np.mean(f["per_seed"]))

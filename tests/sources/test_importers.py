@@ -187,10 +187,11 @@ def test_malformed_real_rows_are_quarantined_with_a_reason(tmp_path: Path) -> No
 def test_source_config_rejects_paths_and_unknown_roles() -> None:
     base = load_source("douban").model_dump()
     model = type(load_source("douban"))
-    for files in ({"train": ("../etc/passwd",)}, {"train": ("a/b.csv",)}, {"later": ("x.csv",)}):
-        with pytest.raises(ValueError):
+    for files, why in (({"train": ("../etc/passwd",)}, "must be a plain file name"),
+                       ({"train": ("a/b.csv",)}, "must be a plain file name"), ({"later": ("x.csv",)}, "files.later")):
+        with pytest.raises(ValueError, match=why):
             model.model_validate({**base, "files": files})
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"surface 'Music!' must match"):
         model.model_validate({**base, "surfaces": {"0": "Music!"}})
 
 

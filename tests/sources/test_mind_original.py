@@ -89,4 +89,4 @@ def test_history_column_becomes_earlier_clicks(imported) -> None:
 
 def test_mind_full_declares_the_original_layout() -> None:
     cfg = load_source("mind_full")
-    assert all(n.endswith(".tsv") for names in cfg.files.values() for n in names) and cfg.news
+    assert cfg.files and all(n.endswith(".tsv") for names in cfg.files.values() for n in names) and cfg.news
