@@ -86,7 +86,7 @@ def bf16_gradient_errors(
         assert logits.dtype == torch.float32  # heads in fp32
         loss, _ = model.loss(logits, batch)
         loss.backward()
-    assert abs(float(loss) - float(ref_loss)) <= 0.02 * float(ref_loss)
+    assert abs(loss.item() - ref_loss.item()) <= 0.02 * ref_loss.item()
     out = {}
     for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
         if q.grad is not None and q.grad.norm() > 1e-6:

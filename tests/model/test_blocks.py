@@ -122,7 +122,7 @@ def test_model_forward_backward_and_summary():
 def test_shared_head_learns_from_every_surface_and_starts_each_own_head_at_it():
     cfg = tiny_model_config(shared_head=True)
     model = GEM(cfg)
-    assert all(float(w.abs().sum()) == 0 for w in model.head_w.values())  # each surface starts at the shared head
+    assert all(w.abs().sum().item() == 0 for w in model.head_w.values())  # each surface starts at the shared head
     batch = make_batch(cfg, [3, 2, 4, 1])
     feed = cfg.surfaces.index("feed")
     batch.surface_idx[:] = feed
