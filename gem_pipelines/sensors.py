@@ -40,7 +40,8 @@ def scan_landing(cursor: dict[str, float], instance: dg.DagsterInstance | None =
             if not all(f.is_file() for f in files):
                 continue  # still landing: wait until every file of the format is there
             mtime = max(f.stat().st_mtime for f in files)
-            key = f"{day_dir.name}|{surface.name}"
+            partition = multi_key(day_dir.name, surface.name)
+            key = str(partition)  # the cursor's and the event log's key: Dagster's own "<date>|<surface>"
             if mtime > cursor.get(key, 0.0):
                 new_cursor[key] = mtime
                 if mtime <= last_ingested(instance, key):
@@ -48,7 +49,7 @@ def scan_landing(cursor: dict[str, float], instance: dg.DagsterInstance | None =
                 requests.append(
                     dg.RunRequest(
                         run_key=f"landing-{key}-{mtime:.6f}",
-                        partition_key=multi_key(day_dir.name, surface.name),
+                        partition_key=partition,
                         tags={"gem/trigger": "landing"},
                     )
                 )

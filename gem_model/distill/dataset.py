@@ -117,8 +117,8 @@ def attach_teacher(
     tp = predictions.filter(pl.col("teacher") == teacher)
     cols = ["request_id", "p_click", "p_conversion"] + (["embedding"] if embeddings else [])
     tp = tp.select(cols).unique("request_id", keep="first")
-    left = pl.DataFrame({"request_id": pl.Series(data.request_ids.tolist(), dtype=pl.String), "_row": np.arange(len(data))})
-    joined = left.join(tp, on="request_id", how="left").sort("_row")
+    left = pl.DataFrame({"request_id": pl.Series(data.request_ids.tolist(), dtype=pl.String)})
+    joined = left.join(tp, on="request_id", how="left", maintain_order="left")
     missing = joined["p_click"].is_null() & ~joined["request_id"].is_in(tp["request_id"].implode())
     if n_missing := int(missing.sum()):
         ex = joined.filter(missing)["request_id"].head(3).to_list()

@@ -32,7 +32,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from gem_model.data.loader import ExampleStream
+from gem_model.data.loader import ExampleStream, date_range
 from gem_model.models.calibration import fit_platt, fit_shift, logit
 from gem_model.store.paths import storage_options, table_uri
 from gem_model.train.item_svd import MAX_ROWS, Bags, Cooc, fold_in_item_svd
@@ -149,7 +149,7 @@ def serving_fold_in(model: torch.nn.Module, config: dict[str, Any] | None, day: 
                 del cache[d, done]  # a day's earlier stretch is not read again: slices come in order
         return cache[d, hours]
 
-    days = [window[0] + dt.timedelta(days=i) for i in range((window[1] - window[0]).days + 1)] if window else []
+    days = date_range(*window) if window else []
     parts = [(d, 24) for d in days] + ([(day, before_hour)] if before_hour > 0 else [])
     try:
         # svd_lowrank draws random probes: a fixed seed scores a day again to the same predictions

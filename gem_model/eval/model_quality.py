@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 
 from gem_model.config import load_calendar, load_surfaces
+from gem_model.data.loader import date_range
 from gem_model.eval.baselines import run_baselines
 from gem_model.eval.metrics import (
     bootstrap_calibration,
@@ -37,7 +38,7 @@ N_BOOT = 1000
 def run_lr_baselines(result: dict[str, Any], seeds: list[int]) -> list[dict[str, Any]]:
     """Base rate and logistic regression per seed, beside the foundation version; their rows."""
     roles = load_calendar().roles()
-    days = [str(roles.teacher[0] + dt.timedelta(days=i)) for i in range((roles.teacher[1] - roles.teacher[0]).days + 1)]
+    days = [str(d) for d in date_range(*roles.teacher)]
     rows: list[dict[str, Any]] = []
     for seed in seeds:
         out = Path(result["version_dir"]) / "baselines" / f"seed{seed}"

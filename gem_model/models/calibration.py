@@ -27,7 +27,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from gem_model.data.loader import TASKS
+from gem_model.data.loader import TASKS, date_range
 
 DEFAULT_CALIBRATION: dict[str, Any] = {
     "enabled": True,
@@ -170,8 +170,7 @@ def calibration_days(train_end: Any, valid: Any) -> list[str]:
     day (inclusive): never a training day, never E. ISO strings."""
     first = dt.date.fromisoformat(str(train_end)) + dt.timedelta(days=1)
     last = dt.date.fromisoformat(str(valid))
-    days = [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
-    return [d.isoformat() for d in days] or [last.isoformat()]
+    return [d.isoformat() for d in date_range(first, last)] or [last.isoformat()]
 
 
 def refit_days(day: dt.date, fit_day: str | None) -> list[dt.date] | None:
@@ -185,8 +184,7 @@ def refit_days(day: dt.date, fit_day: str | None) -> list[dt.date] | None:
     last = day - dt.timedelta(days=1)
     if last <= fit[-1]:
         return None
-    first = max(fit[0], last - dt.timedelta(days=len(fit) - 1))
-    return [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
+    return date_range(max(fit[0], last - dt.timedelta(days=len(fit) - 1)), last)
 
 
 def refit(cal: Calibrator, preds: pl.DataFrame, days: list[dt.date]) -> Calibrator:
