@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 
 import dagster as dg
 import pytest
 import yaml
 
-from gem_model.config import load_calendar, load_surfaces
+from gem_model.config import ASSETS_DIR, load_calendar, load_surfaces
 from gem_model.data.synthetic import write_synthetic_lake
 from gem_model.models.registry import list_versions
+from gem_model.train import config as train_config
 from gem_model.train.config import load_preset, resolve_config
 from gem_pipelines.assets import foundation as foundation_module
 from gem_pipelines.assets.foundation import ASSET, FoundationConfig, foundation_model, launch_args
@@ -132,11 +134,15 @@ def test_a_step_that_fails_in_training_is_retried_and_resumes_its_version(gem_ho
                         QualityConfig(model_gate=ModelGate(min_positives=5, max_ne=2.0, max_regression=1.0)))
     preset = load_preset("tiny")
     preset["train"].update(checkpoint_every=1, fail_at_step=2)
-    failing = tmp_path / "tiny_failing.yaml"
-    failing.write_text(yaml.safe_dump(preset))
+    # a preset is a name of assets/models/: a copy of assets/ with one more preset, for this process and torchrun's
+    assets = tmp_path / "assets"
+    shutil.copytree(ASSETS_DIR, assets)
+    (assets / "models" / "tiny_failing.yaml").write_text(yaml.safe_dump(preset))
+    monkeypatch.setenv("GEM_ASSETS_DIR", str(assets))
+    monkeypatch.setattr(train_config, "ASSETS_DIR", assets)
     lake = _window_lake(gem_home)
     with dg.DagsterInstance.ephemeral() as instance:
-        result = _materialize(instance, lake, nproc, preset=str(failing), seeds=[1], baselines=False,
+        result = _materialize(instance, lake, nproc, preset="tiny_failing", seeds=[1], baselines=False,
                               warm_start=False)
         events = [e.dagster_event.event_type for e in instance.all_logs(result.run_id) if e.dagster_event]
     assert result.success
