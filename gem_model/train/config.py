@@ -192,10 +192,10 @@ def load_preset(preset: str | Path) -> dict[str, Any]:
     """assets/models/<name>.yaml (or a file given as a Path) -> {"model": {...}, "train": {...}}. A named
     preset also takes the GEM_DATA dataset's adjustments, assets/sources/<dataset>/models/<name>.yaml, on
     top (a real dataset's click rate and size are not the simulator's). Every file's keys are checked."""
-    path = preset if isinstance(preset, Path) else Path()
-    layers = [path]
-    if not isinstance(preset, Path):  # a string is a name (GEM_MODEL_PRESET, a run's `preset`), never a path
-        name = validate_name(str(preset), "preset", ConfigError)
+    if isinstance(preset, Path):
+        path, layers = preset, [preset]
+    else:  # a string is a name (GEM_MODEL_PRESET, a run's `preset`), never a path
+        name = validate_name(preset, "preset", ConfigError)
         path = ASSETS_DIR / "models" / f"{name}.yaml"
         if not path.is_file():
             known = sorted(p.stem for p in path.parent.glob("*.yaml") if p.stem != "students")  # students.yaml: theirs
