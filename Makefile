@@ -6,14 +6,16 @@ PY := .venv/bin/python
 # aliccp_full),
 # each in a GEM_HOME of its own so worlds never mix: `make demo DATA=douban`.
 DATA ?= sim
-# The checks below quote each value for the shell: a value with a quote in it is refused before any shell sees it.
+# $(call matches,VALUE,REGEX): VALUE when the whole of it matches REGEX, else empty. The shell gets VALUE in single
+# quotes, so a value with a quote in it is refused before any shell sees it.
+matches = $(shell printf '%s' '$(1)' | grep -xE '$(2)')
 $(foreach v,DATA GEM_SIMULATOR DAYS UI_PORT,$(if $(findstring ',$($(v))),$(error $(v) must not contain a quote)))
-ifneq ($(shell printf '%s' '$(DATA)' | grep -xE '[a-z0-9_]+'),$(DATA))
+ifneq ($(call matches,$(DATA),[a-z0-9_]+),$(DATA))
 $(error DATA must match [a-z0-9_]+ (sim or a folder of assets/sources/), got '$(DATA)')
 endif
 export GEM_DATA := $(DATA)
 # GEM_SIMULATOR=<name> (assets/simulator_<name>.yaml, e.g. eval) is another world: a home of its own, .gem/sim_<name>/
-ifneq ($(shell printf '%s' '$(GEM_SIMULATOR)' | grep -xE '[a-z0-9_]*'),$(GEM_SIMULATOR))
+ifneq ($(call matches,$(GEM_SIMULATOR),[a-z0-9_]*),$(GEM_SIMULATOR))
 $(error GEM_SIMULATOR must match [a-z0-9_]+, got '$(GEM_SIMULATOR)')
 endif
 ifeq ($(DATA),sim)
@@ -47,7 +49,7 @@ demo: .venv
 # One more simulated day (DAYS more), handled by the automation alone (stop `make ui` first: its daemon
 # would too); each day's report: $(GEM_HOME)/reports/days_in_the_life.md and .png.
 DAYS ?= 1
-ifneq ($(shell printf '%s' '$(DAYS)' | grep -xE '[1-9][0-9]*'),$(DAYS))
+ifneq ($(call matches,$(DAYS),[1-9][0-9]*),$(DAYS))
 $(error DAYS must be a positive integer, got '$(DAYS)')
 endif
 next-day: .venv
@@ -74,7 +76,8 @@ chromium:
 	fi
 
 UI_PORT ?= 3000
-ifneq ($(shell printf '%s' '$(UI_PORT)' | grep -xE '[0-9]{1,5}'),$(UI_PORT))
+PORT_RE := [0-9]{1,5}
+ifneq ($(call matches,$(UI_PORT),$(PORT_RE)),$(UI_PORT))
 $(error UI_PORT must be a port number, got '$(UI_PORT)')
 endif
 ui: .venv
